@@ -1,0 +1,39 @@
+# zodiac-edge developer targets. Needs only python3.11 and make: everything else is
+# installed into .venv from PyPI.
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Inside .venv, so that deleting .venv also forgets that it was installed.
+STAMP  := $(VENV)/.install.stamp
+
+.PHONY: venv demo test bench clean distclean
+
+venv: $(STAMP)
+
+# Re-run the install whenever pyproject.toml changes (new dependency, new entry point...).
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found on PATH" >&2; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
+		echo "error: '$(PYTHON) -m venv' failed (on Debian/Ubuntu: apt-get install python3.11-venv)" >&2; \
+		rm -rf $(VENV); exit 1; }
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+demo: venv
+	$(BIN)/python -m simulations.demo
+
+test: venv
+	$(BIN)/ruff check . && $(BIN)/python -m pytest
+
+bench: venv
+	$(BIN)/python -m simulations.bench.materialise
+
+# Generated files and caches; keeps .venv (use `make distclean` to drop it too).
+clean:
+	rm -rf out/ build/ dist/ *.egg-info .pytest_cache .ruff_cache .hypothesis
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,219 @@
+"""``zodiac-edge``: materialise and query rule files over RDF facts from the command line.
+
+zodiac-edge materialise RULES FACTS... [-o out.nt] [--stats]
+zodiac-edge query RULES FACTS... --pattern '<p11>(X, Y)' [--format tsv|json]
+zodiac-edge explain RULES FACTS... --fact '<p11>(<a>, <b>)'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import TextIO
+
+from .engine import Reasoner, ZodiacError
+from .engine.language import RDF_TYPE, Constant
+
+
+class Progress:
+    """One status line on stderr, rewritten in place, shown only on a terminal (or when asked)
+    and only once work has taken longer than ``delay`` seconds, so short runs stay quiet."""
+
+    def __init__(self, stream: TextIO = sys.stderr, *, force: bool = False, delay: float = 0.5):
+        self.stream = stream
+        self.enabled = force or stream.isatty()
+        self.started = time.perf_counter()
+        self.delay = delay
+        self.shown = False
+
+    def __call__(self, label: str, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self.started
+        if not self.enabled or elapsed < self.delay:
+            return
+        self.stream.write(
+            f"\r  materialising hyper-node {done}/{total} ({label})  {elapsed:6.1f}s "
+        )
+        self.stream.flush()
+        self.shown = True
+
+    def step(self, message: str) -> None:
+        if self.enabled and time.perf_counter() - self.started >= self.delay:
+            self.stream.write(f"\r  {message}".ljust(60))
+            self.stream.flush()
+            self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\r" + " " * 70 + "\r")
+            self.stream.flush()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zodiac-edge",
+        description="Materialise Datalog rules over RDF facts with the zodiac-edge engine.",
+    )
+    parser.add_argument(
+        "--progress", action="store_true", help="show progress even when not on a terminal"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    materialise = commands.add_parser(
+        "materialise",
+        help="compute every fact the rules derive and write them as N-Triples",
+        description="Compute the materialisation of RULES over FACTS (N-Triples or Turtle files) "
+        "and write all facts, explicit and derived, as N-Triples.",
+    )
+    _add_inputs(materialise)
+    materialise.add_argument(
+        "-o", "--output", help="write N-Triples here (default: standard output)"
+    )
+    materialise.add_argument(
+        "--stats",
+        action="store_true",
+        help="print statistics (facts per predicate, hyper-nodes, timings) on stderr",
+    )
+    materialise.add_argument(
+        "--derived-only", action="store_true", help="write only the facts that are not explicit"
+    )
+
+    query = commands.add_parser(
+        "query",
+        help="answer one atom pattern over the materialisation",
+        description="Materialise RULES over FACTS, then print the answers of PATTERN, "
+        "e.g. '<p11>(X, <windTurbine3>)'.",
+    )
+    _add_inputs(query)
+    query.add_argument(
+        "--pattern",
+        required=True,
+        help="an atom such as '<p11>(X, Y)' or '<SensorAnomalyWindTurbine>(X)'",
+    )
+    query.add_argument(
+        "--format", choices=("tsv", "json"), default="tsv", help="answer format (default: tsv)"
+    )
+
+    explain = commands.add_parser(
+        "explain",
+        help="print one derivation tree of a fact",
+        description="Materialise RULES over FACTS, then explain why FACT holds.",
+    )
+    _add_inputs(explain)
+    explain.add_argument("--fact", required=True, help="a ground atom such as '<p11>(<a>, <b>)'")
+    return parser
+
+
+def _add_inputs(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "rules", metavar="RULES", help="a rule file (ZodiacEdge or Datalog syntax)"
+    )
+    command.add_argument(
+        "facts", metavar="FACTS", nargs="*", help="fact files: N-Triples (.nt) or Turtle (.ttl)"
+    )
+
+
+def load(args: argparse.Namespace, progress: Progress) -> Reasoner:
+    reasoner = Reasoner(progress=progress)
+    for path in args.facts:
+        progress.step(f"reading {path}")
+        reasoner.add_facts(path)
+    progress.step(f"loading rules {args.rules}")
+    reasoner.add_rules(args.rules)
+    return reasoner
+
+
+def run_materialise(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> None:
+    from .engine.rdf import write_ntriples
+
+    started = time.perf_counter()
+    facts = reasoner.facts()
+    if args.derived_only:
+        explicit = set(Reasoner.facts(_explicit_only(reasoner)))
+        facts = (f for f in facts if f not in explicit)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as handle:
+            written = write_ntriples(facts, handle)
+    else:
+        written = write_ntriples(facts, out)
+    if args.stats:
+        _print_stats(reasoner, written, time.perf_counter() - started)
+
+
+def _explicit_only(reasoner: Reasoner) -> Reasoner:
+    """A reasoner sharing the explicit facts but with no rules (for --derived-only)."""
+    view = Reasoner()
+    view.terms = reasoner.terms
+    view.edb = reasoner.edb
+    return view
+
+
+def _print_stats(reasoner: Reasoner, written: int, write_seconds: float) -> None:
+    stats = reasoner.stats()
+    err = sys.stderr
+    err.write(
+        f"facts: {stats['facts']} ({stats['explicit_facts']} explicit), rules: {stats['rules']}, "
+        f"written: {written}, run-time errors: {stats['runtime_errors']}\n"
+    )
+    err.write(
+        f"materialisation: {stats['last_update'].get('seconds', 0.0):.3f}s, "
+        f"writing: {write_seconds:.3f}s\n"
+    )
+    err.write("facts per predicate:\n")
+    for name, count in stats["predicates"].items():
+        err.write(f"  {count:>10}  {name}\n")
+    err.write("hyper-nodes (topological order):\n")
+    for node in stats["hyper_nodes"]:
+        err.write(
+            f"  {node['name']:>6}  {node['module']:<10} {node['facts']:>9} facts "
+            f"{node.get('seconds', 0.0):8.3f}s  rules {', '.join(node['rules'])}\n"
+        )
+
+
+def run_query(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> None:
+    answers = reasoner.query(args.pattern)
+    if args.format == "json":
+        json.dump(answers, out, default=str, indent=1)
+        out.write("\n")
+        return
+    names = sorted({name for answer in answers for name in answer})
+    out.write("\t".join(names) + "\n")
+    for answer in sorted(answers, key=lambda a: [str(a.get(n)) for n in names]):
+        out.write("\t".join(str(answer.get(n, "")) for n in names) + "\n")
+
+
+def run_explain(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> None:
+    from .engine.parser import parse_atom
+
+    atom = parse_atom(args.fact)
+    if not atom.is_ground():
+        raise ZodiacError(f"--fact must be ground (no variables): {args.fact}")
+    values = [t.value for t in atom.terms if isinstance(t, Constant)]
+    fact = (RDF_TYPE, values[0], atom.predicate) if atom.arity == 1 else (atom.predicate, *values)
+    try:
+        out.write(str(reasoner.explain(fact)) + "\n")
+    except KeyError:
+        raise ZodiacError(f"{args.fact} does not hold") from None
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = out or sys.stdout
+    progress = Progress(force=args.progress)
+    try:
+        reasoner = load(args, progress)
+        progress.close()
+        {"materialise": run_materialise, "query": run_query, "explain": run_explain}[args.command](
+            args, reasoner, out
+        )
+    except ZodiacError as error:
+        progress.close()
+        sys.stderr.write(f"zodiac-edge: error: {error}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The zodiac-edge Datalog engine.
+
+Layers, each knowing only the one below: ``parser`` (text -> ``language`` AST) ->
+``dependency`` (hyper-node graph) -> ``planner`` / ``compiler`` (plans -> Python functions) ->
+``modules`` (evaluation per hyper-node) -> ``store`` (relations, indexes). ``Reasoner`` is the
+facade.
+"""
+
+from .errors import (
+    ParseError,
+    RuleError,
+    StratificationError,
+    UnknownRuleError,
+    UnsafeRuleError,
+    ZodiacError,
+)
+from .explain import Derivation
+from .language import RDF_TYPE, Literal, Program, Rule
+from .reasoner import Reasoner
+
+__all__ = [
+    "RDF_TYPE",
+    "Derivation",
+    "Literal",
+    "ParseError",
+    "Program",
+    "Reasoner",
+    "Rule",
+    "RuleError",
+    "StratificationError",
+    "UnknownRuleError",
+    "UnsafeRuleError",
+    "ZodiacError",
+]

@@ -1,0 +1,489 @@
+"""Compiles a plan into a Python function of nested loops over index lookups on term ids.
+
+For one rule and one delta position the generated function looks like::
+
+    def rule(S, D, out, ERR):
+        I1_0 = S[1][0].index((0,))
+        for _once in ONCE:
+            for v0, v1 in D:                      # Δ p11(X, Z)
+                B = I1_0.get(v1)                  # p11(Z, Y) via the index on column 0
+                if B is None: continue
+                if v0 in B: B = B - {v0}          # COMP(X, !=, Y) as a set difference
+                out.update(zip(repeat(v0), B))    # head p11(X, Y), built in C
+
+No dictionary of bindings per match: variables are Python locals holding term ids. ``S`` gives,
+per body position, the list of relations the atom reads (a DataStoreBag lookup done once per
+call), ``D`` the delta set when the plan has a delta atom, ``out`` the set receiving head tuples
+and ``ERR`` a one-element list counting run-time errors (a failing bind or comparison drops the
+substitution and counts, see docs/semantics.md).
+
+The innermost atom is emitted as a C-level ``zip``/set operation when its only new variable
+flows straight to the head (possibly minus ``!=`` exclusions): on closure rules that is where
+nearly all the time goes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from itertools import repeat
+
+from .language import (
+    Atom,
+    BinaryOp,
+    Call,
+    Comparison,
+    Constant,
+    Expr,
+    Term,
+    Variable,
+)
+from .planner import BindStep, FilterStep, NegationStep, Plan, ScanStep
+from .terms import TermDictionary, term_key
+
+
+class EvalError(Exception):
+    """A run-time error in a bind or comparison (non-number, division by zero...)."""
+
+
+EVAL_ERRORS = (EvalError, ArithmeticError, ValueError, TypeError)
+
+
+def _num(value):
+    cls = value.__class__
+    if cls is int or cls is float:
+        return value
+    raise EvalError(f"not a number: {value!r}")
+
+
+def _add(a, b):
+    return _num(a) + _num(b)
+
+
+def _sub(a, b):
+    return _num(a) - _num(b)
+
+
+def _mul(a, b):
+    return _num(a) * _num(b)
+
+
+def _div(a, b):
+    divisor = _num(b)
+    if divisor == 0:
+        raise EvalError("division by zero")
+    return _num(a) / divisor
+
+
+def _sqrt(a):
+    value = _num(a)
+    if value < 0:
+        raise EvalError("square root of a negative number")
+    return math.sqrt(value)
+
+
+def _ordered(a, b) -> None:
+    ca, cb = a.__class__, b.__class__
+    if (ca is int or ca is float) and (cb is int or cb is float):
+        return
+    if ca is str and cb is str:
+        return
+    raise EvalError(f"cannot order {a!r} and {b!r}")
+
+
+def _lt(a, b):
+    _ordered(a, b)
+    return a < b
+
+
+def _le(a, b):
+    _ordered(a, b)
+    return a <= b
+
+
+def _gt(a, b):
+    _ordered(a, b)
+    return a > b
+
+
+def _ge(a, b):
+    _ordered(a, b)
+    return a >= b
+
+
+def _eq(a, b):
+    return term_key(a) == term_key(b)
+
+
+def _ne(a, b):
+    return term_key(a) != term_key(b)
+
+
+RUNTIME = {
+    "ONCE": (None,),
+    "repeat": repeat,
+    "EVAL_ERRORS": EVAL_ERRORS,
+    "ADD": _add,
+    "SUB": _sub,
+    "MUL": _mul,
+    "DIV": _div,
+    "F_abs": lambda a: abs(_num(a)),
+    "F_min": lambda *a: min(map(_num, a)),
+    "F_max": lambda *a: max(map(_num, a)),
+    "F_round": lambda a: round(_num(a)),
+    "F_floor": lambda a: math.floor(_num(a)),
+    "F_ceil": lambda a: math.ceil(_num(a)),
+    "F_sqrt": _sqrt,
+    "LT": _lt,
+    "LE": _le,
+    "GT": _gt,
+    "GE": _ge,
+    "EQ": _eq,
+    "NE": _ne,
+}
+_ARITH = {"+": "ADD", "-": "SUB", "*": "MUL", "/": "DIV"}
+_VALUE_COMPARE = {"<": "LT", "<=": "LE", ">": "GT", ">=": "GE", "=": "EQ", "!=": "NE"}
+
+CompiledRule = Callable[[Sequence[list], object, set, list], None]
+
+
+class _Emitter:
+    """Source text with indentation, plus the constants the code refers to."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 1
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def indent(self) -> None:
+        self.depth += 1
+
+
+class RuleCompiler:
+    """Generates and caches nothing itself: callers cache by (rule, delta position, sources)."""
+
+    def __init__(self, terms: TermDictionary) -> None:
+        self.terms = terms
+
+    def compile(
+        self,
+        plan: Plan,
+        source_counts: dict[int, int],
+        head_terms: Sequence[Term] | None = None,
+        name: str = "rule",
+    ) -> tuple[CompiledRule, str]:
+        """Returns the function and its source (kept for ``explain``/debugging)."""
+        generator = _RuleGenerator(self.terms, plan, source_counts, head_terms)
+        source = generator.generate(name)
+        namespace = dict(RUNTIME)
+        namespace["V"] = self.terms.values
+        namespace["ENC"] = self.terms.encode
+        namespace["KV"] = generator.constant_values
+        exec(compile(source, f"<{name}>", "exec"), namespace)  # noqa: S102 - generated code
+        return namespace[name], source
+
+
+class _RuleGenerator:
+    def __init__(
+        self,
+        terms: TermDictionary,
+        plan: Plan,
+        source_counts: dict[int, int],
+        head_terms: Sequence[Term] | None,
+    ) -> None:
+        self.terms = terms
+        self.plan = plan
+        self.counts = source_counts
+        self.head_terms = tuple(plan.rule.head.terms if head_terms is None else head_terms)
+        self.names: dict[Variable, str] = {}
+        self.constant_values: list = []
+        self.out = _Emitter()
+        self.temp = 0
+
+    # -- names -------------------------------------------------------------------------
+    def var(self, variable: Variable) -> str:
+        name = self.names.get(variable)
+        if name is None:
+            name = self.names[variable] = f"v{len(self.names)}"
+        return name
+
+    def fresh(self) -> str:
+        self.temp += 1
+        return f"t{self.temp}"
+
+    def term_id(self, term: Term) -> str:
+        """Code for a term's id: a bound variable's local, or a constant's id as a literal."""
+        if isinstance(term, Variable):
+            return self.names[term]
+        return str(self.terms.encode(term.value))
+
+    def value_code(self, expr: Expr) -> str:
+        """Code computing an expression's Python value."""
+        if isinstance(expr, Variable):
+            return f"V[{self.names[expr]}]"
+        if isinstance(expr, Constant):
+            value = expr.value
+            if value.__class__ in (int, float) and math.isfinite(value):
+                return repr(value)
+            self.constant_values.append(value)
+            return f"KV[{len(self.constant_values) - 1}]"
+        if isinstance(expr, BinaryOp):
+            return f"{_ARITH[expr.op]}({self.value_code(expr.left)}, {self.value_code(expr.right)})"
+        assert isinstance(expr, Call)
+        args = ", ".join(self.value_code(a) for a in expr.args)
+        return f"F_{expr.function}({args})"
+
+    @staticmethod
+    def key_code(parts: list[str]) -> str:
+        return parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ")"
+
+    @staticmethod
+    def tuple_code(parts: list[str]) -> str:
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+    # -- generation --------------------------------------------------------------------
+    def generate(self, name: str) -> str:
+        steps = self.plan.steps
+        out = self.out
+        header = [f"def {name}(S, D, out, ERR):"]
+        for step in steps:
+            if (
+                isinstance(step, ScanStep)
+                and not step.delta
+                and self.counts.get(step.position, 0) == 0
+            ):
+                return "\n".join(header + ["    return"]) + "\n"
+        self.emit_preamble()
+        out.line("for _once in ONCE:")
+        out.indent()
+        product_at = self.product_step_index()
+        for index, step in enumerate(steps):
+            if index == product_at:
+                self.emit_product(step, steps[index + 1 :])
+                break
+            if isinstance(step, ScanStep):
+                self.emit_scan(step)
+            elif isinstance(step, NegationStep):
+                self.emit_negation(step)
+            elif isinstance(step, FilterStep):
+                self.emit_filter(step.comparison)
+            else:
+                self.emit_bind(step.bind.expr, step.bind.variable)
+        else:
+            head = [self.term_id(t) for t in self.head_terms]
+            out.line(f"out.add({self.tuple_code(head)})")
+        return "\n".join(header + out.lines) + "\n"
+
+    def emit_preamble(self) -> None:
+        for step in self.plan.steps:
+            if isinstance(step, ScanStep) and step.delta:
+                continue
+            if not isinstance(step, (ScanStep, NegationStep)):
+                continue
+            count = self.counts.get(step.position, 0)
+            partial = 0 < len(step.bound) < step.atom.arity
+            for j in range(count):
+                if partial:
+                    self.out.line(
+                        f"I{step.position}_{j} = S[{step.position}][{j}].index({step.bound!r})"
+                    )
+                else:
+                    self.out.line(f"T{step.position}_{j} = S[{step.position}][{j}].tuples")
+
+    def sources(self, step: ScanStep | NegationStep, prefix: str) -> list[str]:
+        return [f"{prefix}{step.position}_{j}" for j in range(self.counts.get(step.position, 0))]
+
+    def open_source_loop(self, names: list[str]) -> str:
+        """One name: use it directly; several: loop over them (a fact in two stores is simply
+        matched twice, which the output set absorbs)."""
+        if len(names) == 1:
+            return names[0]
+        holder = self.fresh()
+        self.out.line(f"for {holder} in ({', '.join(names)},):")
+        self.out.indent()
+        return holder
+
+    def bind_targets(self, atom: Atom, columns: Sequence[int]) -> tuple[list[str], list[str]]:
+        """Loop targets for free columns, and the equality checks their values still need
+        (constants, variables bound earlier, a variable repeated in the atom)."""
+        targets: list[str] = []
+        checks: list[str] = []
+        for column in columns:
+            term = atom.terms[column]
+            if isinstance(term, Variable) and term not in self.names:
+                targets.append(self.var(term))
+            else:
+                temp = self.fresh()
+                targets.append(temp)
+                checks.append(f"{temp} != {self.term_id(term)}")
+        return targets, checks
+
+    def emit_checks(self, checks: list[str]) -> None:
+        if checks:
+            self.out.line(f"if {' or '.join(checks)}: continue")
+
+    def emit_scan(self, step: ScanStep) -> None:
+        atom, out = step.atom, self.out
+        arity = atom.arity
+        if step.delta:
+            targets, checks = self.bind_targets(atom, range(arity))
+            out.line(f"for {self.tuple_code(targets)} in D:")
+            out.indent()
+            self.emit_checks(checks)
+            return
+        if len(step.bound) == arity:
+            fact = self.tuple_code([self.term_id(t) for t in atom.terms])
+            tests = " or ".join(f"{fact} in {name}" for name in self.sources(step, "T"))
+            out.line(f"if not ({tests}): continue")
+            return
+        if step.bound:
+            key = self.key_code([self.term_id(atom.terms[c]) for c in step.bound])
+            index = self.open_source_loop(self.sources(step, "I"))
+            bucket = self.fresh()
+            out.line(f"{bucket} = {index}.get({key})")
+            out.line(f"if {bucket} is None: continue")
+            free = [c for c in range(arity) if c not in step.bound]
+            targets, checks = self.bind_targets(atom, free)
+            target = targets[0] if len(targets) == 1 else ", ".join(targets)
+            out.line(f"for {target} in {bucket}:")
+            out.indent()
+            self.emit_checks(checks)
+            return
+        table = self.open_source_loop(self.sources(step, "T"))
+        targets, checks = self.bind_targets(atom, range(arity))
+        out.line(f"for {self.tuple_code(targets)} in {table}:")
+        out.indent()
+        self.emit_checks(checks)
+
+    def emit_negation(self, step: NegationStep) -> None:
+        atom, out = step.atom, self.out
+        tables = self.sources(step, "T")
+        indexes = self.sources(step, "I")
+        if not tables and not indexes:
+            return  # nothing holds this relation: the negation always holds
+        free = [c for c in range(atom.arity) if c not in step.bound]
+        free_vars = [atom.terms[c] for c in free]
+        if len(set(free_vars)) < len(free_vars):
+            # A repeated existential variable (not p(Y, Z, Z)): scan and compare columns.
+            first: dict[Term, int] = {}
+            conditions = []
+            for column, term in enumerate(atom.terms):
+                if column in step.bound:
+                    conditions.append(f"f[{column}] == {self.term_id(term)}")
+                elif term in first:
+                    conditions.append(f"f[{column}] == f[{first[term]}]")
+                else:
+                    first[term] = column
+            test = " and ".join(conditions) or "True"
+            names = [f"S[{step.position}][{j}].tuples" for j in range(self.counts[step.position])]
+            out.line(f"if any({test} for T in ({', '.join(names)},) for f in T): continue")
+            return
+        if len(step.bound) == atom.arity:
+            fact = self.tuple_code([self.term_id(t) for t in atom.terms])
+            out.line(f"if {' or '.join(f'{fact} in {t}' for t in tables)}: continue")
+        elif step.bound:
+            key = self.key_code([self.term_id(atom.terms[c]) for c in step.bound])
+            out.line(f"if {' or '.join(f'{key} in {i}' for i in indexes)}: continue")
+        else:
+            out.line(f"if {' or '.join(tables)}: continue")
+
+    def emit_filter(self, comparison: Comparison) -> None:
+        left, right, op = comparison.left, comparison.right, comparison.op
+        if op in ("=", "!=") and _is_term(left) and _is_term(right):
+            negate = "!=" if op == "=" else "=="
+            self.out.line(f"if {self.term_id(left)} {negate} {self.term_id(right)}: continue")
+            return
+        code = f"{_VALUE_COMPARE[op]}({self.value_code(left)}, {self.value_code(right)})"
+        self.emit_guarded(f"ok = {code}")
+        self.out.line("if not ok: continue")
+
+    def emit_bind(self, expr: Expr, variable: Variable) -> None:
+        self.emit_guarded(f"{self.var(variable)} = ENC({self.value_code(expr)})")
+
+    def emit_guarded(self, statement: str) -> None:
+        out = self.out
+        out.line("try:")
+        out.line(f"    {statement}")
+        out.line("except EVAL_ERRORS:")
+        out.line("    ERR[0] += 1")
+        out.line("    continue")
+
+    # -- the C-level innermost step ----------------------------------------------------
+    def product_step_index(self) -> int | None:
+        """Index of the last scan if it can run as a set operation, else None."""
+        steps = self.plan.steps
+        scans = [i for i, s in enumerate(steps) if isinstance(s, ScanStep)]
+        if not scans:
+            return None
+        index = scans[-1]
+        step = steps[index]
+        atom = step.atom
+        if step.delta or not step.bound or len(step.bound) != atom.arity - 1:
+            return None
+        free_column = next(c for c in range(atom.arity) if c not in step.bound)
+        new = atom.terms[free_column]
+        if not isinstance(new, Variable) or any(atom.terms[c] == new for c in step.bound):
+            return None
+        bound_before = self._bound_before(index)
+        if new in bound_before:
+            return None
+        for later in steps[index + 1 :]:
+            if not isinstance(later, FilterStep):
+                return None
+            comparison = later.comparison
+            if comparison.op != "!=" or not (
+                _is_term(comparison.left) and _is_term(comparison.right)
+            ):
+                return None
+            sides = (comparison.left, comparison.right)
+            if new not in sides or sides[0] == sides[1]:
+                return None
+        if sum(1 for t in self.head_terms if t == new) > 1:
+            return None
+        if new not in self.head_terms and len(steps) > index + 1:
+            return None
+        return index
+
+    def _bound_before(self, index: int) -> set[Variable]:
+        bound: set[Variable] = set()
+        for step in self.plan.steps[:index]:
+            if isinstance(step, ScanStep):
+                bound |= step.atom.variables()
+            elif isinstance(step, BindStep):
+                bound.add(step.bind.variable)
+        return bound
+
+    def emit_product(self, step: ScanStep, filters: Sequence) -> None:
+        atom, out = step.atom, self.out
+        free_column = next(c for c in range(atom.arity) if c not in step.bound)
+        new = atom.terms[free_column]
+        key = self.key_code([self.term_id(atom.terms[c]) for c in step.bound])
+        index = self.open_source_loop(self.sources(step, "I"))
+        bucket = self.fresh()
+        out.line(f"{bucket} = {index}.get({key})")
+        out.line(f"if {bucket} is None: continue")
+        excluded = []
+        for later in filters:
+            left, right = later.comparison.left, later.comparison.right
+            other = right if left == new else left
+            excluded.append(self.term_id(other))
+        if len(excluded) == 1:
+            out.line(f"if {excluded[0]} in {bucket}: {bucket} = {bucket} - {{{excluded[0]}}}")
+        elif excluded:
+            banned = self.fresh()
+            out.line(f"{banned} = {{{', '.join(excluded)}}}")
+            out.line(f"if not {banned}.isdisjoint({bucket}): {bucket} = {bucket} - {banned}")
+        if new not in self.head_terms:
+            head = self.tuple_code([self.term_id(t) for t in self.head_terms])
+            out.line(f"if {bucket}: out.add({head})")
+            return
+        columns = [
+            bucket if term == new else f"repeat({self.term_id(term)})" for term in self.head_terms
+        ]
+        out.line(f"out.update(zip({', '.join(columns)}))")
+
+
+def _is_term(expr: Expr) -> bool:
+    return isinstance(expr, (Variable, Constant))

@@ -1,0 +1,296 @@
+"""Rule dependency graph (RDG), hyper-nodes and the hyper rule dependency graph (HRDG).
+
+ZodiacEdge section 2.1 and 4.2: rule ``ri`` -> rule ``rj`` when the head relation of ``ri`` is
+read by ``rj`` (positively, under negation, or inside an aggregate). Hyper-nodes are the strongly
+connected components of the RDG; they are the reasoning units, evaluated in topological order of
+the HRDG (Algorithm 1). A negative or aggregate edge inside a component means negation or
+aggregation through recursion: such a program is not stratifiable and is refused, naming the
+cycle.
+
+This module only knows rules (the logical program); it never touches facts.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .errors import RuleError, StratificationError
+from .language import Rule
+from .store import RelationKey
+
+POSITIVE = "positive"
+NEGATIVE = "negative"
+AGGREGATE = "aggregate"
+
+
+@dataclass(frozen=True)
+class RuleEdge:
+    source: int  # index of the producing rule
+    target: int  # index of the reading rule
+    kind: str  # positive / negative / aggregate
+    relation: RelationKey
+
+
+@dataclass
+class HyperNode:
+    """A strongly connected component of the RDG: the rules evaluated together."""
+
+    rules: tuple[Rule, ...]
+    order: int  # position of its first rule in the program: a stable tie-breaker
+    recursive: bool  # a cycle of rules (or a rule reading its own head)
+    heads: frozenset[RelationKey] = field(default_factory=frozenset)
+    reads: frozenset[RelationKey] = field(default_factory=frozenset)
+    name: str = ""
+
+    @property
+    def rule_ids(self) -> frozenset[str]:
+        return frozenset(r.id for r in self.rules)
+
+    def __repr__(self) -> str:
+        return f"HyperNode({self.name or '?'}: {', '.join(r.id for r in self.rules)})"
+
+
+@dataclass
+class HyperGraph:
+    """The HRDG: hyper-nodes in topological order, with positive and negative hyper-edges."""
+
+    nodes: list[HyperNode]
+    positive: set[tuple[int, int]]  # (i, j): node i's IDB is read positively by node j
+    negative: set[tuple[int, int]]  # read under negation or inside an aggregate
+
+    def successors(self, index: int) -> list[int]:
+        return sorted({j for (i, j) in self.positive | self.negative if i == index})
+
+    def predecessors(self, index: int) -> list[int]:
+        return sorted({i for (i, j) in self.positive | self.negative if j == index})
+
+    def node_of_rule(self, rule_id: str) -> int:
+        for index, node in enumerate(self.nodes):
+            if any(r.id == rule_id for r in node.rules):
+                return index
+        raise KeyError(rule_id)
+
+
+def rule_edges(rules: Sequence[Rule]) -> list[RuleEdge]:
+    """The RDG's edges (Ep and En; aggregate reads are kept apart but count as negative)."""
+    producers: dict[RelationKey, list[int]] = {}
+    for index, rule in enumerate(rules):
+        producers.setdefault(rule.head.relation, []).append(index)
+    edges: list[RuleEdge] = []
+    seen: set[tuple[int, int, str, RelationKey]] = set()
+    for target, rule in enumerate(rules):
+        for relation, kind in rule.body_relations():
+            for source in producers.get(relation, ()):
+                key = (source, target, kind, relation)
+                if key not in seen:
+                    seen.add(key)
+                    edges.append(RuleEdge(source, target, kind, relation))
+    return edges
+
+
+def strongly_connected_components(
+    vertices: Sequence[Hashable], successors: Callable[[Hashable], Iterable[Hashable]]
+) -> list[list[Hashable]]:
+    """Tarjan's algorithm, iterative (rule sets can be deep enough to overflow recursion)."""
+    index_of: dict[Hashable, int] = {}
+    low: dict[Hashable, int] = {}
+    on_stack: set[Hashable] = set()
+    stack: list[Hashable] = []
+    components: list[list[Hashable]] = []
+    counter = 0
+    for root in vertices:
+        if root in index_of:
+            continue
+        work: list[tuple[Hashable, Iterable]] = [(root, iter(successors(root)))]
+        index_of[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            vertex, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index_of:
+                    index_of[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(successors(child))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[vertex] = min(low[vertex], index_of[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[vertex])
+            if low[vertex] == index_of[vertex]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == vertex:
+                        break
+                components.append(component)
+    return components
+
+
+def build_hyper_graph(rules: Sequence[Rule]) -> HyperGraph:
+    """Algorithm 1, lines 1-4: RDG -> SCCs -> HRDG in topological order.
+
+    Raises StratificationError for negation/aggregation through recursion and RuleError when
+    an aggregate's head relation is also derived by another rule.
+    """
+    _check_aggregate_heads(rules)
+    edges = rule_edges(rules)
+    successors: dict[int, list[int]] = {i: [] for i in range(len(rules))}
+    for edge in edges:
+        successors[edge.source].append(edge.target)
+    components = strongly_connected_components(range(len(rules)), successors.__getitem__)
+    component_of: dict[int, int] = {}
+    for number, component in enumerate(components):
+        for rule_index in component:
+            component_of[rule_index] = number
+
+    for edge in edges:
+        if edge.kind != POSITIVE and component_of[edge.source] == component_of[edge.target]:
+            raise _stratification_error(rules, edges, edge, component_of)
+
+    # Hyper-edges between components.
+    positive: set[tuple[int, int]] = set()
+    negative: set[tuple[int, int]] = set()
+    for edge in edges:
+        a, b = component_of[edge.source], component_of[edge.target]
+        if a != b:
+            (positive if edge.kind == POSITIVE else negative).add((a, b))
+
+    self_loops = {e.source for e in edges if e.source == e.target}
+    order = _topological_order(
+        len(components), positive | negative, key=lambda c: min(components[c])
+    )
+    position = {component: rank for rank, component in enumerate(order)}
+    nodes: list[HyperNode] = []
+    for component in order:
+        members = sorted(components[component])
+        node_rules = tuple(rules[i] for i in members)
+        nodes.append(
+            HyperNode(
+                rules=node_rules,
+                order=members[0],
+                recursive=len(members) > 1 or members[0] in self_loops,
+                heads=frozenset(r.head.relation for r in node_rules),
+                reads=frozenset(rel for r in node_rules for rel, _ in r.body_relations()),
+            )
+        )
+    return HyperGraph(
+        nodes=nodes,
+        positive={(position[a], position[b]) for a, b in positive},
+        negative={(position[a], position[b]) for a, b in negative},
+    )
+
+
+def _check_aggregate_heads(rules: Sequence[Rule]) -> None:
+    heads: dict[RelationKey, list[Rule]] = {}
+    for rule in rules:
+        heads.setdefault(rule.head.relation, []).append(rule)
+    for rule in rules:
+        if rule.aggregate() is not None and len(heads[rule.head.relation]) > 1:
+            others = [r for r in heads[rule.head.relation] if r is not rule]
+            predicate, arity = rule.head.relation
+            raise RuleError(
+                f"the head {predicate}/{arity} of aggregate rule {rule.id} is also derived by "
+                f"rule {others[0].id}; an aggregate's head must be defined by that rule alone",
+                rule=str(rule),
+            )
+
+
+def _stratification_error(
+    rules: Sequence[Rule],
+    edges: list[RuleEdge],
+    bad: RuleEdge,
+    component_of: dict[int, int],
+) -> StratificationError:
+    """Name the cycle: bad.target's result flows back to bad.source within the component."""
+    component = component_of[bad.source]
+    adjacency: dict[int, list[int]] = {}
+    for edge in edges:
+        if component_of[edge.source] == component == component_of[edge.target]:
+            adjacency.setdefault(edge.source, []).append(edge.target)
+    # Shortest path target -> ... -> source, then close the cycle with the bad edge.
+    parents: dict[int, int | None] = {bad.target: None}
+    queue = deque([bad.target])
+    while queue:
+        vertex = queue.popleft()
+        if vertex == bad.source:
+            break
+        for nxt in adjacency.get(vertex, ()):
+            if nxt not in parents:
+                parents[nxt] = vertex
+                queue.append(nxt)
+    path: list[int] = []
+    cursor: int | None = bad.source
+    while cursor is not None:
+        path.append(cursor)
+        cursor = parents.get(cursor)
+    path.reverse()  # bad.target ... bad.source
+    cycle = [rules[i].id for i in path] + [rules[bad.target].id]
+    how = "under negation" if bad.kind == NEGATIVE else "inside an aggregate"
+    predicate, arity = bad.relation
+    return StratificationError(
+        f"program is not stratifiable: rule {rules[bad.target].id} reads {predicate}/{arity} "
+        f"{how}, but {predicate}/{arity} depends on that rule's own result through the cycle "
+        + " -> ".join(cycle),
+        cycle=cycle,
+    )
+
+
+def _topological_order(
+    count: int, edges: set[tuple[int, int]], key: Callable[[int], int]
+) -> list[int]:
+    """Kahn's algorithm; among ready vertices the one with the smallest key goes first."""
+    indegree = [0] * count
+    outgoing: dict[int, list[int]] = {}
+    for a, b in edges:
+        indegree[b] += 1
+        outgoing.setdefault(a, []).append(b)
+    ready = [(key(v), v) for v in range(count) if indegree[v] == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, vertex = heapq.heappop(ready)
+        order.append(vertex)
+        for nxt in outgoing.get(vertex, ()):
+            indegree[nxt] -= 1
+            if indegree[nxt] == 0:
+                heapq.heappush(ready, (key(nxt), nxt))
+    return order
+
+
+def execution_plan(graph: HyperGraph, impacted: Iterable[int]) -> list[int]:
+    """Algorithm 4: the directly impacted hyper-nodes and everything reachable from them, in
+    topological order (reverse DFS post-order)."""
+    visited: set[int] = set()
+    post_order: list[int] = []
+    for start in sorted(impacted):
+        if start in visited:
+            continue
+        visited.add(start)
+        work = [(start, iter(graph.successors(start)))]
+        while work:
+            vertex, children = work[-1]
+            for child in children:
+                if child not in visited:
+                    visited.add(child)
+                    work.append((child, iter(graph.successors(child))))
+                    break
+            else:
+                work.pop()
+                post_order.append(vertex)
+    post_order.reverse()
+    return post_order

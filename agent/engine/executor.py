@@ -1,0 +1,107 @@
+"""Runs one rule over a hyper-node's view: plan, compile (cached), call.
+
+The executor is the only place that joins the logical plan with physical storage: it looks up,
+for every body atom, the relations that hold its facts in the hyper-node's DataStoreBag, asks the
+planner for an order (using those relations' sizes), compiles the plan once per
+(rule, delta position, number of stores per atom) and calls the compiled function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .compiler import CompiledRule, RuleCompiler
+from .language import Atom, Negation, Rule, Term
+from .planner import Plan, plan_rule
+from .store import DataStoreBag, Relation
+from .terms import TermDictionary
+
+
+@dataclass
+class CompiledEntry:
+    function: CompiledRule
+    plan: Plan
+    source: str
+
+
+@dataclass
+class Executor:
+    terms: TermDictionary
+    errors: list[int] = field(default_factory=lambda: [0])
+    _compiler: RuleCompiler | None = None
+    _cache: dict[tuple, CompiledEntry] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._compiler = RuleCompiler(self.terms)
+
+    def sources(self, body: Sequence, view: DataStoreBag) -> list[list[Relation]]:
+        """For each body position, the relations an atom (or negated atom) reads."""
+        found: list[list[Relation]] = []
+        for item in body:
+            if isinstance(item, Atom):
+                found.append(view.relations(item.relation))
+            elif isinstance(item, Negation):
+                found.append(view.relations(item.atom.relation))
+            else:
+                found.append([])
+        return found
+
+    def run(
+        self,
+        rule: Rule,
+        view: DataStoreBag,
+        out: set,
+        delta_position: int | None = None,
+        delta: set | None = None,
+        *,
+        body: Sequence | None = None,
+        head_terms: Sequence[Term] | None = None,
+        sources: list[list[Relation]] | None = None,
+        cache_key: str | None = None,
+    ) -> None:
+        """Evaluate ``rule`` (or ``body`` with ``head_terms``), adding head tuples to ``out``."""
+        items = rule.body if body is None else body
+        if sources is None:
+            sources = self.sources(items, view)
+        counts = tuple(len(s) for s in sources)
+        key = (cache_key or rule.id, delta_position, counts)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self.compile(rule, items, sources, delta_position, head_terms, key)
+        entry.function(sources, delta, out, self.errors)
+
+    def compile(
+        self,
+        rule: Rule,
+        items: Sequence,
+        sources: list[list[Relation]],
+        delta_position: int | None,
+        head_terms: Sequence[Term] | None,
+        key: tuple,
+    ) -> CompiledEntry:
+        def size_of(position: int) -> int:
+            return sum(len(r) for r in sources[position])
+
+        plan = plan_rule(rule, items, delta_position, size_of)
+        counts = {i: len(s) for i, s in enumerate(sources)}
+        function, source = self._compiler.compile(plan, counts, head_terms)
+        entry = CompiledEntry(function, plan, source)
+        self._cache[key] = entry
+        return entry
+
+    def forget(self, rule_ids: set[str] | None = None) -> None:
+        """Drop compiled plans (all, or those of some rules): plans embed store counts and
+        size-based orders, so they are rebuilt after the program changes."""
+        if rule_ids is None:
+            self._cache.clear()
+            return
+        for key in [k for k in self._cache if k[0] in rule_ids]:
+            del self._cache[key]
+
+    def plans(self, rule_id: str) -> list[CompiledEntry]:
+        return [entry for key, entry in self._cache.items() if key[0] == rule_id]
+
+    @property
+    def error_count(self) -> int:
+        return self.errors[0]

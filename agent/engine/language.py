@@ -1,0 +1,319 @@
+"""The logical program: an immutable AST for rules, shared by the parser, the planner and the tests.
+
+Nothing here knows about storage or evaluation. Every node prints itself back in our rule
+syntax (``str(node)``), so that ``parse(str(program)) == program`` holds (the parser's
+round-trip test relies on it).
+
+Values and terms
+----------------
+A constant's ``value`` is a plain Python value:
+
+* ``str``   - an IRI (``<windTurbine1>`` is ``"windTurbine1"``; ``ex:a`` is expanded),
+* ``int`` / ``float`` - a number (numbers compare numerically; ``5`` and ``5.0`` are the same term),
+* ``bool``  - ``true`` / ``false``,
+* :class:`Literal` - any other RDF literal (plain strings, language-tagged or typed literals).
+
+Atoms
+-----
+``Atom(predicate, terms)``: a unary atom ``<C>(X)`` means the triple ``(X, rdf:type, C)``;
+the parser turns ``<rdf:type>(X, <C>)`` into that unary form, so there is exactly one way to
+write a class atom. A binary atom ``<p>(S, O)`` is the triple ``(S, p, O)``; atoms of arity 3
+or more are plain relations. A relation is identified by ``(predicate, arity)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass, field
+
+RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
+XSD = "http://www.w3.org/2001/XMLSchema#"
+
+COMPARISON_OPERATORS = ("<", "<=", "=", "!=", ">=", ">")
+ARITHMETIC_OPERATORS = ("+", "-", "*", "/")
+FUNCTIONS = ("abs", "min", "max", "round", "floor", "ceil", "sqrt")
+AGGREGATE_FUNCTIONS = ("count", "sum", "min", "max", "avg", "med")
+
+
+@dataclass(frozen=True, slots=True)
+class Literal:
+    """An RDF literal that is neither a number nor a boolean (e.g. a plain string)."""
+
+    lexical: str
+    datatype: str | None = None
+    language: str | None = None
+
+    def __str__(self) -> str:
+        text = '"' + _escape_string(self.lexical) + '"'
+        if self.language:
+            return f"{text}@{self.language}"
+        if self.datatype:
+            return f"{text}^^<{self.datatype}>"
+        return text
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, Literal):
+            return (self.lexical, self.datatype or "", self.language or "") < (
+                other.lexical,
+                other.datatype or "",
+                other.language or "",
+            )
+        return NotImplemented
+
+
+Value = str | int | float | bool | Literal
+
+
+def is_number(value: object) -> bool:
+    """True for ints and floats, never for booleans (which are terms of their own)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def format_value(value: Value) -> str:
+    """Print a constant in rule syntax."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "<" + value + ">"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            # Not expressible as a number token; keep it a typed literal.
+            return f'"{value!r}"^^<{XSD}double>'
+        return repr(value)
+    return str(value)
+
+
+def _escape_string(text: str) -> str:
+    return (
+        text.replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("\n", "\\n")
+        .replace("\r", "\\r")
+        .replace("\t", "\\t")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """A variable; its name is kept as written (``X``, ``?x``, ``_1``)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True, slots=True)
+class Constant:
+    value: Value
+
+    def __str__(self) -> str:
+        return format_value(self.value)
+
+
+Term = Variable | Constant
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryOp:
+    """Arithmetic ``left op right`` with op in ``+ - * /``."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+    def __str__(self) -> str:
+        return f"({self.left} {self.op} {self.right})"
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A built-in function call: ``abs min max round floor ceil sqrt``."""
+
+    function: str
+    args: tuple[Expr, ...]
+
+    def __str__(self) -> str:
+        return f"{self.function}({', '.join(str(a) for a in self.args)})"
+
+
+Expr = Variable | Constant | BinaryOp | Call
+
+
+def expr_variables(expr: Expr) -> set[Variable]:
+    """The variables an expression reads."""
+    if isinstance(expr, Variable):
+        return {expr}
+    if isinstance(expr, Constant):
+        return set()
+    if isinstance(expr, BinaryOp):
+        return expr_variables(expr.left) | expr_variables(expr.right)
+    found: set[Variable] = set()
+    for arg in expr.args:
+        found |= expr_variables(arg)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Atom:
+    predicate: str
+    terms: tuple[Term, ...]
+
+    @property
+    def arity(self) -> int:
+        return len(self.terms)
+
+    @property
+    def relation(self) -> tuple[str, int]:
+        """The relation this atom reads or writes: ``(predicate, arity)``."""
+        return (self.predicate, len(self.terms))
+
+    def variables(self) -> set[Variable]:
+        return {t for t in self.terms if isinstance(t, Variable)}
+
+    def is_ground(self) -> bool:
+        return all(isinstance(t, Constant) for t in self.terms)
+
+    def __str__(self) -> str:
+        return f"<{self.predicate}>({', '.join(str(t) for t in self.terms)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Negation:
+    """``not atom``. Variables of the atom that occur nowhere else in the rule (or, inside an
+    aggregate, nowhere else in the aggregate body) are existential: ``not <p13>(Y, Z)`` means
+    "there is no ``Z`` with ``p13(Y, Z)``"."""
+
+    atom: Atom
+
+    def __str__(self) -> str:
+        return f"not {self.atom}"
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """``COMP(left, op, right)``; also written ``left op right`` in plain Datalog."""
+
+    left: Expr
+    op: str
+    right: Expr
+
+    def variables(self) -> set[Variable]:
+        return expr_variables(self.left) | expr_variables(self.right)
+
+    def __str__(self) -> str:
+        return f"COMP({self.left}, {self.op}, {self.right})"
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """``bind(expr as V)``: computes a new value for the fresh variable ``V``."""
+
+    expr: Expr
+    variable: Variable
+
+    def __str__(self) -> str:
+        return f"bind({self.expr} as {self.variable})"
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """``aggregate( body ) on G1, G2 with fn(T) as R``.
+
+    The aggregate ranges over the *distinct substitutions* of all variables of ``body``:
+    two neighbours with the same reading count twice. ``function`` is lower case.
+    """
+
+    body: tuple[BodyItem, ...]
+    group_by: tuple[Variable, ...]
+    function: str
+    argument: Term
+    result: Variable
+
+    def __str__(self) -> str:
+        body = " and ".join(str(item) for item in self.body)
+        group = ", ".join(str(v) for v in self.group_by)
+        on = f" on {group}" if group else ""
+        return f"aggregate( {body} ){on} with {self.function}({self.argument}) as {self.result}"
+
+
+BodyItem = Atom | Negation | Comparison | Bind | Aggregate
+
+_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """``head :- body .`` with an optional label (``r3: head :- body .``).
+
+    ``id`` is stable: the label when one is given, otherwise a hash of the rule's canonical
+    text, so the same rule text always gets the same id on every device.
+    """
+
+    head: Atom
+    body: tuple[BodyItem, ...]
+    label: str | None = field(default=None, compare=True)
+
+    @property
+    def id(self) -> str:
+        if self.label:
+            return self.label
+        return "h" + hashlib.sha1(self.text().encode()).hexdigest()[:12]
+
+    def text(self) -> str:
+        """The rule without its label, in canonical syntax."""
+        return f"{self.head} :- {' and '.join(str(item) for item in self.body)} ."
+
+    def aggregate(self) -> Aggregate | None:
+        for item in self.body:
+            if isinstance(item, Aggregate):
+                return item
+        return None
+
+    def positive_atoms(self) -> list[Atom]:
+        """Positive atoms of the body (not those inside an aggregate)."""
+        return [item for item in self.body if isinstance(item, Atom)]
+
+    def body_relations(self) -> list[tuple[tuple[str, int], str]]:
+        """Every relation the body reads, with how: ``positive``, ``negative`` or ``aggregate``.
+
+        Atoms inside an aggregate count as ``aggregate`` (they must be computed in an earlier
+        stratum, like negated atoms)."""
+        found: list[tuple[tuple[str, int], str]] = []
+        for item in self.body:
+            if isinstance(item, Atom):
+                found.append((item.relation, "positive"))
+            elif isinstance(item, Negation):
+                found.append((item.atom.relation, "negative"))
+            elif isinstance(item, Aggregate):
+                for inner in item.body:
+                    if isinstance(inner, Atom):
+                        found.append((inner.relation, "aggregate"))
+                    elif isinstance(inner, Negation):
+                        found.append((inner.atom.relation, "aggregate"))
+        return found
+
+    def __str__(self) -> str:
+        prefix = f"{self.label}: " if self.label else ""
+        return prefix + self.text()
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """A parsed rule text: rules in text order, plus any ground facts written in it."""
+
+    rules: tuple[Rule, ...] = ()
+    facts: tuple[Atom, ...] = ()
+
+    def __str__(self) -> str:
+        lines = [str(rule) for rule in self.rules]
+        lines += [f"{fact} ." for fact in self.facts]
+        return "\n".join(lines) + ("\n" if lines else "")
+
+
+def is_valid_label(label: str) -> bool:
+    return bool(_LABEL.fullmatch(label))

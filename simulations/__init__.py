@@ -1,0 +1,1 @@
+"""Wind-farm simulation harness and benchmarks (not part of the installed distribution)."""

@@ -1,0 +1,1 @@
+"""Benchmarks of the ZodiacEdge paper: data set generators and measurement scripts."""

@@ -1,0 +1,107 @@
+"""Benchmark: materialisation from scratch vs. the time to merely store its output.
+
+    python -m simulations.bench.materialise [--quick] [--repeat N]
+
+For each (rule set, data set) the engine materialises the program, then the same run times
+inserting the final set of facts (distinct, per relation) into a fresh DataStore with the same
+indexes the engine built. The ratio ``materialise / store`` is the figure to watch: absolute
+times on shared machines are noisy, ratios measured in one run much less so.
+
+Default cases: RS1 on DS1(50..400), RS2 and RS3 on DS2(50, 100, 200) (DS2(200) is the paper's
+~800-turbine data set). The best of ``--repeat`` runs is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.engine import Reasoner
+from agent.engine.store import DataStore
+from simulations.bench.datasets import ds1, ds2
+
+RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
+
+
+@dataclass
+class Result:
+    rules: str
+    data: str
+    facts: int
+    materialise: float
+    store: float
+
+    @property
+    def ratio(self) -> float:
+        return self.materialise / self.store if self.store else float("inf")
+
+
+def store_time(reasoner: Reasoner) -> float:
+    """Time to insert the materialisation's distinct facts into a fresh store with the same
+    indexes (per relation: the union of the index layouts the engine's relations built)."""
+    layouts: dict = {}
+    for store in [reasoner.edb, *(node.idb for node in reasoner.nodes)]:
+        for key, relation in store.relations.items():
+            layouts.setdefault(key, set()).update(relation._indexes)
+    facts = {key: set(reasoner._visible(key)) for key in reasoner._all_keys()}
+    fresh = DataStore("baseline")
+    gc.collect()
+    started = time.perf_counter()
+    for key, rows in facts.items():
+        relation = fresh.relation(key)
+        for bound in layouts.get(key, ()):
+            relation.index(bound)
+        relation.add_all(rows)
+    return time.perf_counter() - started
+
+
+def run_case(rule_file: str, data_name: str, facts: list, repeat: int) -> Result:
+    best: Result | None = None
+    for _ in range(repeat):
+        reasoner = Reasoner()
+        reasoner.add_facts(facts)
+        gc.collect()
+        started = time.perf_counter()
+        reasoner.add_rules(RULES / rule_file)
+        elapsed = time.perf_counter() - started
+        result = Result(rule_file, data_name, reasoner.count(), elapsed, store_time(reasoner))
+        if best is None or result.materialise < best.materialise:
+            best = result
+        del reasoner
+    assert best is not None
+    return best
+
+
+def cases(quick: bool) -> list[tuple[str, str, list]]:
+    sizes1 = (50, 100) if quick else (50, 100, 200, 400)
+    sizes2 = (50, 100) if quick else (50, 100, 200)
+    found = [("rs1.rules", f"DS1({n})", ds1(n)) for n in sizes1]
+    for rules in ("rs2.rules", "rs3.rules"):
+        found += [(rules, f"DS2({w})", ds2(w)) for w in sizes2]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per case, best reported")
+    args = parser.parse_args(argv)
+    header = f"{'rules':<10} {'data':<9} {'facts':>9} {'materialise s':>14} {'store s':>9} {'ratio':>7}"
+    print(header)
+    print("-" * len(header))
+    for rule_file, data_name, facts in cases(args.quick):
+        result = run_case(rule_file, data_name, facts, args.repeat)
+        print(
+            f"{result.rules:<10} {result.data:<9} {result.facts:>9} {result.materialise:>14.3f} "
+            f"{result.store:>9.3f} {result.ratio:>7.1f}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The rule dependency graph, hyper-nodes and HRDG (ZodiacEdge sections 2.1, 4.2, Alg. 1, 4).
+
+The paper's running example (Fig. 1) is only an image; ``FIG1`` rebuilds a program with
+exactly the structure its text states: four hyper-nodes hn1..hn4 with
+HEp = {(hn1, hn2), (hn2, hn4), (hn3, hn4)} and HEn = {(hn2, hn3)} (Fig. 3(a)), where adding
+r8 ``p2(X, Z) :- p3(X, Y) and p2(Y, Z)`` merges into hn2 (Fig. 3(b)), deleting r4 splits hn2
+(Fig. 3(c)), and deleting r5, r6, r7 removes exactly hn3 and hn4.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.engine import Reasoner, StratificationError
+from agent.engine.dependency import (
+    build_hyper_graph,
+    execution_plan,
+    strongly_connected_components,
+)
+from agent.engine.parser import parse_program
+
+FIG1 = """
+r1: p1(X, Y) :- e(X, Y) .
+r2: p2(X, Y) :- p1(X, Y) and <p4>(Y) .
+r3: p3(X, Y) :- p2(X, Y) .
+r4: <p4>(Y) :- p3(X, Y) .
+r5: <p5>(X) :- e(X, Y) and not p3(X, Y) .
+r6: p6(X, Y) :- p2(X, Y) and p7(X, Y) .
+r7: p7(X, Y) :- p6(Y, X) and <p5>(X) .
+"""
+R8 = "r8: p2(X, Z) :- p3(X, Y) and p2(Y, Z) ."
+
+
+def rules_of(text: str):
+    return list(parse_program(text).rules)
+
+
+def structure(graph):
+    """Hyper-nodes as sets of rule ids, and hyper-edges as pairs of such sets."""
+    names = [frozenset(r.id for r in node.rules) for node in graph.nodes]
+    return (
+        set(names),
+        {(names[a], names[b]) for a, b in graph.positive},
+        {(names[a], names[b]) for a, b in graph.negative},
+    )
+
+
+def hn(*ids: str) -> frozenset[str]:
+    return frozenset(ids)
+
+
+def test_fig3a_hyper_nodes_and_dependencies():
+    nodes, positive, negative = structure(build_hyper_graph(rules_of(FIG1)))
+    hn1, hn2, hn3, hn4 = hn("r1"), hn("r2", "r3", "r4"), hn("r5"), hn("r6", "r7")
+    assert nodes == {hn1, hn2, hn3, hn4}
+    assert positive == {(hn1, hn2), (hn2, hn4), (hn3, hn4)}
+    assert negative == {(hn2, hn3)}
+
+
+def test_topological_order_respects_every_hyper_edge():
+    graph = build_hyper_graph(rules_of(FIG1))
+    for a, b in graph.positive | graph.negative:
+        assert a < b
+
+
+def test_fig3b_inserting_r8_merges_into_hn2():
+    nodes, positive, negative = structure(build_hyper_graph(rules_of(FIG1 + R8)))
+    merged = hn("r2", "r3", "r4", "r8")
+    assert nodes == {hn("r1"), merged, hn("r5"), hn("r6", "r7")}
+    assert (hn("r1"), merged) in positive and (merged, hn("r6", "r7")) in positive
+    assert negative == {(merged, hn("r5"))}
+
+
+def test_fig3c_deleting_r4_splits_hn2():
+    rules = [r for r in rules_of(FIG1) if r.id != "r4"]
+    nodes, positive, negative = structure(build_hyper_graph(rules))
+    # hn2 = {r2, r3, r4} was one component only through r4; without it r2 and r3 stand alone.
+    # (The paper's text names three split nodes; with hn2 = {r2, r3, r4} two remain.)
+    assert nodes == {hn("r1"), hn("r2"), hn("r3"), hn("r5"), hn("r6", "r7")}
+    assert (hn("r2"), hn("r3")) in positive
+    assert negative == {(hn("r3"), hn("r5"))}
+
+
+def test_deleting_r5_r6_r7_leaves_hn1_hn2_untouched():
+    rules = [r for r in rules_of(FIG1) if r.id not in {"r5", "r6", "r7"}]
+    nodes, _, _ = structure(build_hyper_graph(rules))
+    assert nodes == {hn("r1"), hn("r2", "r3", "r4")}
+
+
+def test_execution_plan_reaches_successors_in_topological_order():
+    graph = build_hyper_graph(rules_of(FIG1))
+    index = {frozenset(r.id for r in n.rules): i for i, n in enumerate(graph.nodes)}
+    plan = execution_plan(graph, [index[hn("r2", "r3", "r4")]])
+    names = [frozenset(r.id for r in graph.nodes[i].rules) for i in plan]
+    assert set(names) == {hn("r2", "r3", "r4"), hn("r5"), hn("r6", "r7")}
+    assert names.index(hn("r5")) < names.index(hn("r6", "r7"))
+    assert names[0] == hn("r2", "r3", "r4")
+
+
+def test_fig4_views_are_bags_of_pointers_not_copies():
+    reasoner = Reasoner()
+    reasoner.add_rules(FIG1)
+    by_rules = {frozenset(r.id for r in n.rules): n for n in reasoner.nodes}
+    hn2, hn3, hn4 = by_rules[hn("r2", "r3", "r4")], by_rules[hn("r5")], by_rules[hn("r6", "r7")]
+    stores = hn4.view.stores
+    assert any(s is reasoner.edb for s in stores)
+    assert any(s is hn2.idb for s in stores) and any(s is hn3.idb for s in stores)
+    assert any(s is hn4.idb for s in stores)
+    assert not any(s is by_rules[hn("r1")].idb for s in stores)
+
+
+def test_rs2_has_fourteen_hyper_nodes_as_in_the_paper():
+    graph = build_hyper_graph(rules_of(open("rules/benchmarks/rs2.rules").read()))
+    nodes, _, _ = structure(graph)
+    assert len(nodes) == 14
+    assert {hn("r2", "r3"), hn("r5"), hn("r7", "r8"), hn("r12", "r13", "r14")} <= nodes
+
+
+def test_negation_through_recursion_is_refused_naming_the_cycle():
+    text = "a: p(X) :- e(X) and not q(X) .\nb: q(X) :- p(X) ."
+    with pytest.raises(StratificationError) as error:
+        build_hyper_graph(rules_of(text))
+    assert error.value.cycle[0] == error.value.cycle[-1]
+    assert {"a", "b"} <= set(error.value.cycle)
+    assert "not stratifiable" in str(error.value) and "negation" in str(error.value)
+
+
+def test_aggregation_through_recursion_is_refused():
+    text = (
+        "s: <sum>(X, S) :- aggregate( <sub>(X, Y) and <sum>(Y, V) ) on X with sum(V) as S ."
+    )
+    with pytest.raises(StratificationError, match="aggregate"):
+        build_hyper_graph(rules_of(text))
+
+
+def test_refused_rule_leaves_the_reasoner_unchanged():
+    reasoner = Reasoner()
+    reasoner.add_rules("p(X) :- e(X) and not q(X) .")
+    reasoner.add_facts([("http://www.w3.org/1999/02/22-rdf-syntax-ns#type", "a", "e")])
+    before = (set(reasoner.facts()), list(reasoner.rules), [n.name for n in reasoner.nodes])
+    with pytest.raises(StratificationError):
+        reasoner.add_rules("q(X) :- p(X) .")
+    after = (set(reasoner.facts()), list(reasoner.rules), [n.name for n in reasoner.nodes])
+    assert before == after
+
+
+def test_tarjan_handles_long_chains_without_recursion_limit():
+    n = 20_000
+    components = strongly_connected_components(
+        range(n), lambda v: [v + 1] if v + 1 < n else [0]
+    )
+    assert len(components) == 1 and len(components[0]) == n
