@@ -36,13 +36,16 @@ class Executor:
         self._compiler = RuleCompiler(self.terms)
 
     def sources(self, body: Sequence, view: DataStoreBag) -> list[list[Relation]]:
-        """For each body position, the relations an atom (or negated atom) reads."""
+        """For each body position, the non-empty relations an atom (or negated atom) reads.
+
+        Empty relations are left out so compiled code does not loop over them; the compile
+        cache is keyed by these counts, so a relation that fills up later gets its own plan."""
         found: list[list[Relation]] = []
         for item in body:
             if isinstance(item, Atom):
-                found.append(view.relations(item.relation))
+                found.append([r for r in view.relations(item.relation) if r.tuples])
             elif isinstance(item, Negation):
-                found.append(view.relations(item.atom.relation))
+                found.append([r for r in view.relations(item.atom.relation) if r.tuples])
             else:
                 found.append([])
         return found
