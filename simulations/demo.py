@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
     facts = ds1(args.turbines, args.seed)
     print(f"Wind farm: {args.turbines} turbines, {len(facts)} facts (neighbour chain + readings)")
-    print(f"Rules:     {RULES.relative_to(Path.cwd()) if RULES.is_relative_to(Path.cwd()) else RULES}")
+    shown = RULES.relative_to(Path.cwd()) if RULES.is_relative_to(Path.cwd()) else RULES
+    print(f"Rules:     {shown}")
 
     reasoner = Reasoner()
     reasoner.add_facts(facts)
@@ -44,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - started
 
     stats = reasoner.stats()
-    print(f"Materialised {stats['facts']} facts in {elapsed * 1000:.1f} ms "
-          f"({len(stats['hyper_nodes'])} hyper-nodes)\n")
+    print(
+        f"Materialised {stats['facts']} facts in {elapsed * 1000:.1f} ms "
+        f"({len(stats['hyper_nodes'])} hyper-nodes)\n"
+    )
 
     readings = {s: o for _, s, o in reasoner.facts(TEMPERATURE)}
     medians = {s: o for _, s, o in reasoner.facts(MEDIAN)}
@@ -60,10 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("No anomalous turbine.")
     expected = set(ds1_outliers(args.turbines, args.seed))
-    verdict = "matches" if expected == set(anomalous) else "DIFFERS FROM"
-    print(f"\n{len(anomalous)} anomalous turbine(s); this {verdict} the generator's injected faults.")
-    print("Explanation of the first diagnosis:" if anomalous else "", end="\n" if anomalous else "")
+    verdict = "this matches" if expected == set(anomalous) else "this DIFFERS FROM"
+    print(f"\n{len(anomalous)} anomalous turbine(s): {verdict} the generator's injected faults.")
     if anomalous:
+        print("\nWhy the first one? reasoner.explain(...) gives:")
         print(reasoner.explain((RDF_TYPE, anomalous[0], ANOMALY)))
     return 0 if expected == set(anomalous) else 1
 

@@ -9,6 +9,8 @@ r8 ``p2(X, Z) :- p3(X, Y) and p2(Y, Z)`` merges into hn2 (Fig. 3(b)), deleting r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agent.engine import Reasoner, StratificationError
@@ -110,7 +112,7 @@ def test_fig4_views_are_bags_of_pointers_not_copies():
 
 
 def test_rs2_has_fourteen_hyper_nodes_as_in_the_paper():
-    graph = build_hyper_graph(rules_of(open("rules/benchmarks/rs2.rules").read()))
+    graph = build_hyper_graph(rules_of(Path("rules/benchmarks/rs2.rules").read_text()))
     nodes, _, _ = structure(graph)
     assert len(nodes) == 14
     assert {hn("r2", "r3"), hn("r5"), hn("r7", "r8"), hn("r12", "r13", "r14")} <= nodes
@@ -126,9 +128,7 @@ def test_negation_through_recursion_is_refused_naming_the_cycle():
 
 
 def test_aggregation_through_recursion_is_refused():
-    text = (
-        "s: <sum>(X, S) :- aggregate( <sub>(X, Y) and <sum>(Y, V) ) on X with sum(V) as S ."
-    )
+    text = "s: <sum>(X, S) :- aggregate( <sub>(X, Y) and <sum>(Y, V) ) on X with sum(V) as S ."
     with pytest.raises(StratificationError, match="aggregate"):
         build_hyper_graph(rules_of(text))
 
@@ -146,7 +146,5 @@ def test_refused_rule_leaves_the_reasoner_unchanged():
 
 def test_tarjan_handles_long_chains_without_recursion_limit():
     n = 20_000
-    components = strongly_connected_components(
-        range(n), lambda v: [v + 1] if v + 1 < n else [0]
-    )
+    components = strongly_connected_components(range(n), lambda v: [v + 1] if v + 1 < n else [0])
     assert len(components) == 1 and len(components[0]) == n

@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case, best reported")
     args = parser.parse_args(argv)
-    header = f"{'rules':<10} {'data':<9} {'facts':>9} {'materialise s':>14} {'store s':>9} {'ratio':>7}"
+    header = (
+        f"{'rules':<10} {'data':<9} {'facts':>9} {'materialise s':>14} {'store s':>9} {'ratio':>7}"
+    )
     print(header)
     print("-" * len(header))
     for rule_file, data_name, facts in cases(args.quick):
