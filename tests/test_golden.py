@@ -1,0 +1,53 @@
+"""Golden tests: every folder under tests/golden is a program, its input facts and the expected
+materialisation (see tests/golden/make_golden.py for where the expectations come from).
+
+The same folders will be run through the Spark job, as Soufflé runs its tests through both of
+its back-ends.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from agent.engine import RDF_TYPE, Reasoner
+from agent.engine.rdf import read_facts
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "program.rules").exists())
+
+
+def by_predicate(facts) -> dict[str, set]:
+    grouped: dict[str, set] = defaultdict(set)
+    for fact in facts:
+        name = f"{fact[0]} {fact[2]}" if fact[0] == RDF_TYPE else fact[0]
+        grouped[name].add(fact)
+    return grouped
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("rules_first", [True, False], ids=["rules-first", "facts-first"])
+def test_golden_case(case: str, rules_first: bool) -> None:
+    folder = GOLDEN / case
+    reasoner = Reasoner()
+    if rules_first:
+        reasoner.add_rules(folder / "program.rules")
+        reasoner.add_facts(folder / "facts.nt")
+    else:
+        reasoner.add_facts(folder / "facts.nt")
+        reasoner.add_rules(folder / "program.rules")
+    expected = by_predicate(read_facts(folder / "expected.nt"))
+    actual = by_predicate(reasoner.facts())
+    for predicate in sorted(set(expected) | set(actual)):
+        missing = expected.get(predicate, set()) - actual.get(predicate, set())
+        extra = actual.get(predicate, set()) - expected.get(predicate, set())
+        assert not missing and not extra, (
+            f"{case}: predicate {predicate}: missing {sorted(missing, key=repr)[:5]}, "
+            f"unexpected {sorted(extra, key=repr)[:5]}"
+        )
+
+
+def test_golden_cases_exist() -> None:
+    assert {"rs1_ds1_12", "rs2_ds2_8", "rs3_ds2_8", "fig1_running_example"} <= set(CASES)
