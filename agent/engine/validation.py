@@ -1,0 +1,359 @@
+"""Static checks on rules: safety, binds, aggregates, labels (see ``docs/semantics.md``).
+
+The parser calls :func:`check_rule` for every rule it reads, so rule text with an unsafe rule
+never becomes a :class:`~agent.engine.language.Program`; the engine calls it again for rules
+handed over as AST objects, which never went through the parser. Both paths therefore refuse
+exactly the same rules with exactly the same messages.
+
+Safety, in short: a variable is *bound* when a positive atom of the (top-level) body contains
+it, or when a ``bind`` computes it from bound variables (binds may be written in any order).
+Every variable of the head, of a comparison and of a bind expression must be bound, and so must
+every variable of a negated atom that also occurs somewhere else in the rule (the others are
+existential). Aggregate rules are checked in two scopes: the aggregate body on its own, and the
+rule around it, where only the group-by variables, the result and bind variables exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+from agent.engine.errors import RuleError, UnsafeRuleError
+from agent.engine.language import (
+    AGGREGATE_FUNCTIONS,
+    ARITHMETIC_OPERATORS,
+    COMPARISON_OPERATORS,
+    FUNCTIONS,
+    Aggregate,
+    Atom,
+    BinaryOp,
+    Bind,
+    BodyItem,
+    Call,
+    Comparison,
+    Constant,
+    Expr,
+    Negation,
+    Program,
+    Rule,
+    Variable,
+)
+
+__all__ = ["check_label", "check_program", "check_rule", "function_arity_error"]
+
+Location = str | Callable[[], str] | None
+_UNARY_FUNCTIONS = frozenset({"abs", "round", "floor", "ceil", "sqrt"})
+_NOT_BOUND = "not bound by a positive atom"
+
+
+class _Problem(Exception):
+    """Raised inside this module; :func:`check_rule` turns it into the public error class,
+    adding the rule text once instead of threading it through every helper."""
+
+    def __init__(self, error: type[RuleError], message: str):
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+def check_rule(rule: Rule, *, location: Location = None) -> None:
+    """Refuse a rule that cannot be evaluated; return None when it is fine.
+
+    ``location`` (``file:line:column``, or a function returning it, called only on error since
+    counting lines is not free) is prepended to the message when the rule comes from text, so
+    the user can find it.
+    """
+    try:
+        _check_shape(rule)
+        aggregate = _single_aggregate(rule)
+        if aggregate is None:
+            _check_plain_rule(rule)
+        else:
+            _check_aggregate_rule(rule, aggregate)
+    except _Problem as problem:
+        raise problem.error(_prefix(location) + problem.message, rule=str(rule)) from None
+
+
+def check_label(labels: dict[str, Rule], rule: Rule, *, location: Location = None) -> None:
+    """Record ``rule``'s label in ``labels``; refuse a label already used by a different rule.
+
+    Repeating the very same rule under the same label is harmless (it is one rule), so only a
+    label naming two different rules is an error: deleting by label would be ambiguous.
+    """
+    if not rule.label:
+        return
+    previous = labels.setdefault(rule.label, rule)
+    if previous is not rule and previous.text() != rule.text():
+        raise RuleError(
+            f"{_prefix(location)}duplicate rule label '{rule.label}': already used by {previous}",
+            rule=str(rule),
+        )
+
+
+def check_program(program: Program) -> None:
+    """Check every rule, duplicate labels, and that every fact is ground."""
+    labels: dict[str, Rule] = {}
+    for rule in program.rules:
+        check_rule(rule)
+        check_label(labels, rule)
+    for fact in program.facts:
+        if not fact.is_ground():
+            names = ", ".join(v.name for v in _ordered_atom_variables(fact))
+            raise UnsafeRuleError(f"a fact must be ground, but {fact} has variables {names}")
+
+
+def function_arity_error(function: str, count: int) -> str | None:
+    """Why ``function`` cannot take ``count`` arguments, or None. Shared with the parser."""
+    if function in _UNARY_FUNCTIONS and count != 1:
+        return f"{function} takes exactly 1 argument, got {count}"
+    if function in ("min", "max") and count < 2:
+        return f"{function} takes at least 2 arguments, got {count}"
+    return None
+
+
+def _prefix(location: Location) -> str:
+    if callable(location):
+        location = location()
+    return f"{location}: " if location else ""
+
+
+# --- well-formedness (matters for AST rules built in code; the parser never produces these) ---
+
+
+def _check_shape(rule: Rule) -> None:
+    if not isinstance(rule.head, Atom):
+        raise _Problem(RuleError, f"the head must be an atom, not {rule.head!r}")
+    _check_atom(rule.head)
+    if not rule.body:
+        raise _Problem(
+            RuleError, "a rule needs a non-empty body; write a ground atom as a fact instead"
+        )
+    for item in rule.body:
+        _check_item(item, inside_aggregate=False)
+
+
+def _check_item(item: BodyItem, *, inside_aggregate: bool) -> None:
+    if isinstance(item, Atom):
+        _check_atom(item)
+    elif isinstance(item, Negation):
+        _check_atom(item.atom)
+    elif isinstance(item, Comparison):
+        if item.op not in COMPARISON_OPERATORS:
+            raise _Problem(RuleError, f"unknown comparison operator {item.op!r}")
+        _check_expr(item.left)
+        _check_expr(item.right)
+    elif isinstance(item, Bind):
+        _check_expr(item.expr)
+    elif isinstance(item, Aggregate):
+        if inside_aggregate:
+            raise _Problem(RuleError, "an aggregate cannot contain another aggregate")
+        _check_aggregate_shape(item)
+    else:
+        raise _Problem(RuleError, f"not a body item: {item!r}")
+
+
+def _check_aggregate_shape(aggregate: Aggregate) -> None:
+    if aggregate.function not in AGGREGATE_FUNCTIONS:
+        raise _Problem(
+            RuleError,
+            f"unknown aggregate function {aggregate.function!r}; "
+            f"expected one of {', '.join(AGGREGATE_FUNCTIONS)}",
+        )
+    if not aggregate.body:
+        raise _Problem(RuleError, "an aggregate needs a non-empty body")
+    for inner in aggregate.body:
+        _check_item(inner, inside_aggregate=True)
+
+
+def _check_atom(atom: Atom) -> None:
+    for term in atom.terms:
+        if not isinstance(term, (Variable, Constant)):
+            raise _Problem(RuleError, f"atom {atom} has a term that is not a term: {term!r}")
+
+
+def _check_expr(expr: Expr) -> None:
+    if isinstance(expr, BinaryOp):
+        if expr.op not in ARITHMETIC_OPERATORS:
+            raise _Problem(RuleError, f"unknown arithmetic operator {expr.op!r}")
+        _check_expr(expr.left)
+        _check_expr(expr.right)
+    elif isinstance(expr, Call):
+        if expr.function not in FUNCTIONS:
+            raise _Problem(RuleError, f"unknown function {expr.function!r}")
+        problem = function_arity_error(expr.function, len(expr.args))
+        if problem:
+            raise _Problem(RuleError, problem)
+        for arg in expr.args:
+            _check_expr(arg)
+    elif not isinstance(expr, (Variable, Constant)):
+        raise _Problem(RuleError, f"not an expression: {expr!r}")
+
+
+def _single_aggregate(rule: Rule) -> Aggregate | None:
+    aggregates = [item for item in rule.body if isinstance(item, Aggregate)]
+    if len(aggregates) > 1:
+        raise _Problem(RuleError, "a rule may contain at most one aggregate")
+    return aggregates[0] if aggregates else None
+
+
+# --- safety ---
+
+
+def _check_plain_rule(rule: Rule) -> None:
+    bound = _bound_variables(rule.body, seed=set(), seed_what="")
+    unsafe = [("the head", _unbound(_ordered_atom_variables(rule.head), bound))]
+    unsafe += _unsafe_body_items(rule.body, bound, extra=_ordered_atom_variables(rule.head))
+    _raise_unsafe(unsafe, _NOT_BOUND)
+
+
+def _check_aggregate_rule(rule: Rule, aggregate: Aggregate) -> None:
+    for item in rule.body:
+        if isinstance(item, (Atom, Negation)):
+            raise _Problem(
+                RuleError,
+                f"an aggregate rule may contain, besides the aggregate, only comparisons and "
+                f"binds: move {item} inside the aggregate body",
+            )
+    _check_aggregate_body(aggregate)
+
+    scope = list(aggregate.group_by) + [aggregate.result]
+    others = [item for item in rule.body if item is not aggregate]
+    bound = _bound_variables(others, seed=set(scope), seed_what="the aggregate")
+    unsafe = [("the head", _unbound(_ordered_atom_variables(rule.head), bound))]
+    unsafe += _unsafe_body_items(others, bound, extra=[])
+    _raise_unsafe(unsafe, "not a group-by variable, the aggregate result or a bind variable")
+
+
+def _check_aggregate_body(aggregate: Aggregate) -> None:
+    body = aggregate.body
+    inner = _ordered_items_variables(body)
+    if aggregate.result in inner or aggregate.result in aggregate.group_by:
+        raise _Problem(
+            RuleError,
+            f"the aggregate result variable {aggregate.result} must be fresh, "
+            f"but it already occurs in the aggregate",
+        )
+    if aggregate.argument == aggregate.result:
+        raise _Problem(
+            RuleError,
+            f"the aggregate result variable {aggregate.result} cannot be its own argument",
+        )
+    bound = _bound_variables(body, seed=set(), seed_what="")
+    unsafe = [("the group-by (on)", _unbound(aggregate.group_by, bound))]
+    if isinstance(aggregate.argument, Variable):
+        unsafe.append(("the aggregate argument", _unbound([aggregate.argument], bound)))
+    unsafe += _unsafe_body_items(body, bound, extra=[])
+    _raise_unsafe(unsafe, _NOT_BOUND + " of the aggregate body", scope="aggregate")
+
+
+def _bound_variables(
+    items: Sequence[BodyItem], *, seed: set[Variable], seed_what: str
+) -> set[Variable]:
+    """Variables of positive atoms (plus ``seed``), closed under binds whose expression only
+    reads bound variables. Refuses a bind of an already bound variable."""
+    bound = set(seed)
+    for item in items:
+        if isinstance(item, Atom):
+            bound |= item.variables()
+    binds = [item for item in items if isinstance(item, Bind)]
+    seen: set[Variable] = set()
+    for bind in binds:
+        if bind.variable in bound or bind.variable in seen:
+            if bind.variable in seen:
+                by = "two binds"
+            elif bind.variable in seed:
+                by = seed_what + " and a bind"
+            else:
+                by = "a positive atom and a bind"
+            raise _Problem(RuleError, f"variable {bind.variable} is bound twice (by {by}): {bind}")
+        seen.add(bind.variable)
+    pending = binds
+    while pending:
+        ready = [b for b in pending if _expr_variables(b.expr) <= bound]
+        if not ready:
+            break
+        bound.update(b.variable for b in ready)
+        pending = [b for b in pending if b not in ready]
+    return bound
+
+
+def _unsafe_body_items(
+    items: Sequence[BodyItem], bound: set[Variable], *, extra: Sequence[Variable]
+) -> list[tuple[str, list[Variable]]]:
+    """Unbound variables of comparisons, bind expressions and non-existential negated atoms.
+
+    ``extra`` are variables occurring outside ``items`` (the head), which make a negated
+    variable non-existential."""
+    found: list[tuple[str, list[Variable]]] = []
+    for index, item in enumerate(items):
+        if isinstance(item, Comparison):
+            variables = _ordered_expr_variables(item.left) + _ordered_expr_variables(item.right)
+            found.append(("a comparison", _unbound(variables, bound)))
+        elif isinstance(item, Bind):
+            found.append(("a bind expression", _unbound(_ordered_expr_variables(item.expr), bound)))
+        elif isinstance(item, Negation):
+            elsewhere = set(extra) | set(_ordered_items_variables(items[:index]))
+            elsewhere |= set(_ordered_items_variables(items[index + 1 :]))
+            shared = [v for v in _ordered_atom_variables(item.atom) if v in elsewhere]
+            found.append(("a negated atom", _unbound(shared, bound)))
+    return found
+
+
+def _raise_unsafe(
+    unsafe: list[tuple[str, list[Variable]]], why: str, *, scope: str = "rule"
+) -> None:
+    by_role: dict[str, list[Variable]] = {}
+    for role, variables in unsafe:
+        by_role.setdefault(role, []).extend(variables)
+    parts = []
+    for role, variables in by_role.items():
+        names = list(dict.fromkeys(v.name for v in variables))
+        if len(names) == 1:
+            parts.append(f"variable {names[0]} of {role} is {why}")
+        elif names:
+            parts.append(f"variables {', '.join(names)} of {role} are {why}")
+    if parts:
+        raise _Problem(UnsafeRuleError, f"unsafe {scope}: " + "; ".join(parts))
+
+
+# --- variable helpers (ordered, so messages list variables in the order they were written) ---
+
+
+def _unbound(variables: Iterable[Variable], bound: set[Variable]) -> list[Variable]:
+    return [v for v in variables if v not in bound]
+
+
+def _ordered_atom_variables(atom: Atom) -> list[Variable]:
+    return [t for t in atom.terms if isinstance(t, Variable)]
+
+
+def _ordered_expr_variables(expr: Expr) -> list[Variable]:
+    if isinstance(expr, Variable):
+        return [expr]
+    if isinstance(expr, BinaryOp):
+        return _ordered_expr_variables(expr.left) + _ordered_expr_variables(expr.right)
+    if isinstance(expr, Call):
+        return [v for arg in expr.args for v in _ordered_expr_variables(arg)]
+    return []
+
+
+def _expr_variables(expr: Expr) -> set[Variable]:
+    return set(_ordered_expr_variables(expr))
+
+
+def _ordered_items_variables(items: Sequence[BodyItem]) -> list[Variable]:
+    found: list[Variable] = []
+    for item in items:
+        if isinstance(item, Atom):
+            found += _ordered_atom_variables(item)
+        elif isinstance(item, Negation):
+            found += _ordered_atom_variables(item.atom)
+        elif isinstance(item, Comparison):
+            found += _ordered_expr_variables(item.left) + _ordered_expr_variables(item.right)
+        elif isinstance(item, Bind):
+            found += _ordered_expr_variables(item.expr) + [item.variable]
+        elif isinstance(item, Aggregate):
+            found += _ordered_items_variables(item.body) + list(item.group_by)
+            if isinstance(item.argument, Variable):
+                found.append(item.argument)
+            found.append(item.result)
+    return found
