@@ -18,16 +18,10 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-import pytest
-
-try:  # first: the engine is written concurrently with these tests
-    from agent.engine import Reasoner
-except ImportError as exc:
-    pytest.skip(f"agent.engine.Reasoner cannot be imported yet: {exc}", allow_module_level=True)
-
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from agent.engine import Reasoner
 from agent.engine.language import Program
 from tests.reference import evaluate, to_external
 from tests.strategies import program_and_facts
