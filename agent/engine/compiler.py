@@ -489,6 +489,12 @@ class _RuleGenerator:
         self.out.line("if not ok: continue")
 
     def emit_bind(self, expr: Expr, variable: Variable) -> None:
+        """Bind a fresh variable; when the variable is already bound (a rule evaluated with its
+        head bound, or a maintenance variant), the bind becomes an equality test."""
+        if variable in self.names:
+            self.emit_guarded(f"ok = ENC({self.value_code(expr)}) == {self.names[variable]}")
+            self.out.line("if not ok: continue")
+            return
         self.emit_guarded(f"{self.var(variable)} = ENC({self.value_code(expr)})")
 
     def emit_guarded(self, statement: str) -> None:

@@ -201,7 +201,8 @@ class _Search:
                 yield from self.walk(steps, index + 1, binding)
         elif isinstance(step, BindStep):
             value = self.bind(step.bind, binding)
-            if value is not None:
+            bound = binding.get(step.bind.variable)
+            if value is not None and (bound is None or bound == value):
                 yield from self.walk(steps, index + 1, {**binding, step.bind.variable: value})
 
     def match_atom(self, atom: Atom, binding: dict[Variable, int]) -> Iterator[dict]:

@@ -10,8 +10,8 @@ Every public method either completes or raises leaving the reasoner exactly as i
 insertions are checked (syntax, safety, stratification) on a candidate program before anything
 is touched.
 
-This version re-materialises every hyper-node after a change; incremental maintenance of facts
-and rules replaces that in ``maintenance.py``.
+Every change (facts, rules, or both) goes through ``maintenance.UpdateDriver``, which maintains
+the materialisation incrementally, hyper-node by hyper-node.
 """
 
 from __future__ import annotations
@@ -22,13 +22,15 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from .dependency import HyperGraph, build_hyper_graph
-from .errors import RuleError, ZodiacError
+from .errors import RuleError, UnknownRuleError, ZodiacError
 from .executor import Executor
 from .explain import Derivation, explain_fact
 from .language import RDF_TYPE, Atom, Constant, Program, Rule, Value, Variable
-from .modules import Module, NodeState, choose_module
-from .store import DataStore, DataStoreBag, RelationKey
+from .maintenance import UpdateDriver
+from .modules import NodeState
+from .store import DataStore, RelationKey
 from .terms import TermDictionary
+from .validation import check_rule
 
 FactInput = tuple
 ProgressCallback = Callable[[str, int, int], None]
@@ -52,50 +54,109 @@ class Reasoner:
         self.rules: dict[str, Rule] = {}
         self.graph = HyperGraph([], set(), set())
         self.nodes: list[NodeState] = []
-        self.modules: dict[str, Module] = {}
         self.executor = Executor(self.terms)
         self.progress = progress
         self._node_names: dict[frozenset[str], str] = {}
         self._last_update: dict = {}
 
-    # ------------------------------------------------------------------ rules
+    # ------------------------------------------------------------------ updates
     def add_rules(self, source: str | os.PathLike | Program | Iterable[Rule]) -> list[str]:
         """Add rules (text, a path to a rule file, a Program, or Rule objects).
 
         Returns the ids of the given rules in the order of the text (rules already present keep
         their id and are not added twice). Ground facts written in the text are added as
-        explicit facts. Raises ParseError / RuleError / StratificationError, changing nothing.
+        explicit facts in the same change. Raises ParseError / RuleError / StratificationError,
+        changing nothing.
         """
         program = load_program(source)
-        new_rules = dict(self.rules)
-        ids: list[str] = []
+        self.update(add_rules=program)
+        return [rule.id for rule in program.rules]
+
+    def delete_rules(self, rules: str | Iterable[str]) -> list[str]:
+        """Delete rules by id, or by rule text identical to a rule's. Returns the deleted ids;
+        an unknown id or text raises UnknownRuleError and changes nothing."""
+        report = self.update(delete_rules=[rules] if isinstance(rules, str) else list(rules))
+        return report["rules_deleted"]
+
+    def add_facts(self, source: str | os.PathLike | Iterable[FactInput]) -> int:
+        """Add explicit facts: a path to an N-Triples/Turtle file, or tuples
+        ``(predicate, *arguments)`` (a class fact is ``(rdf:type, x, C)``). Returns how many
+        were new; facts that were already explicit are ignored."""
+        return self.update(add_facts=source)["facts_added"]
+
+    def delete_facts(self, source: str | os.PathLike | Iterable[FactInput]) -> int:
+        """Delete explicit facts. Returns how many were deleted; facts that are not explicit
+        (derived only, or unknown) are ignored, never an error."""
+        return self.update(delete_facts=source)["facts_deleted"]
+
+    def update(
+        self,
+        *,
+        add_rules: str | os.PathLike | Program | Iterable[Rule] | None = None,
+        delete_rules: Iterable[str] = (),
+        add_facts: str | os.PathLike | Iterable[FactInput] | None = None,
+        delete_facts: str | os.PathLike | Iterable[FactInput] | None = None,
+    ) -> dict:
+        """Apply rule and fact insertions and deletions as one change, incrementally.
+
+        Deleted facts are removed before added ones are inserted, so a fact in both ends up
+        explicit. Everything is checked first (syntax, safety, stratification, fact shapes):
+        on error nothing changes. Returns a report (also kept as ``stats()["last_update"]``):
+        counts, the directly impacted hyper-nodes, the plan and each hyper-node's strategy."""
+        started = time.perf_counter()
+        program = load_program(add_rules) if add_rules is not None else Program()
+        deleted_ids = self._resolve_rule_ids(delete_rules)
+        rules = {rid: rule for rid, rule in self.rules.items() if rid not in deleted_ids}
+        added_ids: list[str] = []
         for rule in program.rules:
-            existing = new_rules.get(rule.id)
+            existing = rules.get(rule.id)
             if existing is not None and existing.text() != rule.text():
                 raise RuleError(
                     f"label {rule.id} is already used by a different rule: {existing}",
                     rule=str(rule),
                 )
-            new_rules.setdefault(rule.id, rule)
-            ids.append(rule.id)
-        graph = self._check_program(list(new_rules.values()))
-        facts = [self._encode_atom(atom) for atom in program.facts]
-        self.rules = new_rules
-        self._install_graph(graph)
-        self._insert_explicit(facts)
-        self._rematerialise("add_rules")
-        return ids
+            if existing is None:
+                rules[rule.id] = rule
+                added_ids.append(rule.id)
+        structural = bool(added_ids or deleted_ids)
+        graph = self._check_program(list(rules.values())) if structural else self.graph
+        additions = [self._encode_atom(atom) for atom in program.facts]
+        if add_facts is not None:
+            additions += [self._encode_fact(f) for f in load_facts(add_facts)]
+        deletions = [] if delete_facts is None else self._lookup_facts(load_facts(delete_facts))
 
-    def delete_rules(self, rules: str | Iterable[str]) -> list[str]:
-        """Delete rules by id, or by rule text identical to a rule's. Returns the deleted ids;
-        unknown ids or texts raise UnknownRuleError and change nothing."""
-        from .errors import UnknownRuleError
+        driver = UpdateDriver(
+            self.edb, self.executor, self.nodes, graph, self._node_names, self.progress
+        )
+        added, removed = driver.apply_edb(_by_key(additions), _by_key(deletions))
+        if structural or added or removed:
+            pure_insertion = not (deleted_ids or added or removed)
+            self.nodes = driver.run(deleted_ids, extend_merges=pure_insertion)
+            self.graph = graph
+            self.rules = rules
+            if deleted_ids:
+                self.executor.forget(deleted_ids)
+        report = {
+            "operation": _describe_operation(added_ids, deleted_ids, added, removed),
+            "rules_added": added_ids,
+            "rules_deleted": sorted(deleted_ids),
+            "facts_added": added,
+            "facts_deleted": removed,
+            "facts_ignored": len(additions) - added + len(deletions) - removed,
+            **{k: v for k, v in driver.report.items()},
+            "seconds": time.perf_counter() - started,
+        }
+        report.setdefault("plan", [])
+        report.setdefault("directly_impacted", [])
+        self._last_update = report
+        return report
 
-        wanted = [rules] if isinstance(rules, str) else list(rules)
-        ids: list[str] = []
+    def _resolve_rule_ids(self, wanted: Iterable[str]) -> set[str]:
+        """Rule ids from ids or rule texts; UnknownRuleError if any is not a current rule."""
+        ids: set[str] = set()
         for item in wanted:
             if item in self.rules:
-                ids.append(item)
+                ids.add(item)
                 continue
             program = load_program(item) if ":-" in item else None
             matched = [
@@ -106,61 +167,21 @@ class Reasoner:
             ]
             if not matched:
                 raise UnknownRuleError(f"no rule with id or text {item!r}")
-            ids.extend(matched)
-        remaining = {rid: r for rid, r in self.rules.items() if rid not in set(ids)}
-        graph = self._check_program(list(remaining.values()))
-        self.rules = remaining
-        self._install_graph(graph)
-        self._rematerialise("delete_rules")
+            ids.update(matched)
         return ids
 
     def _check_program(self, rules: list[Rule]) -> HyperGraph:
-        from .validation import check_rule
-
         for rule in rules:
             check_rule(rule)
         return build_hyper_graph(rules)
 
-    # ------------------------------------------------------------------ facts
-    def add_facts(self, source: str | os.PathLike | Iterable[FactInput]) -> int:
-        """Add explicit facts: a path to an N-Triples/Turtle file, or tuples
-        ``(predicate, *arguments)`` (a class fact is ``(rdf:type, x, C)``). Returns how many
-        facts were new."""
-        encoded = [self._encode_fact(f) for f in load_facts(source)]
-        added = self._insert_explicit(encoded)
-        if added:
-            self._rematerialise("add_facts")
-        return added
-
-    def delete_facts(self, source: str | os.PathLike | Iterable[FactInput]) -> int:
-        """Delete explicit facts; facts that are not explicit are ignored. Returns how many
-        were deleted."""
-        removed = 0
-        for fact in load_facts(source):
+    def _lookup_facts(self, facts: Iterable[FactInput]) -> list[tuple[RelationKey, tuple]]:
+        found = []
+        for fact in facts:
             key, args = self._lookup_fact(fact)
-            if key is None:
-                continue
-            relation = self.edb.get(key)
-            if relation is not None and relation.remove_all([args]):
-                removed += 1
-        if removed:
-            self._rematerialise("delete_facts")
-        return removed
-
-    def _insert_explicit(self, encoded: list[tuple[RelationKey, tuple[int, ...]]]) -> int:
-        by_key: dict[RelationKey, list[tuple[int, ...]]] = {}
-        for key, args in encoded:
-            by_key.setdefault(key, []).append(args)
-        added = 0
-        created = False
-        for key, rows in by_key.items():
-            created |= key not in self.edb.relations
-            added += len(self.edb.relation(key).add_all(rows))
-        if created:
-            for node in self.nodes:
-                node.view.refresh()
-            self.executor.forget()
-        return added
+            if key is not None:
+                found.append((key, args))
+        return found
 
     # ------------------------------------------------------------------ reading
     def facts(self, predicate: str | None = None) -> Iterator[tuple]:
@@ -245,7 +266,7 @@ class Reasoner:
                 {
                     "name": node.name,
                     "rules": [r.id for r in node.rules],
-                    "module": self.modules[node.name].name,
+                    "module": node.module.describe() if node.module else "",
                     "recursive": node.logical.recursive,
                     "facts": node.size(),
                     **node.stats,
@@ -279,44 +300,6 @@ class Reasoner:
         for tuples in holders:
             union |= tuples
         return union
-
-    def _install_graph(self, graph: HyperGraph) -> None:
-        """Create the run-time hyper-nodes: their IDB stores and views (pointers, no copies)."""
-        self.graph = graph
-        nodes: list[NodeState] = []
-        for index, logical in enumerate(graph.nodes):
-            name = self._node_names.get(logical.rule_ids)
-            if name is None:
-                name = self._node_names[logical.rule_ids] = f"hn{len(self._node_names) + 1}"
-            logical.name = name
-            idb = DataStore(name)
-            for key in logical.heads:
-                idb.relation(key)
-            for rule in logical.rules:
-                for key, _ in rule.body_relations():
-                    self.edb.relation(key)
-            predecessors = [nodes[i].idb for i in graph.predecessors(index)]
-            view = DataStoreBag([self.edb, *predecessors, idb])
-            nodes.append(NodeState(name, logical, idb, view))
-        self.nodes = nodes
-        self.modules = {node.name: choose_module(node) for node in nodes}
-        self.executor.forget()
-
-    def _rematerialise(self, reason: str) -> None:
-        started = time.perf_counter()
-        total = len(self.nodes)
-        for number, node in enumerate(self.nodes, start=1):
-            node.idb.clear()
-            node.stats.clear()
-            if self.progress:
-                self.progress(node.name, number, total)
-            self.modules[node.name].materialise(node, self.executor)
-        self._last_update = {
-            "operation": reason,
-            "strategy": "rematerialise",
-            "hyper_nodes": [n.name for n in self.nodes],
-            "seconds": time.perf_counter() - started,
-        }
 
     def _encode_fact(self, fact: FactInput) -> tuple[RelationKey, tuple[int, ...]]:
         if isinstance(fact, Atom):
@@ -379,3 +362,23 @@ def load_facts(source: str | os.PathLike | Iterable[FactInput]) -> Iterable[Fact
             raise ZodiacError(f"no such fact file: {source}")
         return list(read_facts(path))
     return list(source)
+
+
+def _by_key(encoded: list[tuple[RelationKey, tuple[int, ...]]]) -> dict[RelationKey, list]:
+    grouped: dict[RelationKey, list] = {}
+    for key, args in encoded:
+        grouped.setdefault(key, []).append(args)
+    return grouped
+
+
+def _describe_operation(added_ids, deleted_ids, added: int, removed: int) -> str:
+    parts = []
+    if added_ids:
+        parts.append(f"add {len(added_ids)} rule(s)")
+    if deleted_ids:
+        parts.append(f"delete {len(deleted_ids)} rule(s)")
+    if added:
+        parts.append(f"add {added} fact(s)")
+    if removed:
+        parts.append(f"delete {removed} fact(s)")
+    return ", ".join(parts) or "no change"

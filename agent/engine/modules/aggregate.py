@@ -1,24 +1,34 @@
-"""Evaluation of an aggregate rule (a hyper-node of its own: aggregation through recursion is
-refused at stratification).
+"""Evaluation and maintenance of an aggregate rule (a hyper-node of its own: aggregation through
+recursion is refused at stratification).
 
+Materialisation:
 1. The aggregate body is compiled like any rule body, its "head" being the tuple of all body
    variables, so the output set holds exactly the distinct substitutions.
 2. Substitutions are grouped by the ``on`` variables and reduced (aggregates.py).
 3. The rows ``(group..., result)`` go through the rule's remaining comparisons and binds to the
    head, compiled against a temporary relation holding the rows.
+
+Maintenance touches only the groups the change can affect: the group keys of substitutions that
+use a changed fact (over the old state for deletions, the new one for insertions) are
+recomputed from scratch, and a group whose value changed replaces its old head fact. Which
+group produced which head fact is remembered, with a count, because a head that omits a group
+variable can be produced by several groups.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from ..aggregates import aggregate_value
 from ..executor import Executor
 from ..language import Aggregate, Atom, Bind, Constant, Negation, Rule, Variable
-from ..store import Relation
-from .base import Module, NodeState
+from ..store import DataStoreBag, Relation
+from . import deltas
+from .base import InputChanges, Module, NodeState, StoreChanges
 
 ROWS_PREDICATE = "zodiac:aggregate-rows"
+GROUPS_PREDICATE = "zodiac:aggregate-groups"
 
 
 def substitution_variables(aggregate: Aggregate) -> tuple[Variable, ...]:
@@ -35,29 +45,144 @@ def substitution_variables(aggregate: Aggregate) -> tuple[Variable, ...]:
 class AggregateModule(Module):
     name = "aggregate"
 
+    def __init__(self) -> None:
+        self.group_heads: dict[tuple, set] = {}
+        self.head_groups: dict[tuple, int] = {}
+        self.last_strategy = ""
+
     def materialise(self, node: NodeState, executor: Executor) -> None:
         started = time.perf_counter()
+        self.group_heads.clear()
+        self.head_groups.clear()
         for rule in node.rules:
-            heads = self.evaluate(rule, node, executor)
-            node.own(rule.head.relation).add_all(heads)
+            aggregate = rule.aggregate()
+            assert aggregate is not None
+            variables = substitution_variables(aggregate)
+            substitutions: set[tuple[int, ...]] = set()
+            executor.run(
+                rule,
+                node.view,
+                substitutions,
+                body=aggregate.body,
+                head_terms=variables,
+                cache_key=f"{rule.id}#body",
+            )
+            rows = self.reduce(aggregate, variables, substitutions, executor)
+            heads = self.heads_by_group(rule, aggregate, rows, node, executor)
+            for group, produced in heads.items():
+                self.remember(group, produced)
+            node.own(rule.head.relation).add_all(set(self.head_groups))
         node.stats.update(rounds=1, seconds=time.perf_counter() - started)
 
-    def evaluate(self, rule: Rule, node: NodeState, executor: Executor) -> set:
+    def remember(self, group: tuple, heads: set) -> list:
+        """Record that ``group`` produces ``heads``; returns heads no group produced before."""
+        self.group_heads[group] = heads
+        fresh = []
+        for head in heads:
+            count = self.head_groups.get(head, 0)
+            if count == 0:
+                fresh.append(head)
+            self.head_groups[head] = count + 1
+        return fresh
+
+    def forget(self, group: tuple) -> list:
+        """Drop ``group``'s heads; returns heads no other group produces."""
+        gone = []
+        for head in self.group_heads.pop(group, ()):
+            count = self.head_groups[head] - 1
+            if count == 0:
+                del self.head_groups[head]
+                gone.append(head)
+            else:
+                self.head_groups[head] = count
+        return gone
+
+    # ------------------------------------------------------------------ maintenance
+    def maintain(
+        self,
+        node: NodeState,
+        executor: Executor,
+        changes: InputChanges,
+        removed_rules: Sequence[Rule] = (),
+        old_view: DataStoreBag | None = None,
+    ) -> StoreChanges:
+        self.last_strategy = "groups"
+        rule = node.rules[0]
         aggregate = rule.aggregate()
         assert aggregate is not None
+        groups = self.affected_groups(rule, aggregate, node, executor, changes)
+        result = StoreChanges()
+        if not groups:
+            return result
         variables = substitution_variables(aggregate)
+        group_atom = Atom(GROUPS_PREDICATE, aggregate.group_by)
+        body = [group_atom, *aggregate.body]
         substitutions: set[tuple[int, ...]] = set()
         executor.run(
             rule,
             node.view,
             substitutions,
-            body=aggregate.body,
+            0,
+            groups,
+            body=body,
             head_terms=variables,
-            cache_key=f"{rule.id}#body",
+            sources=[[], *deltas.sources_for(aggregate.body, node.view)],
+            cache_key=f"{rule.id}#groups",
         )
         rows = self.reduce(aggregate, variables, substitutions, executor)
-        return self.finish(rule, aggregate, rows, node, executor)
+        heads = self.heads_by_group(rule, aggregate, rows, node, executor)
+        removed: set = set()
+        added: set = set()
+        for group in groups:
+            removed.update(self.forget(group))
+        for group, produced in heads.items():
+            added.update(self.remember(group, produced))
+        relation = node.own(rule.head.relation)
+        really_removed = removed - added
+        really_added = added - removed
+        relation.remove_all(really_removed)
+        relation.add_all(really_added)
+        result.remove(rule.head.relation, really_removed)
+        result.add(rule.head.relation, really_added)
+        return result
 
+    def affected_groups(
+        self,
+        rule: Rule,
+        aggregate: Aggregate,
+        node: NodeState,
+        executor: Executor,
+        changes: InputChanges,
+    ) -> set:
+        """Group keys of substitutions that use a changed fact, before or after the change."""
+        old_facts = deltas.temporary_relations(changes.minus)
+        groups: set = set()
+        for position, item in enumerate(aggregate.body):
+            if isinstance(item, Atom):
+                gone = changes.minus.get(item.relation)
+                new = changes.plus.get(item.relation)
+            elif isinstance(item, Negation):
+                gone = changes.plus.get(item.atom.relation)
+                new = changes.minus.get(item.atom.relation)
+            else:
+                continue
+            for delta, tag in ((gone, "old"), (new, "new")):
+                if delta:
+                    deltas.overdeletion_candidates(
+                        executor,
+                        rule,
+                        aggregate.body,
+                        node.view,
+                        old_facts if tag == "old" else {},
+                        position,
+                        delta,
+                        groups,
+                        head_terms=aggregate.group_by,
+                        tag=f"agg{tag}",
+                    )
+        return groups
+
+    # ------------------------------------------------------------------ shared steps
     @staticmethod
     def reduce(
         aggregate: Aggregate,
@@ -90,25 +215,32 @@ class AggregateModule(Module):
         return rows
 
     @staticmethod
-    def finish(
+    def heads_by_group(
         rule: Rule,
         aggregate: Aggregate,
         rows: set[tuple[int, ...]],
         node: NodeState,
         executor: Executor,
-    ) -> set:
-        """Apply the rule's comparisons and binds to the rows and build head facts."""
+    ) -> dict[tuple, set]:
+        """Apply the rule's comparisons and binds to the rows; the head facts of each group."""
+        width = len(aggregate.group_by)
         row_atom = Atom(ROWS_PREDICATE, aggregate.group_by + (aggregate.result,))
         post = [item for item in rule.body if not isinstance(item, (Aggregate, Atom, Negation))]
+        # The head, prefixed with the group key, so each head fact can be traced to its group.
+        traced = tuple(aggregate.group_by) + tuple(rule.head.terms)
         table = Relation(row_atom.relation)
         table.add_all(rows)
-        heads: set = set()
+        out: set = set()
         executor.run(
             rule,
             node.view,
-            heads,
+            out,
             body=[row_atom, *post],
+            head_terms=traced,
             sources=[[table]] + [[] for _ in post],
             cache_key=f"{rule.id}#head",
         )
-        return heads
+        found: dict[tuple, set] = {}
+        for fact in out:
+            found.setdefault(fact[:width], set()).add(fact[width:])
+        return found

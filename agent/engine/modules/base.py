@@ -1,14 +1,58 @@
-"""The state of a hyper-node at run time, and the interface every evaluation module implements."""
+"""The state of a hyper-node at run time, and the interface every evaluation module implements.
+
+The interface follows the modular-materialisation paper (Hu, Motik, Horrocks): a module
+materialises its hyper-node (Add from nothing) and maintains it when the facts it reads change
+(Diff for the consequences of changed inputs, Del for overdeletion, Red for rederivation, Add
+for insertion). The update driver (maintenance.py) only ever calls ``materialise``, ``extend``
+and ``maintain``, so it never needs to know which algorithm a hyper-node uses.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..dependency import HyperNode
 from ..executor import Executor
 from ..language import Rule
 from ..store import DataStore, DataStoreBag, Relation, RelationKey
+
+Facts = dict[RelationKey, set]
+
+
+@dataclass
+class InputChanges:
+    """How the facts a hyper-node reads from below (the EDB and its predecessors' IDBs, as one
+    union) changed: ``plus`` became visible, ``minus`` stopped being visible."""
+
+    plus: Facts = field(default_factory=dict)
+    minus: Facts = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return any(self.plus.values()) or any(self.minus.values())
+
+    def size(self) -> int:
+        return sum(map(len, self.plus.values())) + sum(map(len, self.minus.values()))
+
+
+@dataclass
+class StoreChanges:
+    """What actually changed in one DataStore during an update."""
+
+    added: Facts = field(default_factory=dict)
+    removed: Facts = field(default_factory=dict)
+
+    def add(self, key: RelationKey, facts: set) -> None:
+        if facts:
+            self.added.setdefault(key, set()).update(facts)
+
+    def remove(self, key: RelationKey, facts: set) -> None:
+        if facts:
+            self.removed.setdefault(key, set()).update(facts)
+
+    def counts(self) -> tuple[int, int]:
+        return sum(map(len, self.added.values())), sum(map(len, self.removed.values()))
 
 
 @dataclass
@@ -20,6 +64,7 @@ class NodeState:
     logical: HyperNode
     idb: DataStore
     view: DataStoreBag
+    module: Module | None = None
     stats: dict = field(default_factory=dict)
 
     @property
@@ -33,17 +78,24 @@ class NodeState:
     def own(self, key: RelationKey) -> Relation:
         return self.idb.relation(key)
 
-    def absorb(self, derived: dict[RelationKey, set]) -> dict[RelationKey, set]:
+    def lower_stores(self) -> list[DataStore]:
+        """The stores this node reads besides its own IDB."""
+        return [s for s in self.view.stores if s is not self.idb]
+
+    def absorb(self, derived: Facts, added: Facts | None = None) -> Facts:
         """Store derived facts in the IDB; return those that became visible (held by no other
-        store of the view), which are the next seminaive round's delta."""
-        visible: dict[RelationKey, set] = {}
+        store of the view), which are the next seminaive round's delta. Facts actually added
+        to the IDB are also recorded in ``added`` when given."""
+        visible: Facts = {}
         for key, facts in derived.items():
             if not facts:
                 continue
-            own = self.idb.relations[key]
+            own = self.own(key)
             new = own.add_all(facts)
             if not new:
                 continue
+            if added is not None:
+                added.setdefault(key, set()).update(new)
             for relation in self.view.relations(key):
                 if relation is not own and new:
                     new = new - relation.tuples
@@ -56,10 +108,47 @@ class NodeState:
 
 
 class Module(ABC):
-    """How one hyper-node's rules are evaluated (and, in later issues, maintained)."""
+    """How one hyper-node's rules are evaluated and maintained."""
 
     name: str = "module"
 
     @abstractmethod
     def materialise(self, node: NodeState, executor: Executor) -> None:
         """Compute the node's IDB from scratch (Add over an empty IDB)."""
+
+    @abstractmethod
+    def maintain(
+        self,
+        node: NodeState,
+        executor: Executor,
+        changes: InputChanges,
+        removed_rules: Sequence[Rule] = (),
+        old_view: DataStoreBag | None = None,
+    ) -> StoreChanges:
+        """Bring the IDB up to date after the node's inputs changed (and, for a hyper-node that
+        lost rules, after ``removed_rules`` were deleted from it; ``old_view`` is the view those
+        rules used to read). Returns what changed in the IDB."""
+
+    def extend(
+        self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]
+    ) -> StoreChanges:
+        """Add the consequences of rules newly added to a hyper-node whose IDB is complete for
+        its other rules (ZodiacEdge Alg. 2: seminaive over the new rules, then incremental).
+        The default recomputes."""
+        return self.recompute(node, executor)
+
+    def recompute(self, node: NodeState, executor: Executor) -> StoreChanges:
+        """Re-materialise from scratch and report the difference to the previous IDB."""
+        before = {key: relation.tuples for key, relation in node.idb.relations.items()}
+        node.idb.clear()
+        self.materialise(node, executor)
+        changes = StoreChanges()
+        for key in set(before) | set(node.idb.relations):
+            old = before.get(key, set())
+            new = node.idb.relations[key].tuples if key in node.idb.relations else set()
+            changes.add(key, new - old)
+            changes.remove(key, old - new)
+        return changes
+
+    def describe(self) -> str:
+        return self.name

@@ -1,0 +1,344 @@
+"""The update driver: applies a change of rules and facts to a materialised program.
+
+One call handles any mix of rule insertions, rule deletions, fact insertions and fact deletions
+as a single change (a rule bundle carries all four):
+
+1. The candidate program is checked (safety, stratification) before anything is touched.
+2. The new HRDG is compared with the old one (ZodiacEdge Alg. 2 and 3, computed as a difference
+   of the two graphs): a hyper-node whose rules are unchanged is *kept* with its IDB; one that
+   only lost rules is *reduced* (maintained by overdeleting what the removed rules derived, or
+   recomputed when that is cheaper); one made of several old hyper-nodes plus new rules is
+   *merged* (the old IDBs are united and only the new rules' consequences added, Alg. 2); one
+   split off a larger hyper-node, or new, is computed; hyper-nodes that lost all their rules are
+   *dropped* with their IDB, without reasoning. The directly impacted hyper-nodes (DIHN) are the
+   new, merged, split and reduced ones, plus those reading changed explicit facts.
+3. The execution plan is the DIHN and everything reachable from them, in topological order
+   (Alg. 4). Each hyper-node in the plan receives the *visible* difference of its EDB bag: how
+   the union of the EDB and its predecessors' IDBs changed (a fact derived in two hyper-nodes
+   disappears for a reader only when both lose it), and its module maintains its IDB.
+
+Every hyper-node's strategy and time is reported in ``Reasoner.stats()["last_update"]``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .dependency import HyperGraph, HyperNode, execution_plan
+from .executor import Executor
+from .language import Rule
+from .modules import Module, NodeState, choose_module
+from .modules.base import InputChanges, StoreChanges
+from .store import DataStore, DataStoreBag, RelationKey
+
+KEPT = "kept"
+REDUCED = "reduced"
+MERGED = "merged"
+SPLIT = "split"
+NEW = "new"
+
+
+@dataclass
+class Transition:
+    """How one hyper-node of the new graph relates to the old graph."""
+
+    kind: str
+    logical: HyperNode
+    sources: list[NodeState] = field(default_factory=list)  # old nodes it takes rules from
+    new_rules: list[Rule] = field(default_factory=list)
+    removed_rules: list[Rule] = field(default_factory=list)
+
+
+@dataclass
+class StoreLog:
+    """Changes of every store during the update, to compute visible differences."""
+
+    changes: dict[int, StoreChanges] = field(default_factory=dict)
+    created: set[int] = field(default_factory=set)
+    dropped: set[int] = field(default_factory=set)
+
+    def record(self, store: DataStore, changes: StoreChanges) -> None:
+        mine = self.changes.setdefault(id(store), StoreChanges())
+        for key, rows in changes.added.items():
+            mine.add(key, rows)
+        for key, rows in changes.removed.items():
+            mine.remove(key, rows)
+
+    def touched(self, store: DataStore, key: RelationKey) -> set:
+        mine = self.changes.get(id(store))
+        if mine is None:
+            return set()
+        return mine.added.get(key, set()) | mine.removed.get(key, set())
+
+    def had(self, store: DataStore, key: RelationKey, fact: tuple) -> bool:
+        """Whether ``store`` held ``fact`` before the update."""
+        if id(store) in self.created:
+            return False
+        mine = self.changes.get(id(store))
+        relation = store.relations.get(key)
+        if mine is None:
+            return relation is not None and fact in relation.tuples
+        if fact in mine.removed.get(key, ()):
+            return True
+        return (
+            relation is not None and fact in relation.tuples and fact not in mine.added.get(key, ())
+        )
+
+    def has(self, store: DataStore, key: RelationKey, fact: tuple) -> bool:
+        """Whether ``store`` holds ``fact`` after the update."""
+        if id(store) in self.dropped:
+            return False
+        relation = store.relations.get(key)
+        return relation is not None and fact in relation.tuples
+
+
+def classify(old_nodes: list[NodeState], graph: HyperGraph, deleted: set[str]) -> list[Transition]:
+    """Alg. 2/3 as a graph difference: the transition of every hyper-node of the new graph."""
+    by_rules = {node.logical.rule_ids: node for node in old_nodes}
+    owner: dict[str, NodeState] = {}
+    for node in old_nodes:
+        for rule_id in node.logical.rule_ids:
+            owner[rule_id] = node
+    transitions: list[Transition] = []
+    for logical in graph.nodes:
+        ids = logical.rule_ids
+        if ids in by_rules:
+            transitions.append(Transition(KEPT, logical, [by_rules[ids]]))
+            continue
+        sources: list[NodeState] = []
+        for rule_id in sorted(ids):
+            node = owner.get(rule_id)
+            if node is not None and all(node is not s for s in sources):
+                sources.append(node)
+        new_rules = [r for r in logical.rules if r.id not in owner]
+        if not sources:
+            transitions.append(Transition(NEW, logical, [], new_rules))
+            continue
+        remaining = [s.logical.rule_ids - deleted for s in sources]
+        if len(sources) == 1 and not new_rules and remaining[0] == ids:
+            removed = [r for r in sources[0].rules if r.id in deleted]
+            transitions.append(Transition(REDUCED, logical, sources, [], removed))
+        elif all(rest <= ids for rest in remaining) and all(
+            not (s.logical.rule_ids & deleted) for s in sources
+        ):
+            transitions.append(Transition(MERGED, logical, sources, new_rules))
+        else:
+            transitions.append(Transition(SPLIT, logical, sources, new_rules))
+    return transitions
+
+
+class UpdateDriver:
+    """Carries one update from the old program state to the new one (see module docstring)."""
+
+    def __init__(
+        self,
+        edb: DataStore,
+        executor: Executor,
+        old_nodes: list[NodeState],
+        graph: HyperGraph,
+        names: dict[frozenset[str], str],
+        progress=None,
+    ) -> None:
+        self.progress = progress
+        self.edb = edb
+        self.executor = executor
+        self.old_nodes = old_nodes
+        self.graph = graph
+        self.names = names
+        self.log = StoreLog()
+        self.report: dict = {"hyper_nodes": {}}
+
+    def name_of(self, logical: HyperNode) -> str:
+        name = self.names.get(logical.rule_ids)
+        if name is None:
+            name = self.names[logical.rule_ids] = f"hn{len(self.names) + 1}"
+        logical.name = name
+        return name
+
+    # ------------------------------------------------------------------ facts
+    def apply_edb(
+        self, added: dict[RelationKey, list], removed: dict[RelationKey, list]
+    ) -> tuple[int, int]:
+        """Explicit facts: deletions first, then insertions, i.e. (E minus E-) plus E+."""
+        changes = StoreChanges()
+        for key, rows in removed.items():
+            relation = self.edb.get(key)
+            if relation is not None:
+                changes.remove(key, relation.remove_all(rows))
+        for key, rows in added.items():
+            new = self.edb.relation(key).add_all(rows)
+            back = changes.removed.get(key)
+            if back:
+                again = back & new
+                back -= again
+                new -= again
+            changes.add(key, new)
+        self.log.record(self.edb, changes)
+        return changes.counts()
+
+    # ------------------------------------------------------------------ the walk
+    def run(self, deleted: set[str], extend_merges: bool) -> list[NodeState]:
+        """Walk the plan; ``extend_merges`` (a pure rule insertion) lets merged hyper-nodes
+        start from their parts' IDBs instead of being recomputed."""
+        started = time.perf_counter()
+        transitions = classify(self.old_nodes, self.graph, deleted)
+        nodes = self.build_nodes(transitions, extend_merges)
+        old_view = {id(n): n.view for n in self.old_nodes}
+        reused = {id(n.idb) for n in nodes}
+        dropped = [n for n in self.old_nodes if id(n.idb) not in reused]
+        for node in dropped:
+            self.log.dropped.add(id(node.idb))
+        self.report["dropped"] = [n.name for n in dropped]
+
+        impacted = {i for i, t in enumerate(transitions) if t.kind != KEPT}
+        changed_keys = {k for k, rows in self.changed_edb_keys().items() if rows}
+        changed_keys |= {k for n in dropped for k in n.heads}
+        for index, node in enumerate(nodes):
+            if node.logical.reads & changed_keys:
+                impacted.add(index)
+        plan = execution_plan(self.graph, impacted)
+        self.report["directly_impacted"] = sorted(
+            nodes[i].name for i, t in enumerate(transitions) if t.kind != KEPT
+        )
+        self.report["plan"] = [nodes[i].name for i in plan]
+        for done, index in enumerate(plan, start=1):
+            if self.progress:
+                self.progress(nodes[index].name, done, len(plan))
+            self.update_node(nodes[index], transitions[index], old_view, extend_merges)
+        self.report["seconds"] = time.perf_counter() - started
+        return nodes
+
+    def changed_edb_keys(self) -> dict[RelationKey, set]:
+        mine = self.log.changes.get(id(self.edb))
+        if mine is None:
+            return {}
+        keys: dict[RelationKey, set] = {}
+        for key, rows in [*mine.added.items(), *mine.removed.items()]:
+            keys.setdefault(key, set()).update(rows)
+        return keys
+
+    def build_nodes(self, transitions: list[Transition], extend_merges: bool) -> list[NodeState]:
+        nodes: list[NodeState] = []
+        for index, transition in enumerate(transitions):
+            logical = transition.logical
+            name = self.name_of(logical)
+            module = None
+            if transition.kind in (KEPT, REDUCED):
+                source = transition.sources[0]
+                idb, module = source.idb, source.module
+                idb.name = name
+            elif transition.kind == MERGED and extend_merges:
+                # Alg. 2: the merged hyper-node starts from its parts' IDBs; the largest one is
+                # reused and the others are added to it.
+                largest = max(transition.sources, key=lambda s: s.size())
+                transition.sources.sort(key=lambda s: s is not largest)
+                idb = largest.idb
+                idb.name = name
+            else:
+                idb = DataStore(name)
+                self.log.created.add(id(idb))
+            for key in logical.heads:
+                idb.relation(key)
+            for rule in logical.rules:
+                for key, _ in rule.body_relations():
+                    self.edb.relation(key)
+            predecessors = [nodes[i].idb for i in self.graph.predecessors(index)]
+            view = DataStoreBag([self.edb, *predecessors, idb])
+            node = NodeState(name, logical, idb, view)
+            node.module = module if transition.kind == KEPT else choose_module(node)
+            if transition.kind == REDUCED and type(module) is type(node.module):
+                node.module = module
+            if transition.kind == KEPT:
+                node.stats = transition.sources[0].stats
+            nodes.append(node)
+        return nodes
+
+    def update_node(
+        self,
+        node: NodeState,
+        transition: Transition,
+        old_view: dict[int, DataStoreBag],
+        extend_merges: bool,
+    ) -> None:
+        started = time.perf_counter()
+        module: Module = node.module  # type: ignore[assignment]
+        kind = transition.kind
+        if kind in (NEW, SPLIT) or (kind == MERGED and not extend_merges):
+            strategy = "materialise" if kind == NEW else "recompute"
+            node.idb.clear()
+            module.materialise(node, self.executor)
+            changes = StoreChanges(
+                added={k: set(r.tuples) for k, r in node.idb.relations.items() if r.tuples}
+            )
+        elif kind == MERGED:
+            strategy = "merge + extend"
+            changes = StoreChanges()
+            for source in transition.sources[1:]:
+                for key, relation in source.idb.relations.items():
+                    changes.add(key, node.own(key).add_all(relation.tuples))
+            extended = module.extend(node, self.executor, transition.new_rules)
+            for key, rows in extended.added.items():
+                changes.add(key, rows)
+        else:
+            sources_view = old_view.get(id(transition.sources[0])) if transition.sources else None
+            old_lower = (
+                [s for s in sources_view.stores if s is not transition.sources[0].idb]
+                if sources_view is not None
+                else node.lower_stores()
+            )
+            inputs = self.visible_difference(node, old_lower)
+            if not inputs and kind == KEPT:
+                return
+            changes = module.maintain(
+                node, self.executor, inputs, transition.removed_rules, sources_view
+            )
+            strategy = getattr(module, "last_strategy", "") or "incremental"
+            if kind == REDUCED:
+                strategy = f"rule deletion: {strategy}"
+        self.log.record(node.idb, changes)
+        added, removed = changes.counts()
+        self.report["hyper_nodes"][node.name] = {
+            "transition": kind,
+            "strategy": strategy,
+            "module": module.describe(),
+            "added": added,
+            "removed": removed,
+            "seconds": time.perf_counter() - started,
+        }
+
+    def visible_difference(self, node: NodeState, old_lower: list[DataStore]) -> InputChanges:
+        """How the union of the node's lower stores changed, per relation it reads."""
+        new_lower = node.lower_stores()
+        old_ids = {id(s) for s in old_lower}
+        new_ids = {id(s) for s in new_lower}
+        everyone = list({id(s): s for s in [*old_lower, *new_lower]}.values())
+        changes = InputChanges()
+        for key in node.logical.reads:
+            candidates: set = set()
+            for store in everyone:
+                whole = (
+                    (id(store) in old_ids) != (id(store) in new_ids)
+                    or id(store) in self.log.created
+                    or id(store) in self.log.dropped
+                )
+                if whole:
+                    relation = store.relations.get(key)
+                    if relation is not None:
+                        candidates |= relation.tuples
+                candidates |= self.log.touched(store, key)
+            if not candidates:
+                continue
+            plus, minus = set(), set()
+            for fact in candidates:
+                before = any(self.log.had(s, key, fact) for s in old_lower)
+                after = any(self.log.has(s, key, fact) for s in new_lower)
+                if after and not before:
+                    plus.add(fact)
+                elif before and not after:
+                    minus.add(fact)
+            if plus:
+                changes.plus[key] = plus
+            if minus:
+                changes.minus[key] = minus
+        return changes

@@ -1,0 +1,579 @@
+"""Benchmark: incremental updates vs. materialising the final state from scratch.
+
+    python -m simulations.bench.incremental [--quick] [--only NAME] [--repeat N]
+
+Reproduces the experiments of the ZodiacEdge paper, section 6.2.2. Every row is one update:
+
+1. ``rule-insertion`` (paper Fig. 7): RS2 over DS2(200) without a set of rules, then add them;
+   sets {r10, r15, r17}, {r10, r15, r18}, {r3}, {r4}, {r18}.
+2. ``rule-deletion`` (Fig. 8): all of RS2 over DS2(200), then delete the same sets.
+3. ``rs3`` (Tables 2 and 3): RS3 over DS2(200); add r6 and add r10new (each starting without
+   it), delete r6 and delete r10new.
+4. ``rs1`` (Fig. 9): RS1 over DS1(n), n = 50, 100, 200, 400: add one ``hasNeighbour`` triple
+   (turbine n joins turbine n + 1, added with its reading), delete one (the middle chain edge:
+   the farm splits in two), delete the symmetric rule r1, delete the transitive rule r2.
+5. ``data`` (Fig. 10): DS1(200) under RS1's r1 and r2 only; insert 10% .. 50% extra turbines
+   (the facts of DS1(200 (1 + p)) minus DS1(200)), then delete them again from the same
+   reasoner.
+
+How it is measured. The starting state (its rules and facts) is loaded into a fresh Reasoner,
+untimed; then the update alone is timed (``add_rules``, ``delete_rules``, ``add_facts`` or
+``delete_facts``). "From scratch" is a fresh Reasoner given the final facts (untimed) and then
+the final rules (timed, as in ``simulations.bench.materialise``), measured in the same run and
+reused by the rows that reach the same final state. Both sides run after ``gc.collect()`` and
+the best of ``--repeat`` runs is kept. Every row checks that the incremental result equals the
+from-scratch one (``set(facts())``): "OK" or "MISMATCH"; any mismatch (or an update that raises)
+makes the exit status non-zero.
+
+How to read it. ``speed-up = scratch / incremental``: above 1 the incremental update wins.
+Absolute times on shared machines are noisy; the ratios, both sides measured in one run, are
+what to compare (with each other and with the paper's). Single-millisecond updates (leaf
+hyper-nodes) are the noisiest: use ``--repeat 3`` for steadier figures. The ``strategy`` column
+is what ``stats()["last_update"]`` says the engine did ("rematerialise" everywhere until the
+incremental engine lands, so the speed-ups hover around 1 until then).
+
+The closing lines check the paper's claims: every update strictly faster than from scratch;
+adding or deleting the leaf hyper-node r18 alone in under 1% of the from-scratch time; every
+RS2/RS3 deletion at least 5x faster. Targets not met do not change the exit status.
+
+DS2 is generated with its p5 facts (``ds2(w)``), so the negations on p5 in r15 and r16 bite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from agent.engine import Program, Reasoner, Rule
+from agent.engine.parser import parse_file
+from simulations.bench.datasets import NEIGHBOUR, Fact, ds1, ds2, turbine
+
+RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
+
+RS2_SETS: tuple[tuple[str, ...], ...] = (
+    ("r10", "r15", "r17"),
+    ("r10", "r15", "r18"),
+    ("r3",),
+    ("r4",),
+    ("r18",),
+)
+LEAF = ("r18",)  # the leaf hyper-node of RS2: the "under 1% of from scratch" target
+RS3_RULES = ("r6", "r10new")
+RS1_TRANSITIVE = ("r1", "r2")  # the symmetric-transitive hyper-node, the Fig. 10 program
+LEAF_RATIO = 0.01  # leaf insertions/deletions: incremental under 1% of from scratch
+DELETION_SPEEDUP = 5.0  # RS2/RS3 deletions: at least 5x faster than from scratch
+
+Update = Callable[[Reasoner], object]
+
+
+# --------------------------------------------------------------------------------------------
+# What is run
+
+
+@dataclass(frozen=True)
+class State:
+    """A program and its explicit facts: where an update starts, or what it must reach."""
+
+    rules: tuple[Rule, ...]
+    facts: tuple[Fact, ...]
+
+    def key(self) -> tuple[frozenset[str], frozenset[Fact]]:
+        """Identifies the state, so that rows reaching the same one share a from-scratch run."""
+        return frozenset(str(rule) for rule in self.rules), frozenset(self.facts)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One timed update and the state it must lead to (one row of the table)."""
+
+    name: str
+    update: Update
+    final: State
+    deletion: bool = False
+    leaf: bool = False
+
+
+@dataclass(frozen=True)
+class Case:
+    """A starting state and the steps applied to it in turn (usually one)."""
+
+    group: str
+    data: str
+    start: State
+    steps: tuple[Step, ...]
+
+
+@dataclass
+class Row:
+    """The measurements of one step."""
+
+    group: str
+    scenario: str
+    data: str
+    facts: int
+    incremental: float
+    scratch: float
+    equal: bool
+    strategy: str
+    deletion: bool = False
+    leaf: bool = False
+    error: str = ""
+
+    @property
+    def speedup(self) -> float:
+        return self.scratch / self.incremental if self.incremental else float("inf")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The from-scratch side of a final state: its best time and its facts."""
+
+    seconds: float
+    facts: frozenset[tuple] = field(repr=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Rule sets, updates
+
+
+@cache
+def rule_set(name: str) -> tuple[Rule, ...]:
+    """The rules of ``rules/benchmarks/<name>.rules``, parsed once per run."""
+    return parse_file(RULES / f"{name}.rules").rules
+
+
+def select(rules: Iterable[Rule], labels: Iterable[str]) -> tuple[Rule, ...]:
+    """The rules with these labels, in file order (a missing label is a typo: fail loudly)."""
+    wanted = set(labels)
+    chosen = tuple(rule for rule in rules if rule.label in wanted)
+    missing = wanted - {rule.label for rule in chosen}
+    if missing:
+        raise KeyError(f"no rules labelled {sorted(missing)}")
+    return chosen
+
+
+def without(rules: Iterable[Rule], labels: Iterable[str]) -> tuple[Rule, ...]:
+    """The rules except those with these labels."""
+    unwanted = set(labels)
+    return tuple(rule for rule in rules if rule.label not in unwanted)
+
+
+def adding_rules(rules: tuple[Rule, ...]) -> Update:
+    """An update that adds these rules (as a Program, so nothing is parsed while timed)."""
+    return lambda reasoner: reasoner.add_rules(Program(rules=rules))
+
+
+def deleting_rules(labels: Sequence[str]) -> Update:
+    """An update that deletes the rules with these labels."""
+    return lambda reasoner: reasoner.delete_rules(list(labels))
+
+
+def adding_facts(facts: Sequence[Fact]) -> Update:
+    """An update that adds these explicit facts."""
+    return lambda reasoner: reasoner.add_facts(facts)
+
+
+def deleting_facts(facts: Sequence[Fact]) -> Update:
+    """An update that deletes these explicit facts."""
+    return lambda reasoner: reasoner.delete_facts(facts)
+
+
+def labels_text(labels: Iterable[str]) -> str:
+    """``{r10,r15,r17}``: the label set as the paper's figures print it."""
+    return "{" + ",".join(labels) + "}"
+
+
+def minus(facts: Iterable[Fact], removed: Iterable[Fact]) -> tuple[Fact, ...]:
+    """The facts not in ``removed``, order kept (so data sets stay deterministic)."""
+    gone = set(removed)
+    return tuple(fact for fact in facts if fact not in gone)
+
+
+# --------------------------------------------------------------------------------------------
+# The paper's scenarios
+
+
+def rule_insertion_cases(quick: bool) -> list[Case]:
+    """Fig. 7: RS2 without each rule set, then the set added; all reach full RS2."""
+    w = 20 if quick else 200
+    rs2, data = rule_set("rs2"), tuple(ds2(w))
+    return [
+        Case(
+            "rule-insertion",
+            f"DS2({w})",
+            State(without(rs2, labels), data),
+            (
+                Step(
+                    f"add {labels_text(labels)}",
+                    adding_rules(select(rs2, labels)),
+                    State(rs2, data),
+                    leaf=labels == LEAF,
+                ),
+            ),
+        )
+        for labels in RS2_SETS
+    ]
+
+
+def rule_deletion_cases(quick: bool) -> list[Case]:
+    """Fig. 8: full RS2, then each rule set deleted."""
+    w = 20 if quick else 200
+    rs2, data = rule_set("rs2"), tuple(ds2(w))
+    return [
+        Case(
+            "rule-deletion",
+            f"DS2({w})",
+            State(rs2, data),
+            (
+                Step(
+                    f"delete {labels_text(labels)}",
+                    deleting_rules(labels),
+                    State(without(rs2, labels), data),
+                    deletion=True,
+                    leaf=labels == LEAF,
+                ),
+            ),
+        )
+        for labels in RS2_SETS
+    ]
+
+
+def rs3_cases(quick: bool) -> list[Case]:
+    """Tables 2 and 3: RS3 (negation on the IDB predicate p13), adding and deleting r6, r10new."""
+    w = 20 if quick else 200
+    rs3, data = rule_set("rs3"), tuple(ds2(w))
+    cases = []
+    for label in RS3_RULES:
+        adding = Step(f"RS3 add {label}", adding_rules(select(rs3, [label])), State(rs3, data))
+        cases.append(Case("rs3", f"DS2({w})", State(without(rs3, [label]), data), (adding,)))
+    for label in RS3_RULES:
+        final = State(without(rs3, [label]), data)
+        deleting = Step(f"RS3 delete {label}", deleting_rules([label]), final, deletion=True)
+        cases.append(Case("rs3", f"DS2({w})", State(rs3, data), (deleting,)))
+    return cases
+
+
+def rs1_cases(quick: bool) -> list[Case]:
+    """Fig. 9: symmetric-transitive RS1 over DS1(n): one triple added or deleted, r1 or r2
+    deleted."""
+    cases = []
+    rs1 = rule_set("rs1")
+    for n in (20, 40) if quick else (50, 100, 200, 400):
+        data, data_name = tuple(ds1(n)), f"DS1({n})"
+        start = State(rs1, data)
+        grown = tuple(ds1(n + 1))  # prefix-stable: ds1(n) + edge (n, n + 1) + reading of n + 1
+        joining = minus(grown, data)
+        middle = (NEIGHBOUR, turbine(n // 2), turbine(n // 2 + 1))
+        steps = (
+            Step("RS1 add edge+reading", adding_facts(joining), State(rs1, grown)),
+            Step(
+                "RS1 delete mid edge",
+                deleting_facts([middle]),
+                State(rs1, minus(data, [middle])),
+                deletion=True,
+            ),
+            Step(
+                "RS1 delete r1",
+                deleting_rules(["r1"]),
+                State(without(rs1, ["r1"]), data),
+                deletion=True,
+            ),
+            Step(
+                "RS1 delete r2",
+                deleting_rules(["r2"]),
+                State(without(rs1, ["r2"]), data),
+                deletion=True,
+            ),
+        )
+        cases += [Case("rs1", data_name, start, (step,)) for step in steps]
+    return cases
+
+
+def data_cases(quick: bool) -> list[Case]:
+    """Fig. 10: DS1 under r1 + r2, extra turbines inserted then deleted from the same reasoner."""
+    n = 20 if quick else 200
+    percentages = (50,) if quick else (10, 20, 30, 40, 50)
+    program = select(rule_set("rs1"), RS1_TRANSITIVE)
+    base = tuple(ds1(n))
+    cases = []
+    for percent in percentages:
+        grown = tuple(ds1(n + n * percent // 100))
+        extra = minus(grown, base)
+        steps = (
+            Step(f"+{percent}% turbines", adding_facts(extra), State(program, grown)),
+            Step(
+                f"-{percent}% turbines",
+                deleting_facts(extra),
+                State(program, base),
+                deletion=True,
+            ),
+        )
+        cases.append(Case("data", f"DS1({n})", State(program, base), steps))
+    return cases
+
+
+GROUPS: dict[str, tuple[str, Callable[[bool], list[Case]]]] = {
+    "rule-insertion": ("Rule insertion, RS2 (paper Fig. 7)", rule_insertion_cases),
+    "rule-deletion": ("Rule deletion, RS2 (paper Fig. 8)", rule_deletion_cases),
+    "rs3": ("Negation, RS3 (paper Tables 2 and 3)", rs3_cases),
+    "rs1": ("Symmetric-transitive, RS1 (paper Fig. 9)", rs1_cases),
+    "data": ("Data-incremental, RS1 r1 + r2 (paper Fig. 10)", data_cases),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring
+
+
+def timed(action: Callable[[], object]) -> float:
+    """Seconds taken by ``action``, after a full collection so that garbage left by the
+    previous section is not charged to this one."""
+    gc.collect()
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def load(state: State) -> Reasoner:
+    """A fresh reasoner holding ``state``: facts first, then rules (one materialisation)."""
+    reasoner = Reasoner()
+    reasoner.add_facts(state.facts)
+    reasoner.add_rules(Program(rules=state.rules))
+    return reasoner
+
+
+def from_scratch(state: State, repeat: int) -> Reference:
+    """Best time to materialise ``state`` in a fresh reasoner (facts loaded untimed, then the
+    rules timed) and the resulting facts."""
+    best, facts = float("inf"), frozenset()
+    for _ in range(repeat):
+        reasoner = Reasoner()
+        reasoner.add_facts(state.facts)
+        program = Program(rules=state.rules)
+        best = min(best, timed(lambda r=reasoner, p=program: r.add_rules(p)))
+        facts = frozenset(reasoner.facts())
+        del reasoner
+    return Reference(best, facts)
+
+
+def strategy_summary(stats: dict) -> str:
+    """A short account of what the engine says it did: the strategies found anywhere in
+    ``last_update`` (a top-level ``strategy``, per-hyper-node ones), counted when several."""
+    found: Counter[str] = Counter()
+
+    def collect(value: object) -> None:
+        if isinstance(value, str):
+            found[value] += 1
+        elif isinstance(value, dict):
+            for item in value.values():
+                collect(item)
+        elif isinstance(value, (list, tuple, set)):
+            for item in value:
+                collect(item)
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key in ("strategy", "strategies"):
+                    collect(item)
+                else:
+                    walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+
+    walk(stats.get("last_update", {}))
+    if not found:
+        return "-"
+    if len(found) == 1:
+        return next(iter(found))
+    return " ".join(f"{name}:{count}" for name, count in sorted(found.items()))
+
+
+class Runner:
+    """Runs cases, sharing the from-scratch reference of a final state between its rows."""
+
+    def __init__(self, repeat: int) -> None:
+        self.repeat = repeat
+        self.references: dict[tuple, Reference] = {}
+
+    def reference(self, state: State) -> Reference:
+        """The from-scratch side of ``state``, measured the first time it is asked for."""
+        key = state.key()
+        if key not in self.references:
+            self.references[key] = from_scratch(state, self.repeat)
+        return self.references[key]
+
+    def forget(self) -> None:
+        """Drop cached references (their fact sets are large) once a group is done."""
+        self.references.clear()
+
+    def run(self, case: Case) -> list[Row]:
+        """The case's rows: best incremental time over the repeats; a row is equal only if
+        every repeat matched the from-scratch result."""
+        best: list[Row | None] = [None] * len(case.steps)
+        for _ in range(self.repeat):
+            for index, row in enumerate(self.run_once(case)):
+                kept = best[index]
+                if kept is None:
+                    best[index] = row
+                    continue
+                equal = kept.equal and row.equal
+                if row.incremental < kept.incremental:
+                    best[index] = kept = row
+                kept.equal = equal
+                kept.error = kept.error or row.error
+        return [row for row in best if row is not None]
+
+    def run_once(self, case: Case) -> list[Row]:
+        """One pass: load the start state, then time and check each step in turn. A step that
+        raises ends the case (later steps would start from an unknown state)."""
+        reasoner = load(case.start)
+        rows = []
+        for step in case.steps:
+            try:
+                seconds = timed(lambda s=step: s.update(reasoner))
+            except Exception as error:  # reported as a failed row, not a crash
+                rows.append(self.failed(case, step, f"{type(error).__name__}: {error}"))
+                break
+            strategy = strategy_summary(reasoner.stats())
+            reference = self.reference(step.final)
+            equal = frozenset(reasoner.facts()) == reference.facts
+            rows.append(
+                Row(
+                    case.group,
+                    step.name,
+                    case.data,
+                    len(reference.facts),
+                    seconds,
+                    reference.seconds,
+                    equal,
+                    strategy,
+                    step.deletion,
+                    step.leaf,
+                )
+            )
+        return rows
+
+    def failed(self, case: Case, step: Step, error: str) -> Row:
+        """A row for an update that raised: unequal, with the error in place of a strategy."""
+        reference = self.reference(step.final)
+        return Row(
+            case.group,
+            step.name,
+            case.data,
+            len(reference.facts),
+            float("nan"),
+            reference.seconds,
+            False,
+            "-",
+            step.deletion,
+            step.leaf,
+            error,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting
+
+HEADER = (
+    f"{'scenario':<24} {'data':<9} {'facts':>8} {'incremental s':>13} {'scratch s':>10} "
+    f"{'speed-up':>9} {'equal':<8} strategy"
+)
+
+
+def format_row(row: Row) -> str:
+    """One table line; the speed-up with 3 significant digits (it spans 0.5x .. 1000x)."""
+    equal = "OK" if row.equal else "MISMATCH"
+    if row.error:
+        equal, strategy = "ERROR", row.error
+    else:
+        strategy = row.strategy
+    return (
+        f"{row.scenario:<24} {row.data:<9} {row.facts:>8} {row.incremental:>13.4f} "
+        f"{row.scratch:>10.4f} {row.speedup:>8.3g}x {equal:<8} {strategy}"
+    )
+
+
+def targets(rows: list[Row]) -> list[tuple[str, list[Row], list[Row]]]:
+    """The paper's claims: (description, rows it applies to, rows that miss it)."""
+    leaves = [row for row in rows if row.leaf]
+    deletions = [row for row in rows if row.deletion and row.group in ("rule-deletion", "rs3")]
+    return [
+        (
+            "every update strictly faster than from scratch",
+            rows,
+            [row for row in rows if not row.incremental < row.scratch],
+        ),
+        (
+            f"leaf hyper-node (r18 alone) under {LEAF_RATIO:.0%} of from scratch",
+            leaves,
+            [row for row in leaves if not row.incremental < LEAF_RATIO * row.scratch],
+        ),
+        (
+            f"RS2/RS3 deletions at least {DELETION_SPEEDUP:g}x faster than from scratch",
+            deletions,
+            [row for row in deletions if not row.speedup >= DELETION_SPEEDUP],
+        ),
+    ]
+
+
+def print_targets(rows: list[Row]) -> None:
+    """One line per paper target: met, NOT met (with the rows that miss it), or n/a."""
+    print("\nPaper targets (ratios of this run):")
+    for description, applicable, missed in targets(rows):
+        if not applicable:
+            verdict = "n/a (no such rows run)"
+        elif not missed:
+            verdict = f"met ({len(applicable)} rows)"
+        else:
+            names = ", ".join(f"{row.scenario} {row.data}" for row in missed)
+            verdict = f"NOT met: {len(missed)} of {len(applicable)} rows miss it ({names})"
+        print(f"  - {description}: {verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(GROUPS),
+        metavar="NAME",
+        help=f"run only this scenario group (repeatable): {', '.join(GROUPS)}",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case, best reported")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    runner = Runner(args.repeat)
+    rows: list[Row] = []
+    print(HEADER)
+    print("-" * len(HEADER))
+    for name, (title, build) in GROUPS.items():
+        if args.only and name not in args.only:
+            continue
+        print(f"# {title}", flush=True)
+        for case in build(args.quick):
+            for row in runner.run(case):
+                print(format_row(row), flush=True)
+                rows.append(row)
+        runner.forget()
+    print_targets(rows)
+    bad = [row for row in rows if not row.equal]
+    if bad:
+        print(f"\n{len(bad)} row(s) differ from the from-scratch materialisation", file=sys.stderr)
+        return 1
+    print(f"\nAll {len(rows)} rows equal the from-scratch materialisation.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
