@@ -173,9 +173,14 @@ class RuleCompiler:
         source_counts: dict[int, int],
         head_terms: Sequence[Term] | None = None,
         name: str = "rule",
+        exists: bool = False,
     ) -> tuple[CompiledRule, str]:
-        """Returns the function and its source (kept for ``explain``/debugging)."""
-        generator = _RuleGenerator(self.terms, plan, source_counts, head_terms)
+        """Returns the function and its source (kept for ``explain``/debugging).
+
+        ``exists``: the caller only needs to know whether each head has *some* match (checking
+        candidate facts with the head bound): the plan's steps after the head is fully bound
+        become an inner function that returns at the first match."""
+        generator = _RuleGenerator(self.terms, plan, source_counts, head_terms, exists)
         source = generator.generate(name)
         namespace = dict(RUNTIME)
         namespace["V"] = self.terms.values
@@ -192,7 +197,9 @@ class _RuleGenerator:
         plan: Plan,
         source_counts: dict[int, int],
         head_terms: Sequence[Term] | None,
+        exists: bool = False,
     ) -> None:
+        self.exists = exists
         self.terms = terms
         self.plan = plan
         self.counts = source_counts
@@ -258,6 +265,9 @@ class _RuleGenerator:
         self.emit_preamble()
         out.line("for _once in ONCE:")
         out.indent()
+        split = self.exists_split() if self.exists else None
+        if split is not None:
+            return "\n".join(header + self.emit_exists(split)) + "\n"
         product_at = self.product_step_index()
         grouped = self.grouped_split(product_at)
         if grouped is not None:
@@ -364,6 +374,52 @@ class _RuleGenerator:
             out.line(f"A.discard({self.term_id(right if left == new else left)})")
         columns = ["A" if t == new else f"repeat({self.term_id(t)})" for t in self.head_terms]
         out.line(f"if A: out.update(zip({', '.join(columns)}))")
+
+    # -- existence checks: stop at the first match ------------------------------------------
+    def exists_split(self) -> int | None:
+        """Index of the step after which every head variable is bound, if steps follow it."""
+        wanted = {t for t in self.head_terms if isinstance(t, Variable)}
+        bound: set[Variable] = set()
+        for index, step in enumerate(self.plan.steps):
+            if isinstance(step, ScanStep):
+                bound |= step.atom.variables()
+            elif isinstance(step, BindStep):
+                bound.add(step.bind.variable)
+            if wanted <= bound:
+                return index if index + 1 < len(self.plan.steps) else None
+        return None
+
+    def emit_steps(self, steps: Sequence) -> None:
+        for step in steps:
+            if isinstance(step, ScanStep):
+                self.emit_scan(step)
+            elif isinstance(step, NegationStep):
+                self.emit_negation(step)
+            elif isinstance(step, FilterStep):
+                self.emit_filter(step.comparison)
+            else:
+                self.emit_bind(step.bind.expr, step.bind.variable)
+
+    def emit_exists(self, split: int) -> list[str]:
+        """Main loops up to ``split``, then ``if _rest(bound...): out.add(head)`` where
+        ``_rest`` runs the remaining steps and returns True at the first match."""
+        steps = self.plan.steps
+        self.emit_steps(steps[: split + 1])
+        params = ", ".join(self.names.values())
+        head = self.tuple_code([self.term_id(t) for t in self.head_terms])
+        self.out.line(f"if _rest({params}): out.add({head})")
+        main = self.out.lines
+        preamble_end = main.index("    for _once in ONCE:")
+        self.out = _Emitter()
+        self.out.line(f"def _rest({params}):")
+        self.out.indent()
+        self.out.line("for _once in ONCE:")
+        self.out.indent()
+        self.emit_steps(steps[split + 1 :])
+        self.out.line("return True")
+        self.out.depth = 2
+        self.out.line("return False")
+        return main[:preamble_end] + self.out.lines + main[preamble_end:]
 
     def emit_preamble(self) -> None:
         for step in self.plan.steps:

@@ -62,6 +62,7 @@ class Executor:
         head_terms: Sequence[Term] | None = None,
         sources: list[list[Relation]] | None = None,
         cache_key: str | None = None,
+        exists: bool = False,
     ) -> None:
         """Evaluate ``rule`` (or ``body`` with ``head_terms``), adding head tuples to ``out``."""
         items = rule.body if body is None else body
@@ -71,7 +72,7 @@ class Executor:
         key = (cache_key or rule.id, delta_position, counts)
         entry = self._cache.get(key)
         if entry is None:
-            entry = self.compile(rule, items, sources, delta_position, head_terms, key)
+            entry = self.compile(rule, items, sources, delta_position, head_terms, key, exists)
         entry.function(sources, delta, out, self.errors)
 
     def compile(
@@ -82,13 +83,14 @@ class Executor:
         delta_position: int | None,
         head_terms: Sequence[Term] | None,
         key: tuple,
+        exists: bool = False,
     ) -> CompiledEntry:
         def size_of(position: int) -> int:
             return sum(len(r) for r in sources[position])
 
         plan = plan_rule(rule, items, delta_position, size_of)
         counts = {i: len(s) for i, s in enumerate(sources)}
-        function, source = self._compiler.compile(plan, counts, head_terms)
+        function, source = self._compiler.compile(plan, counts, head_terms, exists=exists)
         entry = CompiledEntry(function, plan, source)
         self._cache[key] = entry
         return entry

@@ -59,7 +59,10 @@ class StoreLog:
     dropped: set[int] = field(default_factory=set)
 
     def record(self, store: DataStore, changes: StoreChanges) -> None:
-        mine = self.changes.setdefault(id(store), StoreChanges())
+        if id(store) not in self.changes:
+            self.changes[id(store)] = changes
+            return
+        mine = self.changes[id(store)]
         for key, rows in changes.added.items():
             mine.add(key, rows)
         for key, rows in changes.removed.items():
@@ -71,26 +74,29 @@ class StoreLog:
             return set()
         return mine.added.get(key, set()) | mine.removed.get(key, set())
 
-    def had(self, store: DataStore, key: RelationKey, fact: tuple) -> bool:
-        """Whether ``store`` held ``fact`` before the update."""
+    def held_before(self, store: DataStore, key: RelationKey, candidates: set) -> set:
+        """The candidates ``store`` held before the update."""
         if id(store) in self.created:
-            return False
+            return set()
+        relation = store.relations.get(key)
+        present = candidates & relation.tuples if relation is not None else set()
         mine = self.changes.get(id(store))
-        relation = store.relations.get(key)
         if mine is None:
-            return relation is not None and fact in relation.tuples
-        if fact in mine.removed.get(key, ()):
-            return True
-        return (
-            relation is not None and fact in relation.tuples and fact not in mine.added.get(key, ())
-        )
+            return present
+        added = mine.added.get(key)
+        if added:
+            present -= added
+        removed = mine.removed.get(key)
+        if removed:
+            present |= candidates & removed
+        return present
 
-    def has(self, store: DataStore, key: RelationKey, fact: tuple) -> bool:
-        """Whether ``store`` holds ``fact`` after the update."""
+    def held_after(self, store: DataStore, key: RelationKey, candidates: set) -> set:
+        """The candidates ``store`` holds after the update."""
         if id(store) in self.dropped:
-            return False
+            return set()
         relation = store.relations.get(key)
-        return relation is not None and fact in relation.tuples
+        return candidates & relation.tuples if relation is not None else set()
 
 
 def classify(old_nodes: list[NodeState], graph: HyperGraph, deleted: set[str]) -> list[Transition]:
@@ -116,7 +122,11 @@ def classify(old_nodes: list[NodeState], graph: HyperGraph, deleted: set[str]) -
             transitions.append(Transition(NEW, logical, [], new_rules))
             continue
         remaining = [s.logical.rule_ids - deleted for s in sources]
-        if len(sources) == 1 and not new_rules and remaining[0] == ids:
+        same_heads = len(sources) == 1 and logical.heads == sources[0].heads
+        if same_heads and not new_rules and remaining[0] == ids:
+            # Only rules removed, same relations derived: overdelete what they derived. (If a
+            # relation stopped being derived here, its stale facts would feed the remaining
+            # rules as if they were inputs: such a node is recomputed like a split one.)
             removed = [r for r in sources[0].rules if r.id in deleted]
             transitions.append(Transition(REDUCED, logical, sources, [], removed))
         elif all(rest <= ids for rest in remaining) and all(
@@ -277,9 +287,25 @@ class UpdateDriver:
             for source in transition.sources[1:]:
                 for key, relation in source.idb.relations.items():
                     changes.add(key, node.own(key).add_all(relation.tuples))
-            extended = module.extend(node, self.executor, transition.new_rules)
-            for key, rows in extended.added.items():
-                changes.add(key, rows)
+            # The parts' IDBs were complete for their old inputs; inputs may have changed in
+            # this very update (a new rule upstream), so maintain first, then extend.
+            own = {id(s.idb) for s in transition.sources}
+            old_lower = list(
+                {
+                    id(store): store
+                    for source in transition.sources
+                    for store in old_view[id(source)].stores
+                    if id(store) not in own
+                }.values()
+            )
+            inputs = self.visible_difference(node, old_lower)
+            steps = [module.maintain(node, self.executor, inputs)] if inputs else []
+            steps.append(module.extend(node, self.executor, transition.new_rules))
+            for step in steps:
+                for key, rows in step.added.items():
+                    changes.add(key, rows)
+                for key, rows in step.removed.items():
+                    changes.remove(key, rows)
         else:
             sources_view = old_view.get(id(transition.sources[0])) if transition.sources else None
             old_lower = (
@@ -308,7 +334,11 @@ class UpdateDriver:
         }
 
     def visible_difference(self, node: NodeState, old_lower: list[DataStore]) -> InputChanges:
-        """How the union of the node's lower stores changed, per relation it reads."""
+        """How the union of the node's lower stores changed, per relation it reads.
+
+        Candidates are the facts some lower store gained or lost (all facts of a store that
+        appeared, disappeared, or entered or left the node's lower set); their membership
+        before and after is decided with set operations, store by store."""
         new_lower = node.lower_stores()
         old_ids = {id(s) for s in old_lower}
         new_ids = {id(s) for s in new_lower}
@@ -322,23 +352,16 @@ class UpdateDriver:
                     or id(store) in self.log.created
                     or id(store) in self.log.dropped
                 )
-                if whole:
-                    relation = store.relations.get(key)
-                    if relation is not None:
-                        candidates |= relation.tuples
+                relation = store.relations.get(key)
+                if whole and relation is not None:
+                    candidates |= relation.tuples
                 candidates |= self.log.touched(store, key)
             if not candidates:
                 continue
-            plus, minus = set(), set()
-            for fact in candidates:
-                before = any(self.log.had(s, key, fact) for s in old_lower)
-                after = any(self.log.has(s, key, fact) for s in new_lower)
-                if after and not before:
-                    plus.add(fact)
-                elif before and not after:
-                    minus.add(fact)
-            if plus:
-                changes.plus[key] = plus
-            if minus:
-                changes.minus[key] = minus
+            before = set().union(*(self.log.held_before(s, key, candidates) for s in old_lower))
+            after = set().union(*(self.log.held_after(s, key, candidates) for s in new_lower))
+            if after - before:
+                changes.plus[key] = after - before
+            if before - after:
+                changes.minus[key] = before - after
         return changes

@@ -202,6 +202,16 @@ class Reasoner:
                 for args in self._visible(key):
                     yield (name, *(decode[a] for a in args))
 
+    def edb_facts(self) -> Iterator[tuple]:
+        """The explicit facts only, in the same form as :meth:`facts`."""
+        decode = self.terms.values
+        for (name, arity), relation in sorted(self.edb.relations.items()):
+            for args in relation.tuples:
+                if arity == 1:
+                    yield (RDF_TYPE, decode[args[0]], name)
+                else:
+                    yield (name, *(decode[a] for a in args))
+
     def count(self) -> int:
         """Number of distinct facts, explicit and derived."""
         return sum(len(self._visible(key)) for key in self._all_keys())

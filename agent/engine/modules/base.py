@@ -44,10 +44,30 @@ class StoreChanges:
     removed: Facts = field(default_factory=dict)
 
     def add(self, key: RelationKey, facts: set) -> None:
+        """Record insertions as net changes: re-adding a fact removed earlier in the same
+        update cancels the removal."""
+        if not facts:
+            return
+        removed = self.removed.get(key)
+        if removed:
+            back = facts & removed
+            if back:
+                removed -= back
+                facts = facts - back
         if facts:
             self.added.setdefault(key, set()).update(facts)
 
     def remove(self, key: RelationKey, facts: set) -> None:
+        """Record deletions as net changes: removing a fact added earlier in the same update
+        cancels the insertion."""
+        if not facts:
+            return
+        added = self.added.get(key)
+        if added:
+            gone = facts & added
+            if gone:
+                added -= gone
+                facts = facts - gone
         if facts:
             self.removed.setdefault(key, set()).update(facts)
 

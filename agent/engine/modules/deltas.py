@@ -174,6 +174,7 @@ def check(
             body=body,
             sources=[[], *sources_for(rule.body, view)],
             cache_key=f"{rule.id}#check",
+            exists=True,
         )
     return found
 

@@ -1,0 +1,136 @@
+"""Rule insertion and deletion on the paper's examples (ZodiacEdge Alg. 2-4, Fig. 3 and 5):
+which hyper-nodes are directly impacted, the execution plan, the strategy each one gets, and
+that the result always equals a from-scratch materialisation.
+"""
+
+from __future__ import annotations
+
+from agent.engine import Reasoner
+from tests.test_dependency import FIG1, R8
+
+FIG1_FACTS = [
+    ("e", "a", "b"),
+    ("e", "b", "c"),
+    ("e", "c", "a"),
+    ("e", "c", "d"),
+    ("e", "d", "e"),
+    ("http://www.w3.org/1999/02/22-rdf-syntax-ns#type", "b", "p4"),
+    ("p7", "b", "a"),
+    ("p6", "a", "c"),
+    ("p3", "c", "a"),
+]
+
+# Fig. 5's situation: r7 belongs to a recursive hyper-node that survives its deletion (same
+# relations derived), followed by one successor.
+FIG5 = """
+r1: a(X, Y) :- e(X, Y) .
+r5: b(X, Y) :- a(X, Y) .
+r6: b(X, Z) :- b(X, Y) and b(Y, Z) .
+r7: b(X, Y) :- b(Y, X) .
+r8: <c>(X) :- b(X, Y) and not <d>(Y) .
+"""
+FIG5_FACTS = [("e", "a", "b"), ("e", "b", "c"), ("e", "c", "d"), ("e", "x", "y")]
+FIG5_FACTS += [("http://www.w3.org/1999/02/22-rdf-syntax-ns#type", "a", "d")]
+
+
+def rules_of(reasoner: Reasoner, names: list[str]) -> list[frozenset[str]]:
+    by_name = {node.name: frozenset(r.id for r in node.rules) for node in reasoner.nodes}
+    return [by_name[name] for name in names]
+
+
+def fresh(reasoner: Reasoner) -> set:
+    other = Reasoner()
+    other.add_facts(reasoner.edb_facts())
+    other.add_rules(list(reasoner.rules.values()))
+    return set(other.facts())
+
+
+def loaded(text: str, facts: list) -> Reasoner:
+    reasoner = Reasoner()
+    reasoner.add_rules(text)
+    reasoner.add_facts(facts)
+    return reasoner
+
+
+def test_inserting_r8_merges_into_hn2_and_extends_it():
+    reasoner = loaded(FIG1, FIG1_FACTS)
+    report = reasoner.update(add_rules=R8)
+    merged = frozenset({"r2", "r3", "r4", "r8"})
+    assert rules_of(reasoner, report["directly_impacted"]) == [merged]
+    plan = rules_of(reasoner, report["plan"])
+    assert plan[0] == merged and set(plan[1:]) <= {frozenset({"r5"}), frozenset({"r6", "r7"})}
+    node = report["directly_impacted"][0]
+    assert report["hyper_nodes"][node]["strategy"] == "merge + extend"
+    assert set(reasoner.facts()) == fresh(reasoner)
+
+
+def test_deleting_r4_splits_hn2_and_recomputes_the_parts():
+    reasoner = loaded(FIG1, FIG1_FACTS)
+    report = reasoner.update(delete_rules=["r4"])
+    assert sorted(rules_of(reasoner, report["directly_impacted"])) == sorted(
+        [frozenset({"r2"}), frozenset({"r3"})]
+    )
+    plan = rules_of(reasoner, report["plan"])
+    assert frozenset({"r6", "r7"}) in plan and frozenset({"r5"}) in plan
+    assert plan.index(frozenset({"r5"})) < plan.index(frozenset({"r6", "r7"}))
+    assert set(reasoner.facts()) == fresh(reasoner)
+
+
+def test_deleting_r7_in_fig5_impacts_hn2_only_and_plans_hn2_then_hn3():
+    reasoner = loaded(FIG5, FIG5_FACTS)
+    report = reasoner.update(delete_rules=["r7"])
+    assert rules_of(reasoner, report["directly_impacted"]) == [frozenset({"r6"})]
+    assert rules_of(reasoner, report["plan"]) == [frozenset({"r6"}), frozenset({"r8"})]
+    strategy = report["hyper_nodes"][report["directly_impacted"][0]]["strategy"]
+    assert strategy.startswith("rule deletion")
+    assert set(reasoner.facts()) == fresh(reasoner)
+
+
+def test_deleting_r5_r6_r7_drops_hn3_and_hn4_without_reasoning():
+    reasoner = loaded(FIG1, FIG1_FACTS)
+    hn3_hn4 = {n.name for n in reasoner.nodes if {r.id for r in n.rules} & {"r5", "r6", "r7"}}
+    report = reasoner.update(delete_rules=["r5", "r6", "r7"])
+    assert set(report["dropped"]) == hn3_hn4
+    assert report["plan"] == [] and report["hyper_nodes"] == {}
+    assert set(reasoner.facts()) == fresh(reasoner)
+
+
+def test_leaf_rule_insertion_and_deletion_touch_only_the_leaf():
+    reasoner = loaded(FIG1, FIG1_FACTS)
+    report = reasoner.update(add_rules="leaf: q(X) :- p6(X, Y) .")
+    assert rules_of(reasoner, report["plan"]) == [frozenset({"leaf"})]
+    report = reasoner.update(delete_rules=["leaf"])
+    assert report["plan"] == [] and len(report["dropped"]) == 1
+    assert set(reasoner.facts()) == fresh(reasoner)
+
+
+def test_mixed_update_in_one_pass_equals_from_scratch():
+    reasoner = loaded(FIG1, FIG1_FACTS)
+    report = reasoner.update(
+        add_rules=R8 + "\nextra: p1(X, Y) :- p3(Y, X) .",
+        delete_rules=["r6"],
+        add_facts=[("e", "e", "a"), ("p3", "d", "b")],
+        delete_facts=[("e", "c", "a"), ("p7", "b", "a")],
+    )
+    assert report["rules_added"] == ["r8", "extra"] and report["rules_deleted"] == ["r6"]
+    assert report["facts_added"] == 2 and report["facts_deleted"] == 2
+    assert set(reasoner.facts()) == fresh(reasoner)
+
+
+def test_fact_updates_are_incremental_and_reported():
+    reasoner = loaded(FIG5, FIG5_FACTS)
+    report = reasoner.update(delete_facts=[("e", "b", "c")], add_facts=[("e", "d", "x")])
+    strategies = {entry["strategy"] for entry in report["hyper_nodes"].values()}
+    assert strategies and strategies <= {"DRed^c", "recompute", "groups"}
+    assert all(entry["seconds"] >= 0 for entry in report["hyper_nodes"].values())
+    assert reasoner.stats()["last_update"] == report
+    assert set(reasoner.facts()) == fresh(reasoner)
+
+
+def test_no_op_fact_changes_are_reported_not_errors():
+    reasoner = loaded(FIG5, FIG5_FACTS)
+    before = set(reasoner.facts())
+    report = reasoner.update(add_facts=[("e", "a", "b")], delete_facts=[("b", "a", "b")])
+    assert report["facts_added"] == 0 and report["facts_deleted"] == 0
+    assert report["facts_ignored"] == 2 and report["plan"] == []
+    assert set(reasoner.facts()) == before
