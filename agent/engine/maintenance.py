@@ -37,6 +37,7 @@ REDUCED = "reduced"
 MERGED = "merged"
 SPLIT = "split"
 NEW = "new"
+DELETION_RECOMPUTE_RATIO = 0.3
 
 
 @dataclass
@@ -313,13 +314,19 @@ class UpdateDriver:
                 if sources_view is not None
                 else node.lower_stores()
             )
-            inputs = self.visible_difference(node, old_lower)
-            if not inputs and kind == KEPT:
+            reason = self.surely_large_deletion(node, old_lower)
+            inputs = InputChanges() if reason else self.visible_difference(node, old_lower)
+            if not reason and not inputs and kind == KEPT:
                 return
-            changes = module.maintain(
-                node, self.executor, inputs, transition.removed_rules, sources_view
-            )
-            strategy = getattr(module, "last_strategy", "") or "incremental"
+            reason = reason or self.recompute_reason(node, inputs, transition)
+            if reason:
+                changes = module.recompute(node, self.executor)
+                strategy = f"recompute ({reason})"
+            else:
+                changes = module.maintain(
+                    node, self.executor, inputs, transition.removed_rules, sources_view
+                )
+                strategy = getattr(module, "last_strategy", "") or "incremental"
             if kind == REDUCED:
                 strategy = f"rule deletion: {strategy}"
         self.log.record(node.idb, changes)
@@ -332,6 +339,65 @@ class UpdateDriver:
             "removed": removed,
             "seconds": time.perf_counter() - started,
         }
+
+    def recompute_reason(
+        self, node: NodeState, inputs: InputChanges, transition: Transition
+    ) -> str | None:
+        """Cost estimate: why recomputing the node beats maintaining it, or None.
+
+        Insertions are always maintained (their cost is the new derivations only). Deletions
+        cost overdeletion plus rederivation, so when the facts a node loses (or that new facts
+        of negated relations block) are a large part of what it reads, or when a deleted rule
+        would have to be evaluated over more facts than the node holds, deriving the node again
+        is cheaper."""
+        reads = self.input_size(node)
+        negated = {rel for r in node.rules for rel, how in r.body_relations() if how != "positive"}
+        lost = sum(len(rows) for key, rows in inputs.minus.items())
+        lost += sum(len(rows) for key, rows in inputs.plus.items() if key in negated)
+        if lost > DELETION_RECOMPUTE_RATIO * max(1, reads):
+            return f"{lost} input facts lost of {reads}"
+        if transition.removed_rules:
+            removed_reads = sum(  # the removed rules read the node's own facts too
+                len(r)
+                for rule in transition.removed_rules
+                for relation, _ in rule.body_relations()
+                for r in node.view.relations(relation)
+            )
+            keep = node.size() * (2 if node.logical.recursive else 1)
+            if removed_reads * 2 > keep:
+                return f"removed rules read {removed_reads} facts, node holds {node.size()}"
+        return None
+
+    def surely_large_deletion(self, node: NodeState, old_lower: list[DataStore]) -> str | None:
+        """Skip computing the exact difference when even a lower bound of the facts lost (the
+        facts removed from the only store holding a relation) calls for recomputing."""
+        if {id(s) for s in old_lower} != {id(s) for s in node.lower_stores()}:
+            return None
+        lost = 0
+        for key in node.logical.reads:
+            holders = [s for s in old_lower if key in s.relations]
+            sizes = [len(s.relations[key]) for s in holders]
+            best = 0
+            for store in holders:
+                mine = self.log.changes.get(id(store))
+                if mine is None or id(store) in self.log.created:
+                    continue
+                # At most what the other holders still hold can remain visible.
+                others = sum(sizes) - len(store.relations[key])
+                best = max(best, len(mine.removed.get(key, ())) - others)
+            lost += best
+        reads = self.input_size(node)
+        if lost > 2 * DELETION_RECOMPUTE_RATIO * max(1, reads):
+            return f"{lost} input facts lost of {reads}"
+        return None
+
+    def input_size(self, node: NodeState) -> int:
+        return sum(self.visible_size(node, key) for key in node.logical.reads)
+
+    @staticmethod
+    def visible_size(node: NodeState, key: RelationKey) -> int:
+        """Facts of ``key`` the node reads from below (an upper bound of the union's size)."""
+        return sum(len(r) for r in node.view.relations(key) if r is not node.idb.get(key))
 
     def visible_difference(self, node: NodeState, old_lower: list[DataStore]) -> InputChanges:
         """How the union of the node's lower stores changed, per relation it reads.

@@ -35,7 +35,7 @@ from ..store import DataStoreBag
 from . import deltas
 from .base import Facts, InputChanges, Module, NodeState, StoreChanges
 
-RECOMPUTE_FRACTION = 0.5
+RECOMPUTE_FRACTION = 0.3
 
 
 class SeminaiveModule(Module):
