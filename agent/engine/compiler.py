@@ -273,19 +273,11 @@ class _RuleGenerator:
         if grouped is not None:
             self.emit_grouped(grouped[0], grouped[1], product_at)
             return "\n".join(header + out.lines) + "\n"
-        for index, step in enumerate(steps):
-            if index == product_at:
-                self.emit_product(step, steps[index + 1 :])
-                break
-            if isinstance(step, ScanStep):
-                self.emit_scan(step)
-            elif isinstance(step, NegationStep):
-                self.emit_negation(step)
-            elif isinstance(step, FilterStep):
-                self.emit_filter(step.comparison)
-            else:
-                self.emit_bind(step.bind.expr, step.bind.variable)
+        if product_at is not None:
+            self.emit_steps(steps[:product_at])
+            self.emit_product(steps[product_at], steps[product_at + 1 :])
         else:
+            self.emit_steps(steps)
             head = [self.term_id(t) for t in self.head_terms]
             out.line(f"out.add({self.tuple_code(head)})")
         return "\n".join(header + out.lines) + "\n"
@@ -351,15 +343,7 @@ class _RuleGenerator:
         out.line("A = set()")
         out.line(f"for {jv} in J:")
         out.indent()
-        for step in steps[1:product_at]:
-            if isinstance(step, ScanStep):
-                self.emit_scan(step)
-            elif isinstance(step, NegationStep):
-                self.emit_negation(step)
-            elif isinstance(step, FilterStep):
-                self.emit_filter(step.comparison)
-            else:
-                self.emit_bind(step.bind.expr, step.bind.variable)
+        self.emit_steps(steps[1:product_at])
         key = self.key_code([self.term_id(product.atom.terms[c]) for c in product.bound])
         index = self.open_source_loop(self.sources(product, "I"))
         bucket = self.fresh()
