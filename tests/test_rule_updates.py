@@ -120,7 +120,7 @@ def test_mixed_update_in_one_pass_equals_from_scratch():
 def test_fact_updates_are_incremental_and_reported():
     reasoner = loaded(FIG5, FIG5_FACTS)
     report = reasoner.update(delete_facts=[("e", "b", "c")], add_facts=[("e", "d", "x")])
-    strategies = {entry["strategy"] for entry in report["hyper_nodes"].values()}
+    strategies = {entry["strategy"].split(" (")[0] for entry in report["hyper_nodes"].values()}
     assert strategies and strategies <= {"DRed^c", "recompute", "groups"}
     assert all(entry["seconds"] >= 0 for entry in report["hyper_nodes"].values())
     assert reasoner.stats()["last_update"] == report
