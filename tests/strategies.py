@@ -404,3 +404,290 @@ def program_and_facts(draw: st.DrawFn, robust_errors: bool = False) -> tuple[Pro
     size = draw(st.integers(0, MAX_FACTS))
     program = draw(programs(robust_errors))
     return program, draw(fact_sets(edb_relations(program), idb_relations(program), size))
+
+
+# --- Rule pools for incremental (stateful) tests ------------------------------------------------
+#
+# ``tests/test_incremental_differential.py`` inserts and deletes rules of a *pool* (a program) at
+# random, so every subset of a pool must be valid: the pools below keep the level discipline of
+# :func:`programs` (a rule at level L reads positively levels <= L, under negation or inside an
+# aggregate only levels < L; every aggregate head has exactly one rule), so any subset is
+# stratifiable and, rule by rule, safe. :func:`programs` rarely produces the shapes incremental
+# maintenance finds hard, so :func:`motif_programs` assembles them from named motifs over fixed
+# relations: mutual recursion, hyper-nodes that one rule merges and whose deletion splits them,
+# one predicate derived in several hyper-nodes, negation and aggregates over recursive IDB
+# relations, symmetric-transitive closures with ``X != Z``.
+
+_X, _Y, _Z, _V, _C, _E = (Variable(name) for name in ("X", "Y", "Z", "V", "C", "E0"))
+
+
+def _a(predicate: str, *terms: object) -> Atom:
+    """An atom; a term that is not a Variable is a constant."""
+    return Atom(predicate, tuple(t if isinstance(t, Variable) else Constant(t) for t in terms))
+
+
+def _r(head: Atom, *body: object) -> Rule:
+    return Rule(head, tuple(body))
+
+
+def _agg(head: Atom, body: tuple, group: tuple, function: str, argument: Variable) -> Rule:
+    return Rule(head, (Aggregate(body, group, function, argument, head.terms[-1]),))
+
+
+# IDB relations of the motifs: name -> (arity, level, aggregate). Columns hold IRIs, except the
+# last column of an aggregate head (a number).
+MOTIF_RELATIONS: dict[str, tuple[int, int, bool]] = {
+    "p": (2, 0, False),
+    "q": (2, 0, False),
+    "r": (2, 0, False),
+    "c": (1, 0, False),
+    "n": (1, 1, False),
+    "s": (2, 1, False),
+    "t": (2, 1, False),
+    "a0": (2, 1, True),
+    "a1": (2, 1, True),
+    "a2": (1, 1, True),
+    "m": (1, 2, False),
+    "big": (1, 2, False),
+    "a3": (2, 2, True),
+}
+
+MOTIFS: dict[str, tuple[Rule, ...]] = {
+    # p: a base rule and a transitive closure (two hyper-nodes deriving p).
+    "tc_p": (
+        _r(_a("p", _X, _Y), _a("e1", _X, _Y)),
+        _r(_a("p", _X, _Z), _a("p", _X, _Y), _a("e1", _Y, _Z)),
+    ),
+    # q: a base rule and a doubly recursive closure.
+    "tc2_q": (
+        _r(_a("q", _X, _Y), _a("e1", _Y, _X)),
+        _r(_a("q", _X, _Z), _a("q", _X, _Y), _a("q", _Y, _Z)),
+    ),
+    # p :- q, q :- p: mutual recursion; with tc_p and tc2_q it merges their hyper-nodes.
+    "bridge_pq": (
+        _r(_a("q", _X, _Y), _a("p", _X, _Y)),
+        _r(_a("p", _X, _Y), _a("q", _Y, _X)),
+    ),
+    # p -> q -> r -> p: a cycle through three one-rule hyper-nodes.
+    "cycle_pqr": (
+        _r(_a("q", _X, _Y), _a("p", _X, _Y)),
+        _r(_a("r", _X, _Y), _a("q", _Y, _X)),
+        _r(_a("p", _X, _Y), _a("r", _X, _Y), Comparison(_X, "!=", _Y)),
+    ),
+    # r: symmetric-transitive closure with X != Z (benchmark rule sets 1-3).
+    "symtrans_r": (
+        _r(_a("r", _X, _Y), _a("e4", _X, _Y, _V)),
+        _r(_a("r", _X, _Y), _a("r", _Y, _X)),
+        _r(_a("r", _X, _Z), _a("r", _X, _Y), _a("r", _Y, _Z), Comparison(_X, "!=", _Z)),
+    ),
+    "cyclic": (
+        _r(_a("c", _X), _a("p", _X, _X)),
+        _r(_a("c", _X), _a("r", _X, "c0")),
+    ),
+    # Negation on recursive IDB relations: deleting an e1 fact can make n facts appear (a node
+    # left without successors, a pair left without a path back).
+    "negation": (
+        _r(_a("n", _X), _a("e1", _Y, _X), Negation(_a("p", _X, _E))),
+        _r(_a("n", _X), _a("e1", _X, _Y), Negation(_a("q", _X, _Y))),
+    ),
+    # Negation of a relation itself defined with negation.
+    "double_negation": (
+        _r(_a("m", _X), _a("e3", _X), Negation(_a("n", _X))),
+        _r(_a("m", _X), _a("e1", _X, _Y), Negation(_a("n", _Y))),
+        _r(_a("m", _X), _a("e1", _X, _Y), Negation(_a("c", _Y))),
+    ),
+    # Aggregates over recursive relations, and a rule reading an aggregate.
+    "count_p": (
+        _agg(_a("a0", _X, _C), (_a("p", _X, _Y),), (_X,), "count", _Y),
+        _r(_a("big", _X), _a("a0", _X, _C), Comparison(_C, ">=", Constant(2))),
+    ),
+    "sum_q": (_agg(_a("a1", _X, _C), (_a("q", _X, _Y), _a("e2", _Y, _V)), (_X,), "sum", _V),),
+    "count_r": (_agg(_a("a2", _C), (_a("r", _X, _Y),), (), "count", _X),),
+    # Level 1: a symmetric-transitive closure over p, and an aggregate over it.
+    "symtrans_s": (
+        _r(_a("s", _X, _Y), _a("p", _X, _Y)),
+        _r(_a("s", _X, _Y), _a("s", _Y, _X)),
+        _r(_a("s", _X, _Z), _a("s", _X, _Y), _a("s", _Y, _Z), Comparison(_X, "!=", _Z)),
+        _agg(_a("a3", _X, _C), (_a("s", _X, _Y), _a("e2", _Y, _V)), (_X,), "med", _V),
+    ),
+    # Level 1: recursion with negation of a lower level inside the recursive rules.
+    "negated_closure": (
+        _r(_a("t", _X, _Y), _a("q", _X, _Y), Negation(_a("c", _Y))),
+        _r(_a("t", _X, _Z), _a("t", _X, _Y), _a("p", _Y, _Z), Negation(_a("c", _Z))),
+    ),
+    # Merges the s and t hyper-nodes (level 1).
+    "bridge_st": (
+        _r(_a("s", _X, _Y), _a("t", _X, _Y)),
+        _r(_a("t", _X, _Y), _a("s", _Y, _X), Negation(_a("c", _X))),
+    ),
+}
+
+
+def motif_relations() -> list[Relation]:
+    return [
+        Relation(name, arity, level, aggregate)
+        for name, (arity, level, aggregate) in MOTIF_RELATIONS.items()
+    ]
+
+
+# How often each motif is in a pool, in tenths: base closures most often, so that bridges find
+# something to merge.
+MOTIF_WEIGHTS: dict[str, int] = {
+    "tc_p": 7,
+    "tc2_q": 6,
+    "bridge_pq": 5,
+    "cycle_pqr": 4,
+    "symtrans_r": 4,
+    "cyclic": 3,
+    "negation": 6,
+    "double_negation": 4,
+    "count_p": 4,
+    "sum_q": 3,
+    "count_r": 3,
+    "symtrans_s": 4,
+    "negated_closure": 3,
+    "bridge_st": 3,
+}
+
+
+@st.composite
+def motif_programs(draw: st.DrawFn, most_generic: int = 2) -> Program:
+    """A pool of motifs (see ``MOTIFS``; each drawn independently, ``MOTIF_WEIGHTS`` times in
+    ten, at least two) plus up to ``most_generic`` random rules over the same relations,
+    identical rules merged, in a random order: about 12 rules."""
+    names = [name for name, weight in MOTIF_WEIGHTS.items() if draw(st.integers(0, 9)) < weight]
+    while len(names) < 2:
+        name = draw(st.sampled_from(sorted(MOTIFS)))
+        names += [] if name in names else [name]
+    rules = [rule for name in names for rule in MOTIFS[name]]
+    relations = EDB_RELATIONS + motif_relations()
+    heads = [rel for rel in relations if rel.level >= 0 and not rel.aggregate]
+    for _ in range(draw(st.integers(0, most_generic))):
+        head = draw(st.sampled_from(heads))
+        rules.append(_generic_rule(draw, head, relations, False, draw(st.booleans())))
+    return Program(tuple(draw(st.permutations(list(dict.fromkeys(rules))))))
+
+
+def incremental_programs() -> st.SearchStrategy[Program]:
+    """Rule pools for the stateful tests: motif pools twice as often as :func:`programs`."""
+    return st.one_of(motif_programs(), programs(), motif_programs())
+
+
+def _relation_kinds(program: Program) -> tuple[dict, dict]:
+    """Column kinds of the EDB relations the program reads and of its derived relations."""
+    edb = {name: EDB[name] for name in edb_relations(program)}
+    idb: dict[tuple[str, int], tuple[str, ...]] = {}
+    for rule in program.rules:
+        name, arity = rule.head.relation
+        if name in MOTIF_RELATIONS and MOTIF_RELATIONS[name][0] == arity:
+            kinds = ("iri",) * arity
+            if MOTIF_RELATIONS[name][2]:
+                kinds = (*kinds[:-1], "num")
+        else:
+            kinds = ("any",) * arity
+        idb[(name, arity)] = kinds
+    return edb, idb
+
+
+@st.composite
+def pool_facts(draw: st.DrawFn, program: Program, derived: int = 5) -> tuple:
+    """One logical fact for a rule pool: over an EDB relation it reads, or (1 time in
+    ``derived``) an explicit fact of one of its derived relations, aggregate heads included."""
+    edb, idb = _relation_kinds(program)
+    if idb and draw(st.integers(0, derived - 1)) == 0:
+        (name, _), kinds = draw(st.sampled_from(sorted(idb.items())))
+    else:
+        name = draw(st.sampled_from(sorted(edb)))
+        kinds = edb[name]
+    return (name, *(_value(draw, kind) for kind in kinds))
+
+
+# --- Closure pools: RS1/RS2/RS3-like programs over a small graph -------------------------------
+
+_T, _M, _D, _N = (Variable(name) for name in ("T", "M", "D", "N"))
+
+CLOSURE_FAMILIES: dict[str, tuple[Rule, ...]] = {
+    # Rule set 1: nb is symmetric-transitive (explicit nb facts are the edges), with aggregates
+    # over it, a rule on an aggregate result and a bind.
+    "rs1": (
+        _r(_a("nb", _X, _Y), _a("nb", _Y, _X)),
+        _r(_a("nb", _X, _Y), _a("nb", _X, _Z), _a("nb", _Z, _Y), Comparison(_X, "!=", _Y)),
+        _agg(_a("nbcount", _X, _N), (_a("nb", _X, _Y), _a("temp", _Y, _T)), (_X,), "count", _T),
+        _agg(_a("nbmed", _X, _M), (_a("nb", _X, _Y), _a("temp", _Y, _T)), (_X,), "med", _T),
+        _r(_a("crowded", _X), _a("nbcount", _X, _N), Comparison(_N, ">=", Constant(3))),
+        _r(
+            _a("anomaly", _X),
+            _a("nbmed", _X, _M),
+            _a("crowded", _X),
+            _a("temp", _X, _T),
+            Bind(Call("abs", (BinaryOp("-", _T, _M),)), _D),
+            Comparison(_D, ">", Constant(2)),
+        ),
+    ),
+    # Rule sets 2 and 3 (r10 and r10new are both kept).
+    "rs3": (
+        _r(_a("p11", _X, _Y), _a("p1", _X, _Y)),
+        _r(_a("p11", _X, _Y), _a("p11", _Y, _X)),
+        _r(_a("p11", _X, _Y), _a("p11", _X, _Z), _a("p11", _Z, _Y), Comparison(_X, "!=", _Y)),
+        _r(_a("p12", _X, _Y), _a("p2", _X, _Y)),
+        _r(_a("p12", _X, _Y), _a("p12", _X, _Z), _a("p12", _Z, _Y), Comparison(_X, "!=", _Y)),
+        _r(_a("p13", _X, _Y), _a("p3", _X, _Y)),
+        _r(_a("p14", _X, _Y), _a("p13", _X, _Y)),
+        _r(_a("p13", _X, _Y), _a("p14", _Y, _X)),
+        _r(_a("p20", _X, _Y), _a("p11", _X, _Y)),
+        _r(_a("p20", _X, _Y), _a("p12", _X, _Y)),
+        _r(_a("p20", _X, _Y), _a("p12", _X, _Y), Negation(_a("p13", _Y, _Z))),
+        _r(_a("p20", _X, _Y), _a("p13", _X, _Y)),
+        _r(_a("p21", _X, _Y), _a("p20", _X, _Y)),
+        _r(_a("p22", _X, _Y), _a("p21", _X, _Y)),
+        _r(_a("p20", _X, _Y), _a("p22", _X, _Y)),
+        _r(_a("p25", _X, _Z), _a("p11", _X, _Y), _a("p12", _Y, _Z), Negation(_a("p5", _Y, _Z))),
+        _r(_a("p26", _X, _Z), _a("p12", _X, _Y), _a("p13", _Z, _Y), Negation(_a("p5", _Z, _Y))),
+        _r(_a("p30", _X, _Z), _a("p22", _X, _Y), _a("p21", _Y, _Z)),
+        _r(_a("p31", _X, _Y), _a("p25", _X, _Y), _a("p26", _Y, _Z)),
+    ),
+    # Transitive closure (linear), reachability counts, cycles, negation of the closure.
+    "tc": (
+        _r(_a("t", _X, _Y), _a("e", _X, _Y)),
+        _r(_a("t", _X, _Z), _a("t", _X, _Y), _a("e", _Y, _Z)),
+        _agg(_a("reach", _X, _N), (_a("t", _X, _Y),), (_X,), "count", _Y),
+        _r(_a("oncycle", _X), _a("t", _X, _X)),
+        _r(_a("lonely", _X), _a("node", _X), Negation(_a("t", _X, _E))),
+        _r(
+            _a("apart", _X, _Y),
+            _a("node", _X),
+            _a("node", _Y),
+            Comparison(_X, "!=", _Y),
+            Negation(_a("t", _X, _Y)),
+        ),
+    ),
+    # Rules merging closures of different families into one hyper-node.
+    "bridges": (
+        _r(_a("p11", _X, _Y), _a("nb", _X, _Y)),
+        _r(_a("nb", _X, _Y), _a("p11", _Y, _X)),
+        _r(_a("p13", _X, _Y), _a("p12", _X, _Y)),
+        _r(_a("p12", _X, _Y), _a("p13", _Y, _X)),
+        _r(_a("t", _X, _Y), _a("p12", _X, _Y)),
+    ),
+}
+
+# Relations that receive explicit facts in closure tests: edges (some of them explicit facts of
+# derived relations), negated edges, readings and nodes.
+CLOSURE_EDGES = ("nb", "p1", "p2", "p3", "e")
+CLOSURE_DERIVED_EDGES = ("p11", "p12", "p13", "t")
+TEMPERATURES = [20, 21, 22, 23, 24, 25, 26, 21.5]
+
+
+# How often each closure family is in a pool, in tenths.
+CLOSURE_WEIGHTS = {"rs1": 5, "rs3": 5, "tc": 5, "bridges": 3}
+
+
+@st.composite
+def closure_pools(draw: st.DrawFn) -> Program:
+    """The rules of some closure families (``CLOSURE_FAMILIES``, each ``CLOSURE_WEIGHTS``
+    times in ten, at least one closure), in a random order."""
+    names = [name for name, weight in CLOSURE_WEIGHTS.items() if draw(st.integers(0, 9)) < weight]
+    if not set(names) - {"bridges"}:
+        names.append(draw(st.sampled_from(["rs1", "rs3", "tc"])))
+    rules = [rule for name in names for rule in CLOSURE_FAMILIES[name]]
+    return Program(tuple(draw(st.permutations(list(dict.fromkeys(rules))))))
