@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--progress", action="store_true", help="show progress even when not on a terminal"
     )
+    parser.add_argument(
+        "--no-modules",
+        action="store_true",
+        help="evaluate every hyper-node with plain seminaive evaluation (no closure modules)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     materialise = commands.add_parser(
@@ -116,7 +121,7 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
 
 
 def load(args: argparse.Namespace, progress: Progress) -> Reasoner:
-    reasoner = Reasoner(progress=progress)
+    reasoner = Reasoner(progress=progress, modules=not args.no_modules)
     for path in args.facts:
         progress.step(f"reading {path}")
         reasoner.add_facts(path)

@@ -49,6 +49,7 @@ class Transition:
     sources: list[NodeState] = field(default_factory=list)  # old nodes it takes rules from
     new_rules: list[Rule] = field(default_factory=list)
     removed_rules: list[Rule] = field(default_factory=list)
+    module_changed: bool = False
 
 
 @dataclass
@@ -150,7 +151,9 @@ class UpdateDriver:
         graph: HyperGraph,
         names: dict[frozenset[str], str],
         progress=None,
+        use_modules: bool = True,
     ) -> None:
+        self.use_modules = use_modules
         self.progress = progress
         self.edb = edb
         self.executor = executor
@@ -257,9 +260,16 @@ class UpdateDriver:
             predecessors = [nodes[i].idb for i in self.graph.predecessors(index)]
             view = DataStoreBag([self.edb, *predecessors, idb])
             node = NodeState(name, logical, idb, view)
-            node.module = module if transition.kind == KEPT else choose_module(node)
-            if transition.kind == REDUCED and type(module) is type(node.module):
-                node.module = module
+            node.module = (
+                module if transition.kind == KEPT else choose_module(node, self.use_modules)
+            )
+            if transition.kind == REDUCED:
+                if type(module) is type(node.module):
+                    node.module = module
+                else:
+                    # e.g. the symmetric rule of a symmetric-transitive closure was deleted:
+                    # the remaining transitive rule gets its own module, computed afresh.
+                    transition.module_changed = True
             if transition.kind == KEPT:
                 node.stats = transition.sources[0].stats
             nodes.append(node)
@@ -314,7 +324,8 @@ class UpdateDriver:
                 if sources_view is not None
                 else node.lower_stores()
             )
-            reason = self.surely_large_deletion(node, old_lower)
+            reason = "module changed" if transition.module_changed else None
+            reason = reason or self.surely_large_deletion(node, old_lower)
             inputs = InputChanges() if reason else self.visible_difference(node, old_lower)
             if not reason and not inputs and kind == KEPT:
                 return

@@ -48,7 +48,10 @@ class Reasoner:
     [('anc', 'a', 'b'), ('anc', 'a', 'c'), ('anc', 'b', 'c')]
     """
 
-    def __init__(self, *, progress: ProgressCallback | None = None) -> None:
+    def __init__(self, *, modules: bool = True, progress: ProgressCallback | None = None) -> None:
+        """``modules=False`` evaluates every hyper-node with plain seminaive evaluation
+        instead of the specialised closure modules (for comparison, and as a safety switch)."""
+        self.use_modules = modules
         self.terms = TermDictionary()
         self.edb = DataStore("edb")
         self.rules: dict[str, Rule] = {}
@@ -126,7 +129,13 @@ class Reasoner:
         deletions = [] if delete_facts is None else self._lookup_facts(load_facts(delete_facts))
 
         driver = UpdateDriver(
-            self.edb, self.executor, self.nodes, graph, self._node_names, self.progress
+            self.edb,
+            self.executor,
+            self.nodes,
+            graph,
+            self._node_names,
+            self.progress,
+            self.use_modules,
         )
         added, removed = driver.apply_edb(_by_key(additions), _by_key(deletions))
         if structural or added or removed:

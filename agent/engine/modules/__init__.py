@@ -1,20 +1,40 @@
 """Evaluation modules: each evaluates and maintains the rules of one hyper-node.
 
 All modules share the interface of :class:`base.Module` (the modular-materialisation paper's
-Add / Del / Diff / Red, starting with materialisation from scratch), so the update driver never
-needs to know which algorithm a hyper-node uses. ``choose_module`` picks one by rule pattern.
+Add / Del / Diff / Red), so the update driver never needs to know which algorithm a hyper-node
+uses. ``choose_module`` picks one by rule pattern (``patterns.py``).
 """
 
 from .aggregate import AggregateModule
 from .base import Module, NodeState
+from .patterns import ClosurePattern, detect_closure
 from .seminaive import SeminaiveModule
 
 
-def choose_module(node: NodeState) -> Module:
-    """The module for a hyper-node: aggregates have their own; everything else is seminaive."""
+def choose_module(node: NodeState, use_modules: bool = True) -> Module:
+    """Aggregates have their own module; transitive and symmetric-transitive closures get the
+    closure modules unless ``use_modules`` is off; everything else is seminaive."""
     if any(rule.aggregate() is not None for rule in node.rules):
         return AggregateModule()
+    pattern = detect_closure(node.rules) if use_modules else None
+    if pattern is not None:
+        try:
+            from .symmetric_transitive import SymmetricTransitiveModule
+            from .transitive import TransitiveClosureModule
+        except ImportError:  # the closure modules are being written (issue 4)
+            return SeminaiveModule()
+        if pattern.kind == "transitive":
+            return TransitiveClosureModule(pattern.relation, pattern.irreflexive)
+        return SymmetricTransitiveModule(pattern.relation, pattern.irreflexive)
     return SeminaiveModule()
 
 
-__all__ = ["AggregateModule", "Module", "NodeState", "SeminaiveModule", "choose_module"]
+__all__ = [
+    "AggregateModule",
+    "ClosurePattern",
+    "Module",
+    "NodeState",
+    "SeminaiveModule",
+    "choose_module",
+    "detect_closure",
+]
