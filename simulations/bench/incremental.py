@@ -343,7 +343,7 @@ def timed(action: Callable[[], object]) -> float:
 
 def load(state: State) -> Reasoner:
     """A fresh reasoner holding ``state``: facts first, then rules (one materialisation)."""
-    reasoner = Reasoner()
+    reasoner = Reasoner(modules=USE_MODULES[0])
     reasoner.add_facts(state.facts)
     reasoner.add_rules(Program(rules=state.rules))
     return reasoner
@@ -354,7 +354,7 @@ def from_scratch(state: State, repeat: int) -> Reference:
     rules timed) and the resulting facts."""
     best, facts = float("inf"), frozenset()
     for _ in range(repeat):
-        reasoner = Reasoner()
+        reasoner = Reasoner(modules=USE_MODULES[0])
         reasoner.add_facts(state.facts)
         program = Program(rules=state.rules)
         best = min(best, timed(lambda r=reasoner, p=program: r.add_rules(p)))
@@ -539,6 +539,9 @@ def print_targets(rows: list[Row]) -> None:
         print(f"  - {description}: {verdict}")
 
 
+USE_MODULES = [True]  # set from --no-modules; both sides of every row use the same
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
@@ -550,7 +553,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"run only this scenario group (repeatable): {', '.join(GROUPS)}",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs per case, best reported")
+    parser.add_argument(
+        "--no-modules",
+        action="store_true",
+        help="plain seminaive evaluation everywhere (no closure modules), for comparison",
+    )
     args = parser.parse_args(argv)
+    USE_MODULES[0] = not args.no_modules
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     runner = Runner(args.repeat)

@@ -1,0 +1,144 @@
+"""Benchmark: closure modules vs plain seminaive evaluation, measured in the same run.
+
+    python -m simulations.bench.modules [--quick] [--seminaive-limit N]
+
+1. RS1's first two rules (symmetric-transitive ``hasNeighbour``) over DS1(n), n = 100 .. 1600:
+   materialisation with the STC module, with seminaive (up to ``--seminaive-limit`` turbines:
+   seminaive considers O(n^3) rule instances), and the time to merely store the output.
+2. DAG-R: a random DAG (fixed seed) with one transitive rule: materialisation, then 100 random
+   edge deletions and re-insertions (one update each), module vs seminaive.
+3. RS2 over DS2(200) end to end, with and without modules.
+
+Every pair of runs is checked to give the same facts. Ratios are what to compare: absolute
+times on shared machines are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import sys
+import time
+from pathlib import Path
+
+from agent.engine import Reasoner
+from simulations.bench.datasets import ds1, ds2
+from simulations.bench.materialise import store_time
+
+RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
+STC_RULES = """
+r1: <hasNeighbour>(X, Y) :- <hasNeighbour>(Y, X) .
+r2: <hasNeighbour>(X, Y) :- <hasNeighbour>(X, Z) and <hasNeighbour>(Z, Y) and COMP(X, !=, Y) .
+"""
+TC_RULE = "t: <edge>(X, Z) :- <edge>(X, Y) and <edge>(Y, Z) ."
+
+
+def timed(action) -> float:
+    gc.collect()
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def materialise(rules, facts, modules: bool) -> tuple[Reasoner, float]:
+    reasoner = Reasoner(modules=modules)
+    reasoner.add_facts(facts)
+    return reasoner, timed(lambda: reasoner.add_rules(rules))
+
+
+def module_of(reasoner: Reasoner) -> str:
+    return ",".join(sorted({n["module"] for n in reasoner.stats()["hyper_nodes"]}))
+
+
+def stc_rows(sizes: list[int], seminaive_limit: int) -> None:
+    print("\n# RS1 r1 + r2 (symmetric-transitive) over DS1(n)")
+    print(
+        f"{'n':>6} {'facts':>10} {'module s':>9} {'store s':>8} {'mod/store':>9} "
+        f"{'seminaive s':>12} {'speed-up':>9}  module"
+    )
+    for n in sizes:
+        facts = [f for f in ds1(n) if f[0] == "hasNeighbour"]
+        fast, module_time = materialise(STC_RULES, facts, True)
+        store = store_time(fast)
+        line = (
+            f"{n:>6} {fast.count():>10} {module_time:>9.3f} {store:>8.3f} "
+            f"{module_time / store:>9.1f}"
+        )
+        if n <= seminaive_limit:
+            slow, seminaive_time = materialise(STC_RULES, facts, False)
+            assert set(slow.facts()) == set(fast.facts()), f"results differ at n={n}"
+            line += f" {seminaive_time:>12.3f} {seminaive_time / module_time:>8.1f}x"
+            del slow
+        else:
+            line += f" {'(skipped)':>12} {'':>9}"
+        print(line + f"  {module_of(fast)}", flush=True)
+
+
+def random_dag(nodes: int, edges: int, seed: int = 7) -> list[tuple]:
+    rng = random.Random(seed)
+    chosen: set[tuple[int, int]] = set()
+    while len(chosen) < edges:
+        a, b = rng.randrange(nodes), rng.randrange(nodes)
+        if a != b:
+            chosen.add((min(a, b), max(a, b)))
+    return [("edge", f"v{a}", f"v{b}") for a, b in sorted(chosen)]
+
+
+def dag_rows(nodes: int, edges: int, changes: int) -> None:
+    print(f"\n# DAG-R: random DAG, {nodes} nodes, {edges} edges, transitive rule")
+    facts = random_dag(nodes, edges)
+    results = {}
+    for modules in (True, False):
+        reasoner, build = materialise(TC_RULE, facts, modules)
+        rng = random.Random(11)
+        picked = rng.sample(facts, changes)
+        deleting = timed(lambda r=reasoner, p=picked: [r.delete_facts([f]) for f in p])
+        inserting = timed(lambda r=reasoner, p=picked: [r.add_facts([f]) for f in p])
+        results[modules] = (reasoner, build, deleting, inserting)
+    fast, slow = results[True], results[False]
+    assert set(fast[0].facts()) == set(slow[0].facts()), "DAG-R results differ"
+    print(f"closure facts: {fast[0].count() - len(facts)} derived, module: {module_of(fast[0])}")
+    for label, index in (
+        ("materialise", 1),
+        (f"{changes} deletions", 2),
+        (f"{changes} re-insertions", 3),
+    ):
+        print(
+            f"{label:<20} module {fast[index]:>8.3f} s   seminaive {slow[index]:>8.3f} s   "
+            f"speed-up {slow[index] / fast[index]:>6.1f}x"
+        )
+
+
+def rs2_row(width: int) -> None:
+    print(f"\n# RS2 over DS2({width}) end to end")
+    facts = ds2(width)
+    fast, module_time = materialise(RULES / "rs2.rules", facts, True)
+    slow, seminaive_time = materialise(RULES / "rs2.rules", facts, False)
+    assert set(fast.facts()) == set(slow.facts()), "RS2 results differ"
+    print(
+        f"facts {fast.count()}: modules {module_time:.3f} s, seminaive {seminaive_time:.3f} s, "
+        f"speed-up {seminaive_time / module_time:.1f}x, store-only {store_time(fast):.3f} s"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument(
+        "--seminaive-limit", type=int, default=800, help="largest DS1 size run with seminaive"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        stc_rows([50, 100], args.seminaive_limit)
+        dag_rows(200, 600, 20)
+        rs2_row(30)
+    else:
+        stc_rows([100, 200, 400, 800, 1600], args.seminaive_limit)
+        dag_rows(2000, 10000, 100)
+        rs2_row(200)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
