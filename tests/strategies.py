@@ -503,11 +503,12 @@ MOTIFS: dict[str, tuple[Rule, ...]] = {
     ),
     "sum_q": (_agg(_a("a1", _X, _C), (_a("q", _X, _Y), _a("e2", _Y, _V)), (_X,), "sum", _V),),
     "count_r": (_agg(_a("a2", _C), (_a("r", _X, _Y),), (), "count", _X),),
-    # Level 1: a symmetric-transitive closure over p, and an aggregate over it.
+    # Level 1: a symmetric-transitive closure over p (reflexive: no X != Z), and an aggregate
+    # over it.
     "symtrans_s": (
         _r(_a("s", _X, _Y), _a("p", _X, _Y)),
         _r(_a("s", _X, _Y), _a("s", _Y, _X)),
-        _r(_a("s", _X, _Z), _a("s", _X, _Y), _a("s", _Y, _Z), Comparison(_X, "!=", _Z)),
+        _r(_a("s", _X, _Z), _a("s", _X, _Y), _a("s", _Y, _Z)),
         _agg(_a("a3", _X, _C), (_a("s", _X, _Y), _a("e2", _Y, _V)), (_X,), "med", _V),
     ),
     # Level 1: recursion with negation of a lower level inside the recursive rules.
@@ -661,8 +662,21 @@ CLOSURE_FAMILIES: dict[str, tuple[Rule, ...]] = {
             Negation(_a("t", _X, _Y)),
         ),
     ),
+    # Closures without X != Z: a transitive one (u) and a symmetric-transitive one (v).
+    "plain": (
+        _r(_a("u", _X, _Y), _a("e", _X, _Y)),
+        _r(_a("u", _X, _Z), _a("u", _X, _Y), _a("u", _Y, _Z)),
+        _r(_a("v", _X, _Y), _a("p1", _Y, _X)),
+        _r(_a("v", _X, _Y), _a("v", _Y, _X)),
+        _r(_a("v", _X, _Z), _a("v", _X, _Y), _a("v", _Y, _Z)),
+        _agg(_a("ucount", _X, _N), (_a("u", _X, _Y),), (_X,), "count", _Y),
+        _r(_a("acyclic", _X), _a("node", _X), Negation(_a("u", _X, _X))),
+        _r(_a("vself", _X), _a("v", _X, _X)),
+    ),
     # Rules merging closures of different families into one hyper-node.
     "bridges": (
+        _r(_a("u", _X, _Y), _a("v", _X, _Y)),
+        _r(_a("v", _X, _Y), _a("u", _Y, _X)),
         _r(_a("p11", _X, _Y), _a("nb", _X, _Y)),
         _r(_a("nb", _X, _Y), _a("p11", _Y, _X)),
         _r(_a("p13", _X, _Y), _a("p12", _X, _Y)),
@@ -674,12 +688,12 @@ CLOSURE_FAMILIES: dict[str, tuple[Rule, ...]] = {
 # Relations that receive explicit facts in closure tests: edges (some of them explicit facts of
 # derived relations), negated edges, readings and nodes.
 CLOSURE_EDGES = ("nb", "p1", "p2", "p3", "e")
-CLOSURE_DERIVED_EDGES = ("p11", "p12", "p13", "t")
+CLOSURE_DERIVED_EDGES = ("p11", "p12", "p13", "t", "u", "v")
 TEMPERATURES = [20, 21, 22, 23, 24, 25, 26, 21.5]
 
 
 # How often each closure family is in a pool, in tenths.
-CLOSURE_WEIGHTS = {"rs1": 5, "rs3": 5, "tc": 5, "bridges": 3}
+CLOSURE_WEIGHTS = {"rs1": 5, "rs3": 5, "tc": 4, "plain": 5, "bridges": 3}
 
 
 @st.composite
@@ -688,6 +702,6 @@ def closure_pools(draw: st.DrawFn) -> Program:
     times in ten, at least one closure), in a random order."""
     names = [name for name, weight in CLOSURE_WEIGHTS.items() if draw(st.integers(0, 9)) < weight]
     if not set(names) - {"bridges"}:
-        names.append(draw(st.sampled_from(["rs1", "rs3", "tc"])))
+        names.append(draw(st.sampled_from(["rs1", "rs3", "tc", "plain"])))
     rules = [rule for name in names for rule in CLOSURE_FAMILIES[name]]
     return Program(tuple(draw(st.permutations(list(dict.fromkeys(rules))))))

@@ -363,6 +363,8 @@ class OracleMachine(RuleBasedStateMachine):
         assert_same(actual, engine_facts(fresh), f"after step {self.steps}, engine vs fresh engine")
 
         stats = self.reasoner.stats()
+        for module in {node.get("module") for node in stats["hyper_nodes"]}:
+            record(f"module in use: {module}")
         assert stats["rules"] == len(self.rules), stats["rules"]
         assert stats["explicit_facts"] == len(self.explicit), stats["explicit_facts"]
         assert stats["facts"] == len(wanted) == self.reasoner.count(), (

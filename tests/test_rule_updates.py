@@ -121,7 +121,7 @@ def test_fact_updates_are_incremental_and_reported():
     reasoner = loaded(FIG5, FIG5_FACTS)
     report = reasoner.update(delete_facts=[("e", "b", "c")], add_facts=[("e", "d", "x")])
     strategies = {entry["strategy"].split(" (")[0] for entry in report["hyper_nodes"].values()}
-    assert strategies and strategies <= {"DRed^c", "recompute", "groups"}
+    assert strategies and strategies <= {"DRed^c", "recompute", "groups", "closure"}
     assert all(entry["seconds"] >= 0 for entry in report["hyper_nodes"].values())
     assert reasoner.stats()["last_update"] == report
     assert set(reasoner.facts()) == fresh(reasoner)
@@ -134,3 +134,15 @@ def test_no_op_fact_changes_are_reported_not_errors():
     assert report["facts_added"] == 0 and report["facts_deleted"] == 0
     assert report["facts_ignored"] == 2 and report["plan"] == []
     assert set(reasoner.facts()) == before
+
+
+def test_deleting_a_rule_that_splits_a_cycle_leaves_no_stale_facts():
+    """Regression: deleting ``p14 :- p13`` from the p13/p14 cycle once left ``p13(w1, w0)``
+    (derived from the now underived p14) in the reduced hyper-node's reused store."""
+    reasoner = Reasoner()
+    reasoner.add_rules("a: p14(X, Y) :- p13(X, Y) .\nb: p13(X, Y) :- p14(Y, X) .")
+    reasoner.add_facts([("p13", "w0", "w1")])
+    assert ("p13", "w1", "w0") in set(reasoner.facts())
+    reasoner.delete_rules(["a"])
+    assert set(reasoner.facts()) == {("p13", "w0", "w1")}
+    assert set(reasoner.facts()) == fresh(reasoner)

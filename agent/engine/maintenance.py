@@ -325,7 +325,8 @@ class UpdateDriver:
                 else node.lower_stores()
             )
             reason = "module changed" if transition.module_changed else None
-            reason = reason or self.surely_large_deletion(node, old_lower)
+            if not reason and not module.cheap_deletions:
+                reason = self.surely_large_deletion(node, old_lower)
             inputs = InputChanges() if reason else self.visible_difference(node, old_lower)
             if not reason and not inputs and kind == KEPT:
                 return
@@ -361,6 +362,8 @@ class UpdateDriver:
         of negated relations block) are a large part of what it reads, or when a deleted rule
         would have to be evaluated over more facts than the node holds, deriving the node again
         is cheaper."""
+        if node.module is not None and node.module.cheap_deletions and not transition.removed_rules:
+            return None
         reads = self.input_size(node)
         negated = {rel for r in node.rules for rel, how in r.body_relations() if how != "positive"}
         lost = sum(len(rows) for key, rows in inputs.minus.items())

@@ -131,6 +131,9 @@ class Module(ABC):
     """How one hyper-node's rules are evaluated and maintained."""
 
     name: str = "module"
+    # True when the module's own maintenance handles deletions at a cost proportional to what
+    # they affect (the closure modules): the driver then never recomputes it for large deletions.
+    cheap_deletions: bool = False
 
     @abstractmethod
     def materialise(self, node: NodeState, executor: Executor) -> None:
