@@ -9,6 +9,8 @@ from .aggregate import AggregateModule
 from .base import Module, NodeState
 from .patterns import ClosurePattern, detect_closure
 from .seminaive import SeminaiveModule
+from .symmetric_transitive import SymmetricTransitiveModule
+from .transitive import TransitiveClosureModule
 
 
 def choose_module(node: NodeState, use_modules: bool = True) -> Module:
@@ -18,11 +20,6 @@ def choose_module(node: NodeState, use_modules: bool = True) -> Module:
         return AggregateModule()
     pattern = detect_closure(node.rules) if use_modules else None
     if pattern is not None:
-        try:
-            from .symmetric_transitive import SymmetricTransitiveModule
-            from .transitive import TransitiveClosureModule
-        except ImportError:  # the closure modules are being written (issue 4)
-            return SeminaiveModule()
         if pattern.kind == "transitive":
             return TransitiveClosureModule(pattern.relation, pattern.irreflexive)
         return SymmetricTransitiveModule(pattern.relation, pattern.irreflexive)
@@ -35,6 +32,8 @@ __all__ = [
     "Module",
     "NodeState",
     "SeminaiveModule",
+    "SymmetricTransitiveModule",
+    "TransitiveClosureModule",
     "choose_module",
     "detect_closure",
 ]
