@@ -289,9 +289,10 @@ class UpdateDriver:
             strategy = "materialise" if kind == NEW else "recompute"
             node.idb.clear()
             module.materialise(node, self.executor)
-            changes = StoreChanges(
-                added={k: set(r.tuples) for k, r in node.idb.relations.items() if r.tuples}
-            )
+            # A created store is read as wholly new by visible_difference: no copy of its
+            # facts is logged; only the count is reported.
+            changes = StoreChanges()
+            created_count = node.idb.size()
         elif kind == MERGED:
             strategy = "merge + extend"
             changes = StoreChanges()
@@ -343,6 +344,8 @@ class UpdateDriver:
                 strategy = f"rule deletion: {strategy}"
         self.log.record(node.idb, changes)
         added, removed = changes.counts()
+        if kind in (NEW, SPLIT) or (kind == MERGED and not extend_merges):
+            added = created_count
         self.report["hyper_nodes"][node.name] = {
             "transition": kind,
             "strategy": strategy,
