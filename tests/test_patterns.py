@@ -54,3 +54,26 @@ def test_modules_false_forces_seminaive_everywhere():
     plain = Reasoner(modules=False)
     plain.add_rules(text)
     assert {n["module"] for n in plain.stats()["hyper_nodes"]} == {"seminaive"}
+
+
+def test_deleting_the_symmetric_rule_turns_stc_into_tc():
+    rules = "sym: r(X, Y) :- r(Y, X) .\ntrans: r(X, Z) :- r(X, Y), r(Y, Z), X != Z ."
+    reasoner = Reasoner()
+    reasoner.add_rules(rules)
+    reasoner.add_facts([("r", "a", "b"), ("r", "b", "c"), ("r", "d", "c")])
+    assert {n["module"] for n in reasoner.stats()["hyper_nodes"]} == {
+        "symmetric-transitive (x != z)"
+    }
+    reasoner.delete_rules(["sym"])
+    assert [n["module"] for n in reasoner.stats()["hyper_nodes"]] == ["transitive (x != z)"]
+    fresh = Reasoner(modules=False)
+    fresh.add_facts([("r", "a", "b"), ("r", "b", "c"), ("r", "d", "c")])
+    fresh.add_rules("r(X, Z) :- r(X, Y), r(Y, Z), X != Z .")
+    assert (
+        set(reasoner.facts())
+        == set(fresh.facts())
+        == {("r", "a", "b"), ("r", "b", "c"), ("r", "d", "c"), ("r", "a", "c")}
+    )
+    reasoner.add_facts([("r", "c", "a")])  # module state keeps working after the change
+    fresh.add_facts([("r", "c", "a")])
+    assert set(reasoner.facts()) == set(fresh.facts())
