@@ -246,6 +246,22 @@ BodyItem = Atom | Negation | Comparison | Bind | Aggregate
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 
 
+def item_variables(item: BodyItem) -> set[Variable]:
+    """The variables a body item mentions (an aggregate: its group, result and body)."""
+    if isinstance(item, Atom):
+        return item.variables()
+    if isinstance(item, Negation):
+        return item.atom.variables()
+    if isinstance(item, Comparison):
+        return item.variables()
+    if isinstance(item, Bind):
+        return expr_variables(item.expr) | {item.variable}
+    found = set(item.group_by) | {item.result}
+    for inner in item.body:
+        found |= item_variables(inner)
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """``head :- body .`` with an optional label (``r3: head :- body .``).

@@ -15,7 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .language import Atom, Bind, Comparison, Negation, Rule, Variable, expr_variables
+from .language import (
+    Atom,
+    Bind,
+    Comparison,
+    Negation,
+    Rule,
+    Variable,
+    expr_variables,
+    item_variables,
+)
 
 
 @dataclass(frozen=True)
@@ -157,16 +166,6 @@ def _variable_occurrences(items: Sequence) -> dict[Variable, int]:
     """How many body items mention each variable (to tell existential negated variables)."""
     counts: dict[Variable, int] = {}
     for item in items:
-        if isinstance(item, Atom):
-            found = item.variables()
-        elif isinstance(item, Negation):
-            found = item.atom.variables()
-        elif isinstance(item, Comparison):
-            found = item.variables()
-        elif isinstance(item, Bind):
-            found = expr_variables(item.expr) | {item.variable}
-        else:
-            found = set()
-        for variable in found:
+        for variable in item_variables(item):
             counts[variable] = counts.get(variable, 0) + 1
     return counts

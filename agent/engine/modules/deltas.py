@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ..executor import Executor
-from ..language import Atom, Bind, Comparison, Negation, Rule, Variable, expr_variables
+from ..language import Atom, Negation, Rule, Variable, item_variables
 from ..store import DataStoreBag, Relation, RelationKey
 from .base import Facts
 
@@ -135,16 +135,8 @@ def _with_fresh_existentials(body: Sequence, position: int) -> Atom:
     atom = body[position].atom
     elsewhere: set[Variable] = set()
     for index, item in enumerate(body):
-        if index == position:
-            continue
-        if isinstance(item, Atom):
-            elsewhere |= item.variables()
-        elif isinstance(item, Negation):
-            elsewhere |= item.atom.variables()
-        elif isinstance(item, Comparison):
-            elsewhere |= item.variables()
-        elif isinstance(item, Bind):
-            elsewhere |= expr_variables(item.expr) | {item.variable}
+        if index != position:
+            elsewhere |= item_variables(item)
     terms = tuple(
         Variable(f"{t.name}#deleted") if isinstance(t, Variable) and t not in elsewhere else t
         for t in atom.terms

@@ -54,44 +54,23 @@ class SymmetricTransitiveModule(ClosureModule):
 
     def __init__(self, relation: RelationKey, irreflexive: bool = False) -> None:
         super().__init__(relation, irreflexive)
-        self.out: dict[int, set[int]] = {}
-        self.inn: dict[int, set[int]] = {}
         self.loops: set[int] = set()
         self.component: dict[int, set[int]] = {}
 
     # ------------------------------------------------------------------ helpers
-    def holds(self, fact: tuple[int, ...]) -> bool:
-        return fact[1] in self.out.get(fact[0], EMPTY)
-
     def _link(self, u: int, v: int) -> None:
-        found = self.out.get(u)
-        if found is None:
-            self.out[u] = {v}
-        else:
-            found.add(v)
-        found = self.inn.get(v)
-        if found is None:
-            self.inn[v] = {u}
-        else:
-            found.add(u)
+        super()._link(u, v)
         if u == v:
             self.loops.add(u)
 
     def _unlink(self, u: int, v: int) -> None:
-        out = self.out[u]
-        out.discard(v)
-        if not out:
-            del self.out[u]
-        into = self.inn[v]
-        into.discard(u)
-        if not into:
-            del self.inn[v]
+        super()._unlink(u, v)
         if u == v:
             self.loops.discard(u)
 
     def _search(self, start: int) -> set[int]:
         """The vertices connected to ``start`` by external facts (in either direction)."""
-        out, inn = self.out, self.inn
+        out, inn = self.succ, self.pred
         members = {start}
         frontier = [start]
         while frontier:
@@ -104,14 +83,14 @@ class SymmetricTransitiveModule(ClosureModule):
 
     # ------------------------------------------------------------------ materialise
     def build(self, external: list[Relation]) -> set[tuple[int, int]]:
-        self.out, self.inn, self.loops, self.component = {}, {}, set(), {}
+        self.succ, self.pred, self.loops, self.component = {}, {}, set(), {}
         link = self._link
         for relation in external:
             for u, v in relation.tuples:
                 link(u, v)
         component = self.component
         pairs: set[tuple[int, int]] = set()
-        for start in self.out.keys() | self.inn.keys():
+        for start in self.succ.keys() | self.pred.keys():
             if start in component:
                 continue
             members = self._search(start)
@@ -133,7 +112,7 @@ class SymmetricTransitiveModule(ClosureModule):
             self._unlink(u, v)
             members = component[u]
             touched[id(members)] = members
-        out, inn = self.out, self.inn
+        out, inn = self.succ, self.pred
         gone: set[tuple[int, int]] = set()
         if self.irreflexive:
             gone.update((u, u) for u, v in facts if u == v)

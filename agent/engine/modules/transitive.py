@@ -86,11 +86,13 @@ def pairs_from(source: int, targets: Iterable[int]) -> Iterable[tuple[int, int]]
 
 
 class ClosureModule(Module):
-    """What the TC and STC modules share: the relation, the variant, external facts, fallbacks.
+    """What the TC and STC modules share: the relation, the variant, the external facts as
+    forward/backward adjacency sets (``succ``, ``pred``, ``holds``, ``_link``, ``_unlink``),
+    and the fallbacks.
 
     Subclasses implement ``build`` (materialise into a fresh state), ``delete`` and ``insert``
     (update the state and the IDB for removed / added external facts, recording the changes of
-    the IDB), and ``holds`` (whether the state records an external fact)."""
+    the IDB)."""
 
     name = "closure"
     # Deletions cost what they affect (STC: the touched components; TC: the SCCs downstream of
@@ -103,9 +105,36 @@ class ClosureModule(Module):
         self.last_strategy = ""
         self._idb: DataStore | None = None  # the IDB the state describes
         self._size = -1  # its size when the state was last brought up to date
+        self.succ: dict[int, set[int]] = {}  # external facts, forwards
+        self.pred: dict[int, set[int]] = {}  # and backwards
 
     def describe(self) -> str:
         return f"{self.name} (x != z)" if self.irreflexive else self.name
+
+    def holds(self, fact: tuple[int, ...]) -> bool:
+        return fact[1] in self.succ.get(fact[0], EMPTY)
+
+    def _link(self, u: int, v: int) -> None:
+        found = self.succ.get(u)
+        if found is None:
+            self.succ[u] = {v}
+        else:
+            found.add(v)
+        found = self.pred.get(v)
+        if found is None:
+            self.pred[v] = {u}
+        else:
+            found.add(u)
+
+    def _unlink(self, u: int, v: int) -> None:
+        out = self.succ[u]
+        out.discard(v)
+        if not out:
+            del self.succ[u]
+        into = self.pred[v]
+        into.discard(u)
+        if not into:
+            del self.pred[v]
 
     # ------------------------------------------------------------------ inputs
     def external(self, node: NodeState) -> list[Relation]:
@@ -174,9 +203,6 @@ class ClosureModule(Module):
     def build(self, external: list[Relation]) -> set[tuple[int, int]]:
         raise NotImplementedError
 
-    def holds(self, fact: tuple[int, ...]) -> bool:
-        raise NotImplementedError
-
     def delete(self, own: Relation, facts: set, result: StoreChanges) -> None:
         raise NotImplementedError
 
@@ -191,36 +217,10 @@ class TransitiveClosureModule(ClosureModule):
 
     def __init__(self, relation: RelationKey, irreflexive: bool = False) -> None:
         super().__init__(relation, irreflexive)
-        self.succ: dict[int, set[int]] = {}
-        self.pred: dict[int, set[int]] = {}
         self.reach: dict[int, set[int]] = {}  # only vertices with successors
         self.lonely: dict[int, int] = {}  # irreflexive: partner in a loop-free 2-vertex SCC
 
     # ------------------------------------------------------------------ helpers
-    def holds(self, fact: tuple[int, ...]) -> bool:
-        return fact[1] in self.succ.get(fact[0], EMPTY)
-
-    def _link(self, u: int, v: int) -> None:
-        found = self.succ.get(u)
-        if found is None:
-            self.succ[u] = {v}
-        else:
-            found.add(v)
-        found = self.pred.get(v)
-        if found is None:
-            self.pred[v] = {u}
-        else:
-            found.add(u)
-
-    def _unlink(self, u: int, v: int) -> None:
-        out = self.succ[u]
-        out.discard(v)
-        if not out:
-            del self.succ[u]
-        into = self.pred[v]
-        into.discard(u)
-        if not into:
-            del self.pred[v]
 
     def _close(
         self, vertices: list[int], inside: set[int] | None = None, dirty: set[int] | None = None
