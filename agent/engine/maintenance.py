@@ -101,6 +101,45 @@ class StoreLog:
         return candidates & relation.tuples if relation is not None else set()
 
 
+@dataclass
+class Journal:
+    """What one update changed, store by store, for whoever keeps a copy of the state (the
+    agent's SQLite file): ``edb`` holds the net explicit-fact changes; a hyper-node IDB that
+    was ``created`` in the update must be written in full, any other one changed by exactly
+    ``changes[id(idb)]``. IDBs of the previous node list that no node uses any more were
+    dropped."""
+
+    edb: StoreChanges = field(default_factory=StoreChanges)
+    created: set[int] = field(default_factory=set)
+    changes: dict[int, StoreChanges] = field(default_factory=dict)
+
+    def of(self, store: DataStore) -> StoreChanges:
+        return self.changes.get(id(store)) or StoreChanges()
+
+
+def new_node_state(
+    name: str,
+    logical: HyperNode,
+    idb: DataStore,
+    edb: DataStore,
+    predecessors: list[DataStore],
+    module: Module | None,
+    use_modules: bool,
+) -> NodeState:
+    """A hyper-node's run-time state: its IDB with a relation per head, its view (EDB,
+    predecessors' IDBs, own IDB) and its module (``module``, or one chosen by pattern)."""
+    logical.name = name
+    for key in logical.heads:
+        idb.relation(key)
+    for rule in logical.rules:
+        for key, _ in rule.body_relations():
+            edb.relation(key)
+    view = DataStoreBag([edb, *predecessors, idb])
+    node = NodeState(name, logical, idb, view)
+    node.module = module if module is not None else choose_module(node, use_modules)
+    return node
+
+
 def classify(old_nodes: list[NodeState], graph: HyperGraph, deleted: set[str]) -> list[Transition]:
     """Alg. 2/3 as a graph difference: the transition of every hyper-node of the new graph."""
     by_rules = {node.logical.rule_ids: node for node in old_nodes}
@@ -166,9 +205,21 @@ class UpdateDriver:
     def name_of(self, logical: HyperNode) -> str:
         name = self.names.get(logical.rule_ids)
         if name is None:
-            name = self.names[logical.rule_ids] = f"hn{len(self.names) + 1}"
+            number = len(self.names) + 1
+            taken = set(self.names.values())  # a restored reasoner's names may have gaps
+            while f"hn{number}" in taken:
+                number += 1
+            name = self.names[logical.rule_ids] = f"hn{number}"
         logical.name = name
         return name
+
+    def journal(self) -> Journal:
+        """The update's changes, store by store (see :class:`Journal`)."""
+        return Journal(
+            edb=self.log.changes.get(id(self.edb)) or StoreChanges(),
+            created=set(self.log.created),
+            changes=dict(self.log.changes),
+        )
 
     # ------------------------------------------------------------------ facts
     def apply_edb(
@@ -252,16 +303,15 @@ class UpdateDriver:
             else:
                 idb = DataStore(name)
                 self.log.created.add(id(idb))
-            for key in logical.heads:
-                idb.relation(key)
-            for rule in logical.rules:
-                for key, _ in rule.body_relations():
-                    self.edb.relation(key)
             predecessors = [nodes[i].idb for i in self.graph.predecessors(index)]
-            view = DataStoreBag([self.edb, *predecessors, idb])
-            node = NodeState(name, logical, idb, view)
-            node.module = (
-                module if transition.kind == KEPT else choose_module(node, self.use_modules)
+            node = new_node_state(
+                name,
+                logical,
+                idb,
+                self.edb,
+                predecessors,
+                module if transition.kind == KEPT else None,
+                self.use_modules,
             )
             if transition.kind == REDUCED:
                 if type(module) is type(node.module):

@@ -26,7 +26,7 @@ from .errors import RuleError, UnknownRuleError, ZodiacError
 from .executor import Executor
 from .explain import Derivation, explain_fact
 from .language import RDF_TYPE, Atom, Constant, Program, Rule, Value, Variable
-from .maintenance import UpdateDriver
+from .maintenance import Journal, UpdateDriver, new_node_state
 from .modules import NodeState
 from .store import DataStore, RelationKey
 from .terms import TermDictionary
@@ -59,8 +59,55 @@ class Reasoner:
         self.nodes: list[NodeState] = []
         self.executor = Executor(self.terms)
         self.progress = progress
+        self.restored = ""  # how restore() rebuilt the state ("" for a fresh reasoner)
         self._node_names: dict[frozenset[str], str] = {}
         self._last_update: dict = {}
+        # The last update's changes store by store, for a persistent copy (agent/persistence).
+        self.journal = Journal()
+
+    @classmethod
+    def restore(
+        cls,
+        *,
+        terms: list[Value],
+        rules: list[Rule],
+        edb: dict[RelationKey, set],
+        nodes: dict[frozenset[str], tuple[str, dict[RelationKey, set]]],
+        modules: bool = True,
+        progress: ProgressCallback | None = None,
+    ) -> Reasoner:
+        """A reasoner from a saved state, without recomputing: ``terms`` in id order, the rules,
+        the explicit facts and, per hyper-node (keyed by its rule ids), its name and IDB.
+
+        The saved hyper-nodes must be exactly those of the rules' HRDG; if they are not (a
+        state saved by a different engine version, say), everything is recomputed from the
+        rules and explicit facts instead, and ``stats()["restored"]`` says so. Modules rebuild
+        auxiliary state (closure adjacency, aggregate groups) on the first change they see."""
+        reasoner = cls(modules=modules, progress=progress)
+        reasoner.terms.load(terms)
+        for key, facts in edb.items():
+            reasoner.edb.relation(key).add_all(facts)
+        graph = reasoner._check_program(rules)
+        if {logical.rule_ids for logical in graph.nodes} != set(nodes):
+            reasoner.update(add_rules=Program(rules=tuple(rules)))
+            reasoner.restored = "recomputed (saved hyper-nodes do not match the rules)"
+            return reasoner
+        reasoner.graph = graph
+        reasoner.rules = {rule.id: rule for rule in rules}
+        for index, logical in enumerate(graph.nodes):
+            name, facts = nodes[logical.rule_ids]
+            reasoner._node_names[logical.rule_ids] = name
+            idb = DataStore(name)
+            for key, rows in facts.items():
+                idb.relation(key).add_all(rows)
+            predecessors = [reasoner.nodes[i].idb for i in graph.predecessors(index)]
+            node = new_node_state(
+                name, logical, idb, reasoner.edb, predecessors, None, modules
+            )
+            node.module.adopt(node)  # type: ignore[union-attr]
+            reasoner.nodes.append(node)
+        reasoner.restored = "loaded"
+        return reasoner
 
     # ------------------------------------------------------------------ updates
     def add_rules(self, source: str | os.PathLike | Program | Iterable[Rule]) -> list[str]:
@@ -138,6 +185,7 @@ class Reasoner:
             self.use_modules,
         )
         added, removed = driver.apply_edb(_by_key(additions), _by_key(deletions))
+        self.journal = Journal()
         if structural or added or removed:
             pure_insertion = not (deleted_ids or added or removed)
             self.nodes = driver.run(deleted_ids, extend_merges=pure_insertion)
@@ -145,6 +193,7 @@ class Reasoner:
             self.rules = rules
             if deleted_ids:
                 self.executor.forget(deleted_ids)
+            self.journal = driver.journal()
         report = {
             "operation": _describe_operation(added_ids, deleted_ids, added, removed),
             "rules_added": added_ids,
@@ -295,6 +344,7 @@ class Reasoner:
             "runtime_errors": self.executor.error_count,
             "last_update": dict(self._last_update),
             "terms": len(self.terms),
+            **({"restored": self.restored} if self.restored else {}),
         }
 
     # ------------------------------------------------------------------ internals

@@ -63,6 +63,13 @@ class TermDictionary:
         self.values.append(value)
         return new_id
 
+    def load(self, values: list[Value]) -> None:
+        """Append stored terms, which must get exactly the ids they had when saved (an empty
+        dictionary, values in id order)."""
+        for expected, value in enumerate(values, start=len(self.values)):
+            if self.encode(value) != expected:
+                raise ValueError(f"term {expected} ({value!r}) duplicates an earlier term")
+
     def lookup(self, value: Value) -> int | None:
         """The id of a value, or None if the dictionary has never seen it (no insertion)."""
         return self._ids.get(term_key(value))

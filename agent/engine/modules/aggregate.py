@@ -49,9 +49,16 @@ class AggregateModule(Module):
         self.group_heads: dict[tuple, set] = {}
         self.head_groups: dict[tuple, int] = {}
         self.last_strategy = ""
+        self.stale = False  # IDB loaded from saved state: groups unknown until recomputed
+
+    def adopt(self, node: NodeState) -> None:
+        """Group bookkeeping is not saved: the first change recomputes this node (an
+        aggregate node is one rule, usually cheap next to the whole materialisation)."""
+        self.stale = True
 
     def materialise(self, node: NodeState, executor: Executor) -> None:
         started = time.perf_counter()
+        self.stale = False
         self.group_heads.clear()
         self.head_groups.clear()
         for rule in node.rules:
@@ -106,6 +113,9 @@ class AggregateModule(Module):
         removed_rules: Sequence[Rule] = (),
         old_view: DataStoreBag | None = None,
     ) -> StoreChanges:
+        if self.stale:
+            self.last_strategy = "recompute (group state not restored)"
+            return self.recompute(node, executor)
         self.last_strategy = "groups"
         rule = node.rules[0]
         aggregate = rule.aggregate()

@@ -173,5 +173,10 @@ class Module(ABC):
             changes.remove(key, old - new)
         return changes
 
+    def adopt(self, node: NodeState) -> None:
+        """The node's IDB was loaded from saved state rather than computed by this module:
+        make sure no auxiliary state is trusted that was not rebuilt. The default has none."""
+        return None
+
     def describe(self) -> str:
         return self.name
