@@ -1,0 +1,805 @@
+"""Rule bundles: the signed messages that carry rules and facts from the cloud to an edge agent.
+
+A bundle is a pydantic model (:class:`Bundle`) encoded with msgpack. It belongs to a *stream*
+(``base``, ``anomaly/ambient-temperature``...) and carries a version that increases by one per
+bundle of that stream, plus a list of operations applied in order: add rules, delete rules by id,
+add facts, delete facts. The agent remembers the highest version applied per stream, so a bundle
+delivered twice (MQTT QoS 1 is "at least once") is a harmless no-op, and a missing version is
+detected instead of silently leaving the device with half a rule set (:func:`check_sequence`).
+A ``full_state`` bundle is the whole content of its stream; the cloud sends one to recover a
+device that reported a version gap.
+
+Wire format
+-----------
+The payload on the wire is a msgpack map, the *envelope*::
+
+    {"v": 1, "kid": "<key id>", "body": <bin: msgpack of the Bundle>, "sig": <bin: 64 bytes>}
+
+``sig`` is an Ed25519 signature over exactly the ``body`` bytes, so no canonical encoding is
+needed: the device verifies the bytes it received, then decodes those same bytes. Facts are
+lists ``[predicate, arg1, ...]`` of encoded terms: a msgpack str is an IRI, ints, floats and
+booleans are themselves, and any other RDF literal is a map ``{"lit": lexical, "dt": datatype or
+nil, "lang": language or nil}`` (:func:`encode_term` / :func:`decode_term`).
+
+Why this order of checks (:func:`open_bundle`)
+---------------------------------------------
+1. *Size first*: refusing an oversized payload costs one ``len()``; nothing else has looked at it.
+2. *Envelope shape, key id, signature*: only the tiny fixed-shape envelope goes through msgpack
+   before the signature is verified. The body is verified *before* it is decoded, so a body
+   forged by someone without the cloud's private key never reaches the msgpack decoder, pydantic
+   or the rule parser: their attack surface is only exposed to the cloud itself.
+3. *Schema, operation count, expiry, rule texts*: even a genuine bundle can be wrong (a cloud bug,
+   a bundle replayed long after it expired), and the agent must refuse it *before* touching its
+   state, so that a bundle is applied entirely or not at all.
+
+Every refusal is a :class:`BundleError` with a machine-readable ``reason`` (reported to the
+cloud in the device status) and a message that says what and where.
+
+This module is imported by the edge agent: it must not import pyspark or anything from
+``cloud``; the cloud imports it to build and sign bundles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+import msgpack
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from agent.engine.errors import ParseError, RuleError, ZodiacError
+from agent.engine.language import RDF_TYPE, Rule, Value, is_valid_label
+from agent.engine.language import Literal as RdfLiteral
+from agent.engine.parser import literal_value, parse_program
+from agent.engine.validation import check_rule
+
+__all__ = [
+    "ENVELOPE_VERSION",
+    "REASONS",
+    "AddFacts",
+    "AddRules",
+    "Bundle",
+    "BundleError",
+    "BundleLimits",
+    "DeleteFacts",
+    "DeleteRules",
+    "DeviceStatus",
+    "KeyRing",
+    "LiteralTerm",
+    "Operation",
+    "RuleRequest",
+    "RuleSpec",
+    "check_sequence",
+    "decode_bundle",
+    "decode_model",
+    "decode_request",
+    "decode_status",
+    "decode_term",
+    "encode_fact",
+    "encode_model",
+    "encode_term",
+    "fact_tuple",
+    "generate_key_pair",
+    "load_private_key",
+    "load_public_key",
+    "open_bundle",
+    "parse_rule_spec",
+    "sign_bundle",
+]
+
+ENVELOPE_VERSION = 1
+SIGNATURE_BYTES = 64
+
+#: Every ``BundleError.reason``; the agent reports it verbatim in its status.
+REASONS = (
+    "too_large",
+    "malformed",
+    "unknown_key",
+    "bad_signature",
+    "invalid",
+    "too_many_operations",
+    "expired",
+    "bad_rule",
+    "version_gap",
+)
+
+_STREAM = re.compile(r"[A-Za-z0-9._/-]+")
+# Device, farm and key names end up in MQTT topics and file names: no '/', '+', '#' or spaces.
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_ENVELOPE_KEYS = frozenset({"v", "kid", "body", "sig"})
+# msgpack integers are at most 64 bits; refusing bigger ones in the schema turns what would be
+# an OverflowError deep in msgpack.packb into an ordinary validation error.
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+
+class BundleError(ZodiacError):
+    """A bundle (or model payload) the agent refuses; nothing has been applied.
+
+    ``reason`` is one of :data:`REASONS`, for machines (the device status, the cloud's retry
+    logic); the message is for humans and names the bundle and stream when they are known.
+    ``rule_id``/``line``/``column`` locate a ``bad_rule`` inside that rule's own text, and
+    ``expected_version`` tells the cloud what a ``version_gap`` device is waiting for.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        *,
+        bundle_id: str | None = None,
+        stream: str | None = None,
+        rule_id: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        expected_version: int | None = None,
+    ):
+        if reason not in REASONS:
+            raise ValueError(f"unknown BundleError reason {reason!r}")
+        self.reason = reason
+        self.bundle_id = bundle_id
+        self.stream = stream
+        self.rule_id = rule_id
+        self.line = line
+        self.column = column
+        self.expected_version = expected_version
+        self.detail = message
+        super().__init__(_where(bundle_id, stream) + message)
+
+
+def _where(bundle_id: str | None, stream: str | None) -> str:
+    if bundle_id is not None and stream is not None:
+        return f"bundle {bundle_id!r} (stream {stream!r}): "
+    if bundle_id is not None:
+        return f"bundle {bundle_id!r}: "
+    if stream is not None:
+        return f"bundle on stream {stream!r}: "
+    return "bundle: "
+
+
+# --- terms and facts ----------------------------------------------------------------------
+
+
+class _Frozen(BaseModel):
+    """Base of every wire model: immutable, strict (no "3" -> 3 coercion of untrusted input),
+    and unknown fields refused, so a typo in the cloud fails loudly instead of being ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class LiteralTerm(_Frozen):
+    """An RDF literal on the wire: ``{"lit": lexical, "dt": datatype, "lang": language}``."""
+
+    lit: str
+    dt: str | None = None
+    lang: str | None = None
+
+    @model_validator(mode="after")
+    def _not_both(self) -> LiteralTerm:
+        # A language-tagged literal's datatype is implicitly rdf:langString; both is ambiguous.
+        if self.dt is not None and self.lang is not None:
+            raise ValueError("a literal has a datatype or a language tag, not both")
+        return self
+
+    def value(self) -> Value:
+        """The engine value (see :func:`decode_term`)."""
+        return literal_value(self.lit, self.dt, self.lang)
+
+
+def _term_before(value: Any) -> Any:
+    # Lets Python callers (the cloud, tests) write facts with engine Literal objects.
+    if isinstance(value, RdfLiteral):
+        return encode_term(value)
+    # Checked here, not with Field(ge=, le=) on the int member: the union would then quietly
+    # fall through to float and turn 2**64 into 1.8e19.
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT_MIN <= value <= _INT_MAX:
+        raise ValueError(f"integer {value} does not fit in 64 bits")
+    return value
+
+
+Term = Annotated[
+    str | bool | int | float | LiteralTerm,
+    Field(union_mode="left_to_right"),
+    BeforeValidator(_term_before),
+]
+
+
+def _fact_before(value: Any) -> Any:
+    # Tuples are the engine's fact shape; the wire (msgpack) only ever gives lists.
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _fact_after(fact: list[Any]) -> list[Any]:
+    if len(fact) < 2:
+        raise ValueError("a fact is [predicate, arg1, ...] with at least one argument")
+    predicate = fact[0]
+    if not isinstance(predicate, str) or not predicate:
+        raise ValueError(f"a fact's predicate must be a non-empty IRI string, got {predicate!r}")
+    if predicate == RDF_TYPE and len(fact) == 3 and not isinstance(fact[2], str):
+        # The engine stores class facts in the class's unary relation: C must be an IRI.
+        raise ValueError(f"the class of an rdf:type fact must be an IRI string, got {fact[2]!r}")
+    return fact
+
+
+Fact = Annotated[list[Term], BeforeValidator(_fact_before), AfterValidator(_fact_after)]
+
+
+def encode_term(value: Value) -> str | int | float | bool | dict[str, str | None]:
+    """An engine value -> its msgpack form (an RDF literal becomes a ``lit/dt/lang`` map)."""
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, RdfLiteral):
+        return {"lit": value.lexical, "dt": value.datatype, "lang": value.language}
+    raise TypeError(f"not a term: {value!r}")
+
+
+def decode_term(obj: Any) -> Value:
+    """A term as found on the wire (or in a validated model) -> the engine value.
+
+    Literals go through the parser's :func:`~agent.engine.parser.literal_value`, so
+    ``{"lit": "5", "dt": xsd:integer}`` becomes ``5`` and ``xsd:string`` is dropped: a fact sent
+    in a bundle is the same term as the same constant written in a rule or read from RDF.
+    """
+    if isinstance(obj, LiteralTerm):
+        return obj.value()
+    if isinstance(obj, (str, bool, int, float)):
+        return obj
+    if isinstance(obj, dict):
+        try:
+            return LiteralTerm.model_validate(obj).value()
+        except ValidationError as err:
+            raise BundleError("invalid", f"bad literal {obj!r}: {_summary(err)}") from None
+    raise BundleError("invalid", f"not a term: {obj!r}")
+
+
+def encode_fact(fact: tuple[Value, ...]) -> list[Any]:
+    """An engine fact tuple ``(predicate, *values)`` -> its wire list."""
+    return [encode_term(value) for value in fact]
+
+
+def fact_tuple(fact: list[Any]) -> tuple[Value, ...]:
+    """A validated wire fact -> the engine's fact tuple ``(predicate, *values)``."""
+    return tuple(decode_term(term) for term in fact)
+
+
+# --- operations ---------------------------------------------------------------------------
+
+
+def _check_stream(value: str) -> str:
+    if not _STREAM.fullmatch(value):
+        raise ValueError(f"a stream name is made of [A-Za-z0-9._/-], got {value!r}")
+    return value
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(f"a device or farm name is made of [A-Za-z0-9._-], got {value!r}")
+    return value
+
+
+def _check_rule_id(value: str) -> str:
+    if not is_valid_label(value):
+        raise ValueError(f"a rule id must be a valid rule label, got {value!r}")
+    return value
+
+
+RuleId = Annotated[str, AfterValidator(_check_rule_id)]
+StreamName = Annotated[str, AfterValidator(_check_stream)]
+Name = Annotated[str, AfterValidator(_check_name)]
+Timestamp = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class RuleSpec(_Frozen):
+    """One rule with the stable id the cloud (and ``delete_rules``) knows it by.
+
+    ``text`` is exactly one rule in our rule language (prefix directives allowed); a label in the
+    text is optional but, when present, must equal ``id``. The text is only parsed by
+    :meth:`Bundle.parsed_rules`, so that a bad rule is reported as ``bad_rule`` with its position.
+    """
+
+    id: RuleId
+    text: str
+
+
+class AddRules(_Frozen):
+    op: Literal["add_rules"] = "add_rules"
+    rules: list[RuleSpec]
+
+    @field_validator("rules")
+    @classmethod
+    def _unique_ids(cls, rules: list[RuleSpec]) -> list[RuleSpec]:
+        # Two rules under one id in one operation: which one would delete_rules remove?
+        seen: set[str] = set()
+        for spec in rules:
+            if spec.id in seen:
+                raise ValueError(f"rule id {spec.id!r} appears twice")
+            seen.add(spec.id)
+        return rules
+
+    def count(self) -> int:
+        return len(self.rules)
+
+    def parsed_rules(
+        self, *, bundle_id: str | None = None, stream: str | None = None
+    ) -> list[Rule]:
+        """Parse and check every rule (see :func:`parse_rule_spec`)."""
+        return [parse_rule_spec(spec, bundle_id=bundle_id, stream=stream) for spec in self.rules]
+
+
+class DeleteRules(_Frozen):
+    op: Literal["delete_rules"] = "delete_rules"
+    ids: list[RuleId]
+
+    def count(self) -> int:
+        return len(self.ids)
+
+
+class _FactOperation(_Frozen):
+    """Shared behaviour of add_facts and delete_facts (each declares ``op`` then ``facts``, so
+    the wire map reads in that order)."""
+
+    if TYPE_CHECKING:  # declared by each subclass, after ``op``
+        facts: list[list[Any]]
+
+    def count(self) -> int:
+        return len(self.facts)
+
+    def fact_tuples(self) -> Iterator[tuple[Value, ...]]:
+        """The facts as engine tuples ``(predicate, *values)``, literals as Literal objects."""
+        for fact in self.facts:
+            yield fact_tuple(fact)
+
+
+class AddFacts(_FactOperation):
+    op: Literal["add_facts"] = "add_facts"
+    facts: list[Fact]
+
+
+class DeleteFacts(_FactOperation):
+    op: Literal["delete_facts"] = "delete_facts"
+    facts: list[Fact]
+
+
+Operation = Annotated[AddRules | DeleteRules | AddFacts | DeleteFacts, Field(discriminator="op")]
+
+
+# --- models -------------------------------------------------------------------------------
+
+
+class Bundle(_Frozen):
+    """A versioned batch of operations on one stream (see the module docstring)."""
+
+    bundle_id: Annotated[str, Field(min_length=1)]
+    stream: StreamName
+    version: Annotated[int, Field(ge=1)]
+    issued_at: Timestamp
+    expires_at: Timestamp | None = None
+    full_state: bool = False
+    operations: list[Operation]
+
+    def operation_count(self) -> int:
+        """What :class:`BundleLimits` bounds: every rule, rule id and fact of every operation."""
+        return sum(op.count() for op in self.operations)
+
+    def parsed_rules(self) -> list[Rule]:
+        """Every rule of every ``add_rules`` operation, in order, parsed and checked, with
+        ``rule.id`` equal to its RuleSpec id; raises ``BundleError(reason="bad_rule")``."""
+        rules: list[Rule] = []
+        for op in self.operations:
+            if isinstance(op, AddRules):
+                rules += op.parsed_rules(bundle_id=self.bundle_id, stream=self.stream)
+        return rules
+
+    @staticmethod
+    def fact_tuples(op: AddFacts | DeleteFacts) -> Iterator[tuple[Value, ...]]:
+        """The facts of a fact operation as engine tuples (``op.fact_tuples()``)."""
+        return op.fact_tuples()
+
+
+class DeviceStatus(_Frozen):
+    """What a device publishes (retained) on its status topic."""
+
+    device: Name
+    farm: Name
+    online: bool
+    applied: dict[StreamName, Annotated[int, Field(ge=0)]]
+    rules: Annotated[int, Field(ge=0)]
+    facts: Annotated[int, Field(ge=0)]
+    explicit_facts: Annotated[int, Field(ge=0)]
+    last_error: str | None = None
+    updated_at: Timestamp
+
+
+class RuleRequest(_Frozen):
+    """A device asking the cloud for the rules that handle ``event`` (a trigger predicate)."""
+
+    request_id: Annotated[str, Field(min_length=1)]
+    device: Name
+    farm: Name
+    event: Annotated[str, Field(min_length=1)]
+    facts: list[Fact]
+    issued_at: Timestamp
+
+    def fact_tuples(self) -> Iterator[tuple[Value, ...]]:
+        for fact in self.facts:
+            yield fact_tuple(fact)
+
+
+class Telemetry(_Frozen):
+    """A device's current readings (a snapshot: each message replaces the previous one)."""
+
+    device: Name
+    farm: Name
+    readings: list[Fact]
+    sent_at: Timestamp
+
+    def fact_tuples(self) -> Iterator[tuple[Value, ...]]:
+        for fact in self.readings:
+            yield fact_tuple(fact)
+
+
+def parse_rule_spec(
+    spec: RuleSpec, *, bundle_id: str | None = None, stream: str | None = None
+) -> Rule:
+    """Parse ``spec.text`` into exactly one checked rule labelled ``spec.id``.
+
+    The text is parsed on its own with source ``rule <id>``, so positions are relative to that
+    rule's text and messages read ``rule r3:2:7: expected ...``.
+    """
+    source = f"rule {spec.id}"
+
+    def refuse(message: str, line: int | None = None, column: int | None = None) -> BundleError:
+        return BundleError(
+            "bad_rule",
+            message,
+            bundle_id=bundle_id,
+            stream=stream,
+            rule_id=spec.id,
+            line=line,
+            column=column,
+        )
+
+    try:
+        program = parse_program(spec.text, source)
+    except ParseError as err:
+        raise refuse(str(err), err.line, err.column) from None
+    except RuleError as err:
+        # The parser prefixes rule errors with "source:line:column: ".
+        found = re.match(re.escape(source) + r":(\d+):(\d+): ", str(err))
+        line, column = (int(found[1]), int(found[2])) if found else (None, None)
+        raise refuse(str(err), line, column) from None
+    except ZodiacError as err:
+        raise refuse(f"{source}: {err}") from None
+    except RecursionError:
+        raise refuse(f"{source}: the rule is too deeply nested to parse") from None
+    if len(program.rules) != 1 or program.facts:
+        found_what = f"{len(program.rules)} rule(s)"
+        if program.facts:
+            found_what += f" and {len(program.facts)} fact(s)"
+        raise refuse(f"{source}: the text must be exactly one rule, found {found_what}")
+    rule = program.rules[0]
+    if rule.label is not None and rule.label != spec.id:
+        raise refuse(f"{source}: the rule's label {rule.label!r} differs from its id {spec.id!r}")
+    rule = dataclasses.replace(rule, label=spec.id)
+    try:
+        check_rule(rule, location=source)
+    except RuleError as err:  # the parser checked it already; kept for rules it might not
+        raise refuse(str(err)) from None
+    return rule
+
+
+# --- msgpack ------------------------------------------------------------------------------
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def encode_model(model: BaseModel) -> bytes:
+    """A model -> msgpack bytes (str as msgpack str, bytes as bin)."""
+    return msgpack.packb(model.model_dump(mode="python"), use_bin_type=True)
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack extension type {code} is not allowed")
+
+
+def _unpack(data: bytes, what: str) -> Any:
+    """msgpack bytes -> Python objects; any failure is ``BundleError("malformed")``.
+
+    The C and pure-Python msgpack implementations raise different exception types (ValueError,
+    TypeError, FormatError, StackError, ExtraData, UnicodeDecodeError...) on bad input, and the
+    input is untrusted: whatever goes wrong while decoding means "this is not msgpack of the
+    expected kind", so every Exception is mapped to one reason. ``unpackb`` bounds container
+    sizes by the input length, so a short payload cannot make it allocate a lot.
+    """
+    try:
+        return msgpack.unpackb(
+            data, raw=False, strict_map_key=True, use_list=True, ext_hook=_refuse_ext
+        )
+    except Exception as err:  # any decoder failure, see the docstring
+        raise BundleError("malformed", f"{what} is not valid msgpack ({err})") from None
+
+
+def _summary(err: ValidationError, limit: int = 5) -> str:
+    """A short, input-free description of a ValidationError (inputs may be large or hostile)."""
+    parts = []
+    for problem in err.errors(include_url=False, include_input=False)[:limit]:
+        where = ".".join(str(part) for part in problem["loc"]) or "<root>"
+        parts.append(f"{where}: {problem['msg']}")
+    more = err.error_count() - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def decode_model(data: bytes, model_type: type[M]) -> M:
+    """msgpack bytes -> a validated ``model_type``: ``malformed`` or ``invalid`` on error."""
+    obj = _unpack(data, model_type.__name__)
+    try:
+        return model_type.model_validate(obj)
+    except ValidationError as err:
+        bundle_id = stream = None
+        if isinstance(obj, dict):  # best effort, for the message only
+            bundle_id = obj.get("bundle_id") if isinstance(obj.get("bundle_id"), str) else None
+            stream = obj.get("stream") if isinstance(obj.get("stream"), str) else None
+        raise BundleError(
+            "invalid",
+            f"not a valid {model_type.__name__}: {_summary(err)}",
+            bundle_id=bundle_id,
+            stream=stream,
+        ) from None
+
+
+def decode_bundle(data: bytes) -> Bundle:
+    """An (already verified) bundle body -> Bundle. Does not check rules, limits or expiry."""
+    return decode_model(data, Bundle)
+
+
+def decode_status(data: bytes) -> DeviceStatus:
+    return decode_model(data, DeviceStatus)
+
+
+def decode_telemetry(data: bytes) -> Telemetry:
+    return decode_model(data, Telemetry)
+
+
+def decode_request(data: bytes) -> RuleRequest:
+    return decode_model(data, RuleRequest)
+
+
+# --- keys ---------------------------------------------------------------------------------
+
+
+def _check_key_id(key_id: str) -> str:
+    # The key id is a file name (<key_id>.key): keep it free of path separators.
+    if not isinstance(key_id, str) or not _NAME.fullmatch(key_id):
+        raise ValueError(f"a key id is made of [A-Za-z0-9._-], got {key_id!r}")
+    return key_id
+
+
+def generate_key_pair(directory: str | os.PathLike[str], key_id: str) -> tuple[Path, Path]:
+    """Create ``<key_id>.key`` (PEM PKCS8, mode 0o600) and ``<key_id>.pub`` (PEM SPKI).
+
+    Refuses to overwrite an existing key (``FileExistsError``): replacing a signing key by
+    accident would make every device refuse the cloud's bundles. The private key file is created
+    with ``O_EXCL`` and mode 0o600 from the start, so it is never readable by others, not even
+    for an instant.
+    """
+    _check_key_id(key_id)
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    private_path = folder / f"{key_id}.key"
+    public_path = folder / f"{key_id}.pub"
+    if public_path.exists():
+        raise FileExistsError(f"{public_path} already exists")
+    private_key = Ed25519PrivateKey.generate()
+    private_pem = private_key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    public_pem = private_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the umask may have removed bits we want
+        os.write(fd, private_pem)
+    finally:
+        os.close(fd)
+    public_path.write_bytes(public_pem)
+    return private_path, public_path
+
+
+def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    """Read an unencrypted PEM PKCS8 Ed25519 private key."""
+    key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ZodiacError(f"{os.fspath(path)}: not an Ed25519 private key")
+    return key
+
+
+def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    """Read a PEM SubjectPublicKeyInfo Ed25519 public key."""
+    key = serialization.load_pem_public_key(Path(path).read_bytes())
+    if not isinstance(key, Ed25519PublicKey):
+        raise ZodiacError(f"{os.fspath(path)}: not an Ed25519 public key")
+    return key
+
+
+class KeyRing:
+    """The public keys a device trusts, by key id.
+
+    Several keys can be trusted at once so the cloud can rotate its signing key: devices get
+    the new ``.pub`` first, then the cloud switches, then the old one is removed.
+    """
+
+    def __init__(self, keys: Mapping[str, Ed25519PublicKey] | None = None):
+        self._keys: dict[str, Ed25519PublicKey] = {}
+        for key_id, key in (keys or {}).items():
+            self.add(key_id, key)
+
+    @classmethod
+    def from_directory(cls, directory: str | os.PathLike[str]) -> KeyRing:
+        """Every ``*.pub`` file of ``directory``; the key id is the file name without ``.pub``."""
+        ring = cls()
+        for path in sorted(Path(directory).glob("*.pub")):
+            ring.add(path.stem, load_public_key(path))
+        return ring
+
+    def add(self, key_id: str, public_key: Ed25519PublicKey) -> None:
+        if not isinstance(public_key, Ed25519PublicKey):
+            raise TypeError(f"key {key_id!r} is not an Ed25519 public key")
+        self._keys[_check_key_id(key_id)] = public_key
+
+    def get(self, key_id: str) -> Ed25519PublicKey | None:
+        return self._keys.get(key_id)
+
+    def ids(self) -> list[str]:
+        return sorted(self._keys)
+
+    def __contains__(self, key_id: object) -> bool:
+        return key_id in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+# --- signing and opening ------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BundleLimits:
+    """What one bundle may cost a device: payload bytes, and operations (each rule, rule id
+    and fact of every operation counts one)."""
+
+    max_bytes: int = 1_000_000
+    max_operations: int = 10_000
+
+
+def sign_bundle(bundle: Bundle, private_key: Ed25519PrivateKey, key_id: str) -> bytes:
+    """The wire payload for ``bundle``: its encoding, signed by ``private_key`` (the cloud's).
+
+    It does not parse the rules; call :meth:`Bundle.parsed_rules` first to avoid publishing a
+    bundle every device will refuse.
+    """
+    body = encode_model(bundle)
+    envelope = {
+        "v": ENVELOPE_VERSION,
+        "kid": _check_key_id(key_id),
+        "body": body,
+        "sig": private_key.sign(body),
+    }
+    return msgpack.packb(envelope, use_bin_type=True)
+
+
+def open_bundle(
+    payload: bytes,
+    keyring: KeyRing,
+    *,
+    limits: BundleLimits = BundleLimits(),
+    now: float | None = None,
+) -> Bundle:
+    """Verify and decode a wire payload; raise :class:`BundleError` if the agent must refuse it.
+
+    Checks, in this order (see the module docstring for why): size, envelope shape, key id,
+    signature, then the body's schema, operation count, expiry and rule texts.
+    """
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise BundleError("malformed", f"payload must be bytes, not {type(payload).__name__}")
+    size = len(payload)
+    if size > limits.max_bytes:
+        raise BundleError(
+            "too_large", f"payload of {size} bytes exceeds the limit of {limits.max_bytes}"
+        )
+
+    envelope = _unpack(bytes(payload), "the envelope")
+    if not isinstance(envelope, dict) or set(envelope) != _ENVELOPE_KEYS:
+        keys = sorted(map(str, envelope)) if isinstance(envelope, dict) else None
+        raise BundleError(
+            "malformed",
+            f"the envelope must be a map with keys {sorted(_ENVELOPE_KEYS)}, got "
+            + (f"keys {keys}" if keys is not None else type(envelope).__name__),
+        )
+    version, key_id, body, signature = (envelope[k] for k in ("v", "kid", "body", "sig"))
+    if type(version) is not int or version != ENVELOPE_VERSION:  # bool is an int: be exact
+        raise BundleError("malformed", f"unsupported envelope version {version!r}")
+    if not isinstance(key_id, str) or not isinstance(body, bytes):
+        raise BundleError("malformed", "the envelope's kid must be a str and body bin")
+    if not isinstance(signature, bytes) or len(signature) != SIGNATURE_BYTES:
+        raise BundleError("malformed", f"the signature must be {SIGNATURE_BYTES} bytes of bin")
+
+    public_key = keyring.get(key_id)
+    if public_key is None:
+        raise BundleError(
+            "unknown_key", f"signed with unknown key {key_id!r} (trusted: {keyring.ids()})"
+        )
+    try:
+        public_key.verify(signature, body)
+    except InvalidSignature:
+        raise BundleError(
+            "bad_signature", f"the signature does not match the body for key {key_id!r}"
+        ) from None
+
+    bundle = decode_bundle(body)
+    where = {"bundle_id": bundle.bundle_id, "stream": bundle.stream}
+    count = bundle.operation_count()
+    if count > limits.max_operations:
+        raise BundleError(
+            "too_many_operations",
+            f"{count} operations (rules, rule ids and facts) exceed the limit of "
+            f"{limits.max_operations}",
+            **where,
+        )
+    current = time.time() if now is None else now
+    if bundle.expires_at is not None and bundle.expires_at < current:
+        raise BundleError(
+            "expired",
+            f"version {bundle.version} expired at {bundle.expires_at} "
+            f"({current - bundle.expires_at:.0f} s ago)",
+            **where,
+        )
+    bundle.parsed_rules()
+    return bundle
+
+
+# --- sequencing ---------------------------------------------------------------------------
+
+
+def check_sequence(bundle: Bundle, applied_version: int | None) -> Literal["apply", "duplicate"]:
+    """Decide what to do with ``bundle`` given the version applied for its stream (None: none).
+
+    * ``"apply"``: the next version (``applied + 1``; ``1`` when nothing is applied yet), or a
+      ``full_state`` bundle newer than what is applied (it replaces the stream, so the gap does
+      not matter);
+    * ``"duplicate"``: a version already applied (MQTT redelivery): a no-op, not an error;
+    * ``BundleError(reason="version_gap")`` otherwise: applying it would skip operations. The
+      message and ``expected_version`` say what the device needs, so the cloud can re-send the
+      missing versions or a full state.
+    """
+    applied = 0 if applied_version is None else applied_version
+    if bundle.version <= applied:
+        return "duplicate"
+    if bundle.version == applied + 1 or bundle.full_state:
+        return "apply"
+    raise BundleError(
+        "version_gap",
+        f"version {bundle.version} skips versions: expected version {applied + 1} "
+        f"(applied: {applied_version}) or a full-state bundle",
+        bundle_id=bundle.bundle_id,
+        stream=bundle.stream,
+        expected_version=applied + 1,
+    )
