@@ -1,0 +1,316 @@
+"""The edge agent's configuration: one TOML file per device, validated before anything starts.
+
+Why a strict model: an agent on a turbine runs unattended for months, so a typo must stop it at
+start-up with a message naming the file and the field — not surface weeks later as a silently
+ignored option (unknown keys are therefore errors) or as an MQTT topic that no ACL matches (ids
+are checked because they become topic levels).
+
+Relative paths in the file are resolved against the file's own directory, not the working
+directory, so a config means the same thing whether the agent is started by systemd, Docker or
+by hand. A relative ``database`` default (``zodiac-agent.db``) lands next to the config file too.
+
+See ``agent.example.toml`` at the repository root for every option with its explanation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+
+__all__ = [
+    "AgentConfig",
+    "BrokerConfig",
+    "ConfigError",
+    "KeysConfig",
+    "LogConfig",
+    "ReasoningConfig",
+    "TopicKind",
+]
+
+TopicKind = Literal["bundle", "status", "request", "telemetry", "readings"]
+TOPIC_KINDS: tuple[str, ...] = ("bundle", "status", "request", "telemetry", "readings")
+
+# Topic levels must not contain MQTT wildcards or separators; this is stricter than MQTT needs,
+# but also safe as a file name and in log lines.
+_ID = re.compile(r"[A-Za-z0-9_-]+")
+# `zodiac/<farm>/all/bundle` is the farm-wide topic: a device called "all" would receive it as
+# its own bundle topic and its status would be indistinguishable from a farm-wide message.
+_RESERVED_DEVICE_IDS = frozenset({"all"})
+
+
+class ConfigError(ValueError):
+    """The configuration file is missing, is not valid TOML, or does not validate.
+
+    The message always names the file, and for validation errors each bad field as a dotted
+    path (``broker.port``), so the operator can fix it without reading code.
+    """
+
+
+# ------------------------------------------------------------------------------ field types
+def _check_id(value: str) -> str:
+    if not _ID.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a valid id: use only letters, digits, '_' and '-' "
+            "(it becomes an MQTT topic level)"
+        )
+    return value
+
+
+def _check_device_id(value: str) -> str:
+    _check_id(value)
+    if value in _RESERVED_DEVICE_IDS:
+        raise ValueError(f"{value!r} is reserved (zodiac/<farm>/all/... is the farm-wide topic)")
+    return value
+
+
+def _resolve_path(value: Path, info: ValidationInfo) -> Path:
+    """Anchor a relative path at the config file's directory (when loading from a file)."""
+    value = value.expanduser()
+    base = (info.context or {}).get("base_dir")
+    if base is not None and not value.is_absolute():
+        value = Path(base) / value
+    return value
+
+
+def _upper(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+Id = Annotated[str, AfterValidator(_check_id)]
+DeviceId = Annotated[str, AfterValidator(_check_device_id)]
+ConfigPath = Annotated[Path, AfterValidator(_resolve_path)]
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+# Both accepted in any case ("normal", "debug"), stored upper-case.
+Synchronous = Annotated[Literal["OFF", "NORMAL", "FULL", "EXTRA"], BeforeValidator(_upper)]
+LogLevel = Annotated[
+    Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], BeforeValidator(_upper)
+]
+
+
+class _Section(BaseModel):
+    # extra="forbid": a misspelt option is an error, never silently ignored.
+    # frozen: the running agent must not drift from the file it was started with.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------------------------- sections
+class BrokerConfig(_Section):
+    """``[broker]``: how to reach the MQTT broker (DESIGN.md section 4)."""
+
+    host: NonEmptyStr = "127.0.0.1"
+    port: int = Field(1883, ge=1, le=65535)
+    username: str | None = None
+    # repr=False: configs get logged; passwords must not be.
+    password: str | None = Field(None, repr=False)
+    password_file: ConfigPath | None = None
+    tls: bool = False
+    ca_file: ConfigPath | None = None
+    cert_file: ConfigPath | None = None
+    key_file: ConfigPath | None = None
+    tls_insecure: bool = False
+    keepalive: int = Field(30, ge=0, le=65535)
+    # MQTT v5 session expiry (seconds): how long the broker keeps our session and queues bundles
+    # while the device is offline. 0 would drop queued bundles at every disconnect.
+    session_expiry: int = Field(86400, ge=0, le=0xFFFFFFFF)
+    reconnect_min_delay: float = Field(1.0, gt=0)
+    reconnect_max_delay: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BrokerConfig:
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("give either password or password_file, not both")
+        if (self.password is not None or self.password_file is not None) and not self.username:
+            raise ValueError("a password needs a username")
+        if self.reconnect_max_delay < self.reconnect_min_delay:
+            raise ValueError("reconnect_max_delay must be >= reconnect_min_delay")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file (client certificate) go together")
+        tls_options = [
+            name
+            for name in ("ca_file", "cert_file", "key_file", "tls_insecure")
+            if getattr(self, name)
+        ]
+        if tls_options and not self.tls:
+            # Almost certainly a forgotten `tls = true`: refuse rather than connect in clear.
+            raise ValueError(f"{', '.join(tls_options)} given but tls = false")
+        return self
+
+    def resolve_password(self) -> str | None:
+        """The password, read from ``password_file`` if that is how it was given.
+
+        Read at connect time rather than at load time so that a rotated secret (a Docker or
+        systemd credential file) is picked up on reconnect; only the first line counts, without
+        its line ending.
+        """
+        if self.password_file is None:
+            return self.password
+        try:
+            text = self.password_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            message = f"cannot read broker.password_file {self.password_file}: {exc}"
+            raise ConfigError(message) from exc
+        lines = text.splitlines()
+        return lines[0] if lines else ""
+
+
+class KeysConfig(_Section):
+    """``[keys]``: who may sign bundles, and how large a bundle may be before it is refused."""
+
+    # A directory of `<key_id>.pub` Ed25519 public keys (PEM); a bundle signed by any other key
+    # is refused.
+    trusted_keys: ConfigPath
+    # Limits checked *before* decoding: an edge device must not be exhausted by one payload.
+    max_bundle_bytes: int = Field(1_000_000, gt=0)
+    max_operations: int = Field(10_000, gt=0)
+
+
+class ReasoningConfig(_Section):
+    """``[reasoning]``: the local program and how the device asks for event-specific rules."""
+
+    rules: list[ConfigPath] = []
+    facts: list[ConfigPath] = []
+    modules: bool = True
+    # trigger predicate IRI -> event name: when the trigger is derived, request that event's
+    # rules from the cloud.
+    triggers: dict[NonEmptyStr, NonEmptyStr] = {}
+    # predicates whose derivation means the event is over: the requested rules are released.
+    resolved: list[NonEmptyStr] = []
+    # the device's own readings, published on its telemetry topic for its neighbours.
+    telemetry_predicates: list[NonEmptyStr] = []
+    # device ids whose telemetry topics this agent subscribes to and ingests as facts.
+    neighbours: list[DeviceId] = []
+
+    @model_validator(mode="after")
+    def _unique_neighbours(self) -> ReasoningConfig:
+        duplicates = sorted({n for n in self.neighbours if self.neighbours.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"neighbours listed twice: {', '.join(duplicates)}")
+        return self
+
+
+class LogConfig(_Section):
+    """``[log]``: logging for journald / Docker (JSON lines by default, for log shippers)."""
+
+    level: LogLevel = "INFO"
+    format: Literal["json", "text"] = "json"
+
+
+# ------------------------------------------------------------------------------ the config
+class AgentConfig(_Section):
+    """Everything one edge agent needs to know; build it with `AgentConfig.load`."""
+
+    device: DeviceId
+    farm: Id
+    database: ConfigPath = Field(Path("zodiac-agent.db"), validate_default=True)
+    # SQLite PRAGMA synchronous. FULL (with WAL) makes every committed bundle survive power loss,
+    # which a turbine will see; NORMAL may lose the last transactions on power loss.
+    synchronous: Synchronous = "FULL"
+    broker: BrokerConfig = BrokerConfig()
+    keys: KeysConfig
+    reasoning: ReasoningConfig = ReasoningConfig()
+    log: LogConfig = LogConfig()
+    # The file this config was loaded from (set by `load`, for messages); not a TOML option.
+    source: Path | None = Field(None, exclude=True)
+
+    @model_validator(mode="after")
+    def _not_own_neighbour(self) -> AgentConfig:
+        if self.device in self.reasoning.neighbours:
+            raise ValueError(f"device {self.device!r} lists itself in reasoning.neighbours")
+        return self
+
+    # ---------------------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> AgentConfig:
+        """Read and validate a TOML config file; raises `ConfigError` naming file and field."""
+        path = Path(path).expanduser()
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"config file {path} is not UTF-8: {exc}") from None
+        return cls.loads(text, base_dir=path.resolve().parent, source=path)
+
+    @classmethod
+    def loads(
+        cls,
+        text: str,
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
+        source: str | os.PathLike[str] | None = None,
+    ) -> AgentConfig:
+        """Validate TOML text; relative paths are anchored at ``base_dir`` (if given)."""
+        name = str(source) if source is not None else "<string>"
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {name} is not valid TOML: {exc}") from None
+        if "source" in raw:
+            raise ConfigError(f"invalid config file {name}:\n  source: not a config option")
+        if source is not None:
+            raw["source"] = Path(source)
+        context = {"base_dir": Path(base_dir) if base_dir is not None else None}
+        try:
+            return cls.model_validate(raw, context=context)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid config file {name}:\n{_describe(exc)}") from None
+
+    # ----------------------------------------------------------------------------- topics
+    def topic(self, kind: TopicKind) -> str:
+        """This device's topic ``zodiac/<farm>/<device>/<kind>`` (DESIGN.md section 4)."""
+        if kind not in TOPIC_KINDS:
+            raise ValueError(f"unknown topic kind {kind!r}; expected one of {TOPIC_KINDS}")
+        return f"zodiac/{self.farm}/{self.device}/{kind}"
+
+    def farm_bundle_topic(self) -> str:
+        """The farm-wide bundle topic every device of the farm subscribes to."""
+        return f"zodiac/{self.farm}/all/bundle"
+
+    def neighbour_telemetry_topic(self, device: str) -> str:
+        """The telemetry topic of another device of the same farm."""
+        _check_device_id(device)
+        return f"zodiac/{self.farm}/{device}/telemetry"
+
+    def neighbour_telemetry_topics(self) -> list[str]:
+        """The telemetry topics of all configured neighbours (what the agent subscribes to)."""
+        return [self.neighbour_telemetry_topic(d) for d in self.reasoning.neighbours]
+
+
+def _describe(exc: ValidationError) -> str:
+    """One line per error: dotted field path, message, and the offending value when short."""
+    lines = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown option (misspelt, or in the wrong [table]?)"
+        elif error["type"] == "missing":
+            message = "required option is missing"
+        elif error["type"] == "value_error" and "error" in error.get("ctx", {}):
+            message = str(error["ctx"]["error"])  # our own validators' words, no "Value error,"
+        value = error.get("input")
+        shown = ""
+        if error["type"] not in ("missing", "extra_forbidden") and not isinstance(value, dict):
+            text = repr(value)
+            if len(text) <= 60 and "password" not in where:
+                shown = f" (got {text})"
+        lines.append(f"  {where}: {message}{shown}")
+    return "\n".join(lines)
