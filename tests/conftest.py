@@ -11,8 +11,13 @@ Hypothesis profiles:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from tests.broker import Broker, mosquitto_available
 
 settings.register_profile(
     "ci",
@@ -22,3 +27,48 @@ settings.register_profile(
 )
 settings.register_profile("thorough", parent=settings.get_profile("ci"), max_examples=1000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
+
+
+# ------------------------------------------------------------------------- private MQTT brokers
+# Real mosquitto processes on free ports of 127.0.0.1 (see tests/broker.py); the system broker
+# on 1883 is never used, so tests can restart, crash and reconfigure theirs.
+
+
+def _require_mosquitto() -> None:
+    if not mosquitto_available():
+        # A failure, not a skip: a suite that silently skips the broker tests proves nothing.
+        pytest.fail("mosquitto / mosquitto_passwd not installed (apt-get install mosquitto)")
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+    """One plain private broker for the whole session: anonymous clients, persistence on.
+
+    Shared, so tests must use their own client ids and topics (don't restart it: use
+    ``make_broker`` for that).
+    """
+    _require_mosquitto()
+    with Broker(tmp_path_factory.mktemp("broker")) as shared:
+        yield shared
+
+
+@pytest.fixture
+def make_broker(
+    tmp_path: Path,
+) -> Iterator[Callable[..., Broker]]:
+    """Factory for started private brokers with special settings, all stopped at teardown.
+
+    ``make_broker(users={"dev1": "pw"}, acl=device_acl("farm1"))`` accepts `Broker`'s keyword
+    arguments; each broker gets its own directory under the test's ``tmp_path``.
+    """
+    _require_mosquitto()
+    made: list[Broker] = []
+
+    def make(**kwargs: object) -> Broker:
+        made_broker = Broker(tmp_path / f"broker{len(made)}", **kwargs)  # type: ignore[arg-type]
+        made.append(made_broker)
+        return made_broker.start()
+
+    yield make
+    for made_broker in made:
+        made_broker.stop()
