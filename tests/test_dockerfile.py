@@ -1,0 +1,283 @@
+"""`Dockerfile.edge` builds the edge agent image from the right files, with the right packages.
+
+No Docker daemon needed: the Dockerfile is parsed and checked statically, and the one thing a
+static check cannot prove — that the project's runtime dependency set installs and imports
+without pyspark or the test tools — is checked by a real ``pip install`` into a fresh venv of
+exactly the files the Dockerfile copies.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile.edge"
+DOCKERIGNORE = ROOT / ".dockerignore"
+
+# Never in the edge image: the Spark job's engine and the test tools.
+FORBIDDEN_PACKAGES = ("pyspark", "pytest", "hypothesis", "ruff")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str
+    arguments: str
+    line: int
+
+    @property
+    def words(self) -> list[str]:
+        """The arguments as words: JSON (exec) form or shell-like form."""
+        text = self.arguments.strip()
+        if text.startswith("["):
+            return json.loads(text)
+        return shlex.split(text)
+
+
+def parse_dockerfile(text: str) -> list[Instruction]:
+    """Instructions with continuation lines joined and comments dropped (enough for our file)."""
+    instructions: list[Instruction] = []
+    pending = ""
+    start = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        stripped = raw.strip()
+        if not pending and (not stripped or stripped.startswith("#")):
+            continue
+        if pending and stripped.startswith("#"):
+            continue  # comment lines inside a continued instruction are ignored by Docker
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        full = pending + stripped
+        pending = ""
+        keyword, _, arguments = full.partition(" ")
+        instructions.append(Instruction(keyword.upper(), arguments.strip(), start))
+    assert not pending, "Dockerfile ends inside a continued line"
+    return instructions
+
+
+@pytest.fixture(scope="module")
+def instructions() -> list[Instruction]:
+    return parse_dockerfile(DOCKERFILE.read_text())
+
+
+def of(instructions: list[Instruction], keyword: str) -> list[Instruction]:
+    return [i for i in instructions if i.keyword == keyword]
+
+
+def copy_sources(instructions: list[Instruction]) -> list[str]:
+    """Every source path of every COPY/ADD from the build context (not from another stage)."""
+    sources = []
+    for instruction in of(instructions, "COPY") + of(instructions, "ADD"):
+        words = instruction.words
+        if any(w.startswith("--from") for w in words):
+            continue
+        paths = [w for w in words if not w.startswith("--")]
+        assert len(paths) >= 2, f"line {instruction.line}: COPY needs a source and a destination"
+        sources += paths[:-1]
+    return sources
+
+
+def ignore_patterns() -> list[str]:
+    lines = DOCKERIGNORE.read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+
+
+def ignored(path: str, patterns: list[str]) -> bool:
+    """Approximation of Docker's .dockerignore matching, good for the patterns we use.
+
+    A path is excluded when it or one of its parent directories matches; ``**/x`` matches at
+    any depth; a later ``!pattern`` re-includes. (fnmatch's ``*`` also crosses ``/``: looser
+    than Docker, which only makes the "is excluded" assertions easier to satisfy, never the
+    "is kept" ones.)
+    """
+    parts = path.strip("/").removeprefix("./").split("/")
+    n = len(parts)
+    result = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern.removeprefix("!").strip("/")
+        if pattern.startswith("**/"):
+            subpaths = ["/".join(parts[i:j]) for i in range(n) for j in range(i + 1, n + 1)]
+            hit = any(fnmatch.fnmatch(sub, pattern[3:]) for sub in subpaths)
+        else:
+            hit = any(fnmatch.fnmatch("/".join(parts[:j]), pattern) for j in range(1, n + 1))
+        if hit:
+            result = not negate
+    return result
+
+
+# ----------------------------------------------------------------------- static checks
+def test_base_image_is_python_311_slim(instructions):
+    froms = of(instructions, "FROM")
+    assert [f.words[0] for f in froms][-1] == "python:3.11-slim"
+
+
+def test_every_copy_source_exists_and_is_in_the_build_context(instructions):
+    sources = copy_sources(instructions)
+    assert sources, "no COPY instruction?"
+    patterns = ignore_patterns()
+    for source in sources:
+        assert (ROOT / source).exists(), f"COPY source {source} does not exist"
+        assert not ignored(source, patterns), f"COPY source {source} is excluded by .dockerignore"
+    # The image needs exactly the install inputs and the rules, nothing else.
+    assert {s.rstrip("/") for s in sources} == {
+        "pyproject.toml",
+        "README.md",
+        "agent",
+        "cloud",
+        "rules",
+    }
+
+
+def test_dockerignore_keeps_out_venv_tests_git_caches_and_output():
+    patterns = ignore_patterns()
+    for path in (
+        ".venv/bin/python",
+        "tests/test_config.py",
+        ".git/HEAD",
+        "agent/__pycache__/config.cpython-311.pyc",
+        ".pytest_cache/v",
+        ".ruff_cache/x",
+        ".hypothesis/examples",
+        "out/bench.json",
+        "zodiac-agent.db",
+        "keys/cloud.key",
+    ):
+        assert ignored(path, patterns), path
+    for path in ("pyproject.toml", "README.md", "agent/config.py", "rules/benchmarks/rs1.rules"):
+        assert not ignored(path, patterns), path
+
+
+def test_installs_the_project_without_extras_or_test_tools(instructions):
+    runs = " ".join(r.arguments for r in of(instructions, "RUN"))
+    lowered = runs.lower()
+    for package in FORBIDDEN_PACKAGES:
+        assert package not in lowered, f"the image installs {package}"
+    assert ".[" not in runs, "the image installs extras of the project"
+    assert "-e " not in runs and "--editable" not in runs, "an editable install needs the source"
+    installs = [
+        shlex.split(r.arguments) for r in of(instructions, "RUN") if "pip install" in r.arguments
+    ]
+    assert installs, "the image does not pip install anything"
+    words = [w for command in installs for w in command]
+    assert "." in words, "the project itself is not installed"
+    assert "--no-cache-dir" in words
+
+
+def test_runs_as_a_non_root_user(instructions):
+    users = of(instructions, "USER")
+    assert users, "no USER: the container would run as root"
+    user = users[-1].words[0].split(":")[0]
+    assert user not in ("root", "0")
+    assert user == "zodiac"
+    # USER must come after the last RUN (which needs root) and before the entry point.
+    keywords = [i.keyword for i in instructions]
+    last_user = max(i for i, k in enumerate(keywords) if k == "USER")
+    assert last_user > max(i for i, k in enumerate(keywords) if k == "RUN")
+    assert last_user < keywords.index("ENTRYPOINT")
+
+
+def test_entrypoint_command_volume_and_healthcheck(instructions):
+    assert of(instructions, "ENTRYPOINT")[-1].words == ["zodiac-agent"]
+    assert of(instructions, "CMD")[-1].words == ["run", "--config", "/etc/zodiac/agent.toml"]
+    assert "/var/lib/zodiac" in of(instructions, "VOLUME")[-1].words
+    healthcheck = of(instructions, "HEALTHCHECK")[-1].arguments
+    assert "CMD" in healthcheck
+    exec_form = healthcheck[healthcheck.index("CMD") + 3 :].strip()
+    assert json.loads(exec_form) == [
+        "zodiac-agent",
+        "status",
+        "--config",
+        "/etc/zodiac/agent.toml",
+    ]
+
+
+def test_pyspark_is_only_an_optional_dependency():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = " ".join(project["dependencies"]).lower()
+    for package in FORBIDDEN_PACKAGES:
+        assert package not in runtime, f"{package} is a runtime dependency of the edge agent"
+    optional = project["optional-dependencies"]
+    assert any(dep.lower().startswith("pyspark") for dep in optional["cloud"])
+    assert "zodiac-agent" in project["scripts"]
+
+
+# ------------------------------------------------------------------------- real install
+@pytest.mark.slow
+def test_edge_dependency_set_installs_and_imports_without_pyspark(tmp_path, instructions):
+    """Install exactly the Dockerfile's COPY set into a fresh venv, as the image build does.
+
+    Copying the COPY sources (rather than installing the repo root) proves the Dockerfile copies
+    enough to install, and keeps setuptools' build/ and egg-info out of the working tree.
+    """
+    context = tmp_path / "context"
+    for source in copy_sources(instructions):
+        src = ROOT / source
+        if src.is_dir():
+            shutil.copytree(
+                src, context / source, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+            )
+        else:
+            (context / source).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, context / source)
+
+    venv = tmp_path / "venv"
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(context)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    elapsed = time.monotonic() - started
+    print(f"fresh venv + pip install of the edge dependency set: {elapsed:.1f} s")
+
+    modules = ["agent.engine", "agent.config"]
+    if (ROOT / "agent" / "bundle.py").exists():
+        modules.append("agent.bundle")
+    probe = (
+        "import importlib, importlib.util, json, sys\n"
+        f"mods = {modules!r}\n"
+        "files = {m: importlib.import_module(m).__file__ for m in mods}\n"
+        f"missing = {list(FORBIDDEN_PACKAGES)!r}\n"
+        "found = [p for p in missing if importlib.util.find_spec(p) is not None]\n"
+        "print(json.dumps({'files': files, 'found': found, 'prefix': sys.prefix}))\n"
+    )
+    # Run from an empty directory: `python -c` puts the working directory on sys.path, and the
+    # repository's own agent/ must not be what gets imported.
+    workdir = tmp_path / "empty"
+    workdir.mkdir()
+    result = subprocess.run(
+        [str(python), "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=workdir,
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["found"] == [], f"installed without being asked for: {report['found']}"
+    for module, file in report["files"].items():
+        assert Path(file).is_relative_to(venv), f"{module} imported from {file}, not the venv"
+    assert (venv / "bin" / "zodiac-agent").exists(), "the zodiac-agent entry point is missing"
