@@ -1,0 +1,235 @@
+"""The agent's MQTT side (DESIGN §4): paho-mqtt 2.x, MQTT v5, persistent session.
+
+Threads: paho's network loop (``loop_start``) only puts received messages on a queue; the
+agent's own thread (:meth:`AgentService.run`) takes them one by one, applies each in one SQLite
+transaction and only then acknowledges it (``manual_ack``). A bundle received but not committed
+when the process dies is therefore redelivered by the broker at the next connection, and a
+bundle delivered twice is a no-op (stream versions). Subscriptions are (re)made in
+``on_connect``, so they survive a broker that lost its state; with ``clean_start=False`` and a
+session expiry interval, bundles published while the device was away are queued by the broker.
+
+Topics (``zodiac/<farm>/<device>/<kind>``):
+
+============  =========  ======================================================================
+kind          direction  payload
+============  =========  ======================================================================
+bundle        in  QoS 1  a signed bundle envelope (also ``zodiac/<farm>/all/bundle``)
+readings      in  QoS 1  the device's own sensor values (msgpack ``Telemetry``; from the
+                         turbine controller, unsigned: it is local)
+telemetry     in/out     neighbours' readings in, this device's readings out (``Telemetry``)
+request       out QoS 1  ``RuleRequest``, with MQTT v5 response topic and correlation data
+status        out        ``DeviceStatus``, retained; the last will publishes ``online=False``
+============  =========  ======================================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from agent.bundle import BundleError, Telemetry, decode_telemetry, encode_model
+from agent.config import AgentConfig
+from agent.service import Agent, Outcome
+
+log = logging.getLogger("zodiac.sync")
+
+
+@dataclass
+class Incoming:
+    topic: str
+    payload: bytes
+    mid: int
+    qos: int
+    correlation: str | None
+
+
+def client_id(config: AgentConfig) -> str:
+    """Stable across restarts: the broker finds the persistent session by it."""
+    return f"zodiac-{config.farm}-{config.device}"
+
+
+def make_client(config: AgentConfig, *, manual_ack: bool = True) -> mqtt.Client:
+    """A paho client configured from ``[broker]``: credentials, TLS, back-off."""
+    broker = config.broker
+    client = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2,
+        client_id=client_id(config),
+        protocol=mqtt.MQTTv5,
+        manual_ack=manual_ack,
+    )
+    if broker.username:
+        client.username_pw_set(broker.username, broker.resolve_password())
+    if broker.tls:
+        client.tls_set(
+            ca_certs=str(broker.ca_file) if broker.ca_file else None,
+            certfile=str(broker.cert_file) if broker.cert_file else None,
+            keyfile=str(broker.key_file) if broker.key_file else None,
+            cert_reqs=ssl.CERT_REQUIRED,
+        )
+        client.tls_insecure_set(broker.tls_insecure)
+    client.reconnect_delay_set(
+        max(1, int(broker.reconnect_min_delay)), max(1, int(broker.reconnect_max_delay))
+    )
+    return client
+
+
+class AgentService:
+    """Runs an :class:`Agent` against the broker until stopped (SIGTERM, SIGINT or stop())."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.config = agent.config
+        self.inbox: queue.Queue[Incoming] = queue.Queue()
+        self.stopping = threading.Event()
+        self.connected = threading.Event()
+        self.client = make_client(self.config)
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = self._on_disconnect
+        self.client.on_message = self._on_message
+        offline = encode_model(agent.status(online=False))
+        self.client.will_set(self.config.topic("status"), offline, qos=1, retain=True)
+
+    # ------------------------------------------------------------------ paho callbacks
+    def subscriptions(self) -> list[tuple[str, int]]:
+        config = self.config
+        topics = [
+            config.topic("bundle"),
+            config.farm_bundle_topic(),
+            f"zodiac/{config.farm}/{config.device}/readings",
+        ]
+        topics += config.neighbour_telemetry_topics()
+        return [(topic, 1) for topic in topics]
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            log.error("connection refused", extra={"fields": {"reason": str(reason_code)}})
+            return
+        client.subscribe(self.subscriptions())
+        log.info("connected", extra={"fields": {"session_present": flags.session_present}})
+        self.connected.set()
+        self.inbox.put(Incoming("$connected", b"", 0, 0, None))  # publish status from our thread
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
+        self.connected.clear()
+        if not self.stopping.is_set():
+            log.warning(
+                "disconnected; reconnecting with back-off",
+                extra={"fields": {"reason": str(reason_code)}},
+            )
+
+    def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
+        correlation = None
+        props = getattr(message, "properties", None)
+        data = getattr(props, "CorrelationData", None) if props is not None else None
+        if data:
+            correlation = data.decode("utf-8", "replace")
+        self.inbox.put(
+            Incoming(message.topic, bytes(message.payload), message.mid, message.qos, correlation)
+        )
+
+    # ------------------------------------------------------------------ main loop
+    def run(self, *, install_signals: bool = True) -> None:
+        if install_signals:
+            signal.signal(signal.SIGTERM, lambda *_: self.stop())
+            signal.signal(signal.SIGINT, lambda *_: self.stop())
+        connect_props = Properties(PacketTypes.CONNECT)
+        connect_props.SessionExpiryInterval = self.config.broker.session_expiry
+        self.client.connect_async(
+            self.config.broker.host,
+            self.config.broker.port,
+            keepalive=self.config.broker.keepalive,
+            clean_start=False,
+            properties=connect_props,
+        )
+        self.client.loop_start()
+        log.info(
+            "agent running",
+            extra={"fields": {"device": self.config.device, "farm": self.config.farm}},
+        )
+        try:
+            while not self.stopping.is_set():
+                try:
+                    item = self.inbox.get(timeout=0.2)
+                except queue.Empty:
+                    continue
+                self.handle(item)
+        finally:
+            self._shutdown()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def handle(self, item: Incoming) -> None:
+        config = self.config
+        if item.topic == "$connected":
+            self.publish_status()
+            return
+        changed = False
+        if item.topic in (config.topic("bundle"), config.farm_bundle_topic()):
+            outcome = self.agent.handle_bundle(item.payload, correlation=item.correlation)
+            changed = outcome.status == "applied"
+            self.publish_status()
+        elif item.topic.endswith("/readings"):
+            outcome = self._readings(item.payload)
+            changed = outcome.status == "applied"
+            if changed:
+                self.publish_telemetry()
+        else:
+            outcome = self.agent.handle_telemetry(item.payload)
+            changed = outcome.status == "applied"
+        if item.qos > 0 and outcome.committed:
+            self.client.ack(item.mid, item.qos)  # only now: the change is durable
+        if changed:
+            self.after_change()
+
+    def _readings(self, payload: bytes) -> Outcome:
+        try:
+            telemetry = decode_telemetry(payload)
+        except BundleError as error:
+            return self.agent._note(Outcome("refused", error.reason, f"readings: {error}"))
+        return self.agent.record_readings(list(telemetry.fact_tuples()))
+
+    def after_change(self) -> None:
+        """Trigger rule requests and release resolved ones after any applied change."""
+        for request in self.agent.new_requests():
+            props = Properties(PacketTypes.PUBLISH)
+            props.ResponseTopic = self.config.topic("bundle")
+            props.CorrelationData = request.request_id.encode()
+            self.client.publish(
+                self.config.topic("request"), encode_model(request), qos=1, properties=props
+            )
+        if self.agent.release_resolved():
+            self.publish_status()
+
+    # ------------------------------------------------------------------ publishing
+    def publish_status(self, *, online: bool = True) -> mqtt.MQTTMessageInfo:
+        status = encode_model(self.agent.status(online=online))
+        return self.client.publish(self.config.topic("status"), status, qos=1, retain=True)
+
+    def publish_telemetry(self) -> None:
+        telemetry: Telemetry = self.agent.telemetry()
+        self.client.publish(self.config.topic("telemetry"), encode_model(telemetry), qos=1)
+
+    def _shutdown(self) -> None:
+        """Clean stop: say we are offline (retained), let paho flush, close the database."""
+        log.info("stopping")
+        try:
+            if self.client.is_connected():
+                info = self.publish_status(online=False)
+                deadline = time.monotonic() + 2
+                while not info.is_published() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            self.client.disconnect()
+        finally:
+            self.client.loop_stop()
+            self.agent.close()
+            log.info("stopped")

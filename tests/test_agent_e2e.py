@@ -1,0 +1,275 @@
+"""End to end: a real ``zodiac-agent run`` process, a private Mosquitto, a real SQLite file.
+
+The test plays the cloud: it signs bundles with its own Ed25519 key, publishes them on the
+device's bundle topic and reads the device's retained status. Every bad bundle must be refused,
+reported in the status and change nothing; the agent must survive a broker restart and receive
+what was published while it was away; the ACL confines a device to its own topics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import msgpack
+import pytest
+
+from agent.bundle import RuleRequest, decode_model, encode_model
+from tests.agent_harness import (
+    AgentProcess,
+    Cloud,
+    StatusWatcher,
+    last_error,
+    readings_payload,
+    run_cli,
+    write_config,
+)
+from tests.broker import TestClient, device_acl
+
+FARM = "farm1"
+BASE_RULES = {
+    "hot": "hot: <Hot>(X) :- <temp>(X, T) and COMP(T, >, 30) .",
+    "near": "near: <near>(X, Y) :- <neighbour>(X, Y) .",
+    "nsym": "nsym: <near>(X, Y) :- <near>(Y, X) .",
+}
+
+
+def query(config, pattern: str) -> list[dict]:
+    result = run_cli("query", "--config", str(config), pattern)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+@pytest.fixture
+def cloud(tmp_path):
+    return Cloud(tmp_path / "cloud")
+
+
+def test_signed_bundle_is_applied_acknowledged_and_reported(tmp_path, make_broker, cloud):
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-1") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        bundle = cloud.bundle(
+            "base",
+            1,
+            rules=BASE_RULES,
+            facts=[("temp", "t1", 35), ("temp", "t2", 20), ("neighbour", "t1", "t2")],
+        )
+        client.publish(f"zodiac/{FARM}/t1/bundle", cloud.sign(bundle))
+        status = watcher.wait(lambda s: s.applied.get("base") == 1)
+        assert status.rules == 3 and status.explicit_facts == 3 and status.last_error is None
+        assert query(config, "<Hot>(X)") == [{"X": "t1"}]
+        assert sorted(a["X"] for a in query(config, "<near>(X, Y)")) == ["t1", "t2"]
+        # Acknowledged only after commit: a reconnect with the same session gets nothing again.
+        agent.wait_log("applied")
+        assert agent.terminate() == 0
+        offline = watcher.wait(lambda s: not s.online)
+        assert offline.applied == {"base": 1}
+    summary = json.loads(run_cli("status", "--config", str(config)).stdout)
+    assert summary["healthy"] and summary["applied"] == {"base": 1}
+
+
+def test_bad_bundles_change_nothing_and_are_reported(tmp_path, make_broker, cloud):
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    topic = f"zodiac/{FARM}/t1/bundle"
+    good = cloud.bundle("base", 1, rules=BASE_RULES, facts=[("temp", "t1", 35)])
+    signed = cloud.sign(good)
+    envelope = msgpack.unpackb(signed)
+    tampered = dict(envelope, body=envelope["body"].replace(b"t1", b"t9"))
+    stranger = Cloud(tmp_path / "stranger", key_id="stranger")
+
+    def signed_raw(body: object) -> bytes:
+        """A genuine signature over a body that is not a valid Bundle."""
+        raw = msgpack.packb(body)
+        return msgpack.packb({"v": 1, "kid": "cloud", "body": raw, "sig": cloud.private.sign(raw)})
+
+    cases = [
+        ("unsigned", encode_model(cloud.bundle("base", 2, facts=[("temp", "x", 1)])), "malformed"),
+        ("tampered", msgpack.packb(tampered), "bad_signature"),
+        ("unknown key", stranger.sign(cloud.bundle("base", 2)), "unknown_key"),
+        ("random bytes", os.urandom(300), "malformed"),
+        (
+            "oversized",
+            cloud.sign(cloud.bundle("base", 2, facts=[("temp", f"t{i}", i) for i in range(3000)])),
+            "too_large",
+        ),
+        ("wrong schema", signed_raw({"bundle_id": "x", "stream": "base"}), "invalid"),
+        (
+            "bad rule",
+            cloud.sign(cloud.bundle("base", 2, rules={"r9": "<p>(X) :- <q>(X) and and ."})),
+            "bad_rule",
+        ),
+        (
+            "version gap",
+            cloud.sign(cloud.bundle("base", 5, facts=[("temp", "z", 1)])),
+            "version_gap",
+        ),
+        ("expired", cloud.sign(cloud.bundle("base", 2, expires_at=time.time() - 5)), "expired"),
+    ]
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-1") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)  # subscribed: a first session has nothing queued
+        client.publish(topic, signed)
+        watcher.wait(lambda s: s.applied.get("base") == 1)
+        before = query(config, "<temp>(X, T)")
+        for name, payload, reason in cases:
+            client.publish(topic, payload)
+            status = watcher.wait(lambda s, r=reason: last_error(s).get("reason") == r)
+            assert status.applied == {"base": 1}, name
+            assert status.rules == 3 and status.explicit_facts == 1, name
+        # Replaying the applied bundle is a no-op, not an error.
+        client.publish(topic, signed)
+        agent.wait_log("duplicate")
+        assert query(config, "<temp>(X, T)") == before
+        assert agent.terminate() == 0
+    refusals = [e for e in agent.log_lines() if e.get("message") == "refused"]
+    assert {e["reason"] for e in refusals} == {reason for _, _, reason in cases}
+
+
+def test_broker_restart_and_offline_agent_receive_what_was_missed(tmp_path, make_broker, cloud):
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    topic = f"zodiac/{FARM}/t1/bundle"
+    with AgentProcess(config) as agent:
+        with TestClient(broker, "cloud-1") as client:
+            watcher = StatusWatcher(client, FARM, "t1")
+            watcher.wait(lambda s: s.online)
+            client.publish(topic, cloud.sign(cloud.bundle("base", 1, rules=BASE_RULES)))
+            watcher.wait(lambda s: s.applied.get("base") == 1)
+        broker.restart()  # the agent loses its connection; its session is in the broker's file
+        with TestClient(broker, "cloud-2") as client:
+            # Published before the agent is back (its back-off is >= 1 s): queued in its session.
+            client.publish(topic, cloud.sign(cloud.bundle("base", 2, facts=[("temp", "t1", 31)])))
+            watcher = StatusWatcher(client, FARM, "t1")
+            watcher.wait(lambda s: s.applied.get("base") == 2, timeout=30)
+        agent.wait_log("connected", count=2)
+        assert agent.terminate() == 0
+    # While the agent process is down, the broker queues bundles for its persistent session.
+    with TestClient(broker, "cloud-3") as client:
+        client.publish(topic, cloud.sign(cloud.bundle("base", 3, facts=[("temp", "t2", 40)])))
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-4") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.applied.get("base") == 3 and s.online)
+        assert agent.terminate() == 0
+    assert sorted(a["X"] for a in query(config, "<Hot>(X)")) == ["t1", "t2"]
+
+
+def test_acl_confines_a_device_to_its_own_topics(tmp_path, make_broker, cloud):
+    users = {"t1": "pw1", "t2": "pw2", "cloud": "cloudpw"}
+    broker = make_broker(users=users, acl=device_acl(FARM, farm_bundle=True))
+    config = write_config(tmp_path / "t1", broker, cloud.keys, username="t1", password="pw1")
+    with (
+        AgentProcess(config) as agent,
+        TestClient(broker, "cloud-1", username="cloud", password="cloudpw") as client,
+    ):
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        # A bundle for t2 never reaches t1; then t1's own bundle does.
+        client.publish(f"zodiac/{FARM}/t2/bundle", cloud.sign(cloud.bundle("t2only", 1)))
+        client.publish(f"zodiac/{FARM}/t1/bundle", cloud.sign(cloud.bundle("base", 1)))
+        status = watcher.wait(lambda s: s.applied.get("base") == 1)
+        assert "t2only" not in status.applied
+        # With the wrong password the agent is refused and says so in its log.
+        assert agent.terminate() == 0
+    bad = write_config(tmp_path / "bad", broker, cloud.keys, username="t1", password="nope")
+    with AgentProcess(bad) as agent:
+        agent.wait_log("connection refused")
+
+
+def test_rule_request_answer_and_release(tmp_path, make_broker, cloud):
+    broker = make_broker()
+    reasoning = """
+triggers = { "http://ex/Suspect" = "ambient-temperature" }
+resolved = ["http://ex/Resolved"]
+telemetry_predicates = ["temp"]
+neighbours = ["t2"]
+"""
+    config = write_config(tmp_path / "t1", broker, cloud.keys, reasoning=reasoning)
+    base = {
+        "suspect": "suspect: <http://ex/Suspect>(X) :- <temp>(X, T) and COMP(T, >, 60) .",
+    }
+    with (
+        AgentProcess(config) as agent,
+        TestClient(broker, "cloud-1") as client,
+        TestClient(broker, "cloud-req") as requests,
+    ):
+        requests.subscribe(f"zodiac/{FARM}/t1/request")
+        requests.subscribe(f"zodiac/{FARM}/t1/telemetry")
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        client.publish(f"zodiac/{FARM}/t1/bundle", cloud.sign(cloud.bundle("base", 1, rules=base)))
+        watcher.wait(lambda s: s.applied.get("base") == 1)
+        # The device's own reading: implausible -> Suspect derived -> a rule request.
+        client.publish(
+            f"zodiac/{FARM}/t1/readings", readings_payload("t1", FARM, [("temp", "t1", 70)])
+        )
+        telemetry = requests.expect(f"zodiac/{FARM}/t1/telemetry")
+        message = requests.expect(f"zodiac/{FARM}/t1/request")
+        request = decode_model(message.payload, RuleRequest)
+        assert request.event == "ambient-temperature" and request.device == "t1"
+        assert message.properties.ResponseTopic == f"zodiac/{FARM}/t1/bundle"
+        assert message.properties.CorrelationData == request.request_id.encode()
+        assert telemetry.payload
+        # The cloud answers with the event's rules (neighbour comparison), correlated.
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        answer = cloud.bundle(
+            "event/t1/ambient-temperature",
+            1,
+            rules={
+                "ok": "ok: <http://ex/Resolved>(X) :- <temp>(X, T) and <temp>(Y, U) and "
+                "COMP(X, !=, Y) and bind(abs(T - U) as D) and COMP(D, <, 5) .",
+            },
+        )
+        props = Properties(PacketTypes.PUBLISH)
+        props.CorrelationData = message.properties.CorrelationData
+        client.client.publish(
+            message.properties.ResponseTopic, cloud.sign(answer), qos=1, properties=props
+        )
+        status = watcher.wait(lambda s: s.applied.get("event/t1/ambient-temperature") == 1)
+        assert status.rules == 2
+        # A neighbour's telemetry close to t1's reading derives Resolved: rules released.
+        client.publish(
+            f"zodiac/{FARM}/t2/telemetry", readings_payload("t2", FARM, [("temp", "t2", 68)])
+        )
+        status = watcher.wait(lambda s: s.rules == 1)
+        assert agent.terminate() == 0
+    assert query(config, "<temp>(X, T)") == [{"X": "t1", "T": 70}, {"X": "t2", "T": 68}] or sorted(
+        (a["X"], a["T"]) for a in query(config, "<temp>(X, T)")
+    ) == [("t1", 70), ("t2", 68)]
+    summary = json.loads(run_cli("status", "--config", str(config)).stdout)
+    assert summary["open_requests"] == 0
+
+
+def test_cli_apply_status_and_errors(tmp_path, make_broker, cloud):
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    # status before any run: no database yet -> unhealthy, exit 1, nothing created.
+    result = run_cli("status", "--config", str(config))
+    assert result.returncode == 1 and not json.loads(result.stdout)["healthy"]
+    assert not (tmp_path / "t1" / "t1.db").exists()
+    bundle_file = tmp_path / "b1.bundle"
+    bundle_file.write_bytes(
+        cloud.sign(cloud.bundle("base", 1, rules=BASE_RULES, facts=[("temp", "t1", 31)]))
+    )
+    result = run_cli("apply", "--config", str(config), str(bundle_file))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["status"] == "applied"
+    again = run_cli("apply", "--config", str(config), str(bundle_file))
+    assert again.returncode == 0 and json.loads(again.stdout)["status"] == "duplicate"
+    bad_file = tmp_path / "bad.bundle"
+    bad_file.write_bytes(b"\x00" * 50)
+    bad = run_cli("apply", "--config", str(config), str(bad_file))
+    assert bad.returncode == 1 and json.loads(bad.stdout)["reason"] == "malformed"
+    assert query(config, "<Hot>(X)") == [{"X": "t1"}]
+    status = json.loads(run_cli("status", "--config", str(config)).stdout)
+    assert status["healthy"] and status["last_error"]["reason"] == "malformed"
+    broken = tmp_path / "broken.toml"
+    broken.write_text('device = "t 1"\n')
+    result = run_cli("status", "--config", str(broken))
+    assert result.returncode == 2 and "device" in result.stderr
