@@ -273,3 +273,29 @@ def test_cli_apply_status_and_errors(tmp_path, make_broker, cloud):
     broken.write_text('device = "t 1"\n')
     result = run_cli("status", "--config", str(broken))
     assert result.returncode == 2 and "device" in result.stderr
+
+
+def test_acknowledged_bundles_are_not_redelivered_and_last_will_marks_offline(
+    tmp_path, make_broker, cloud
+):
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-1") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        for version in (1, 2, 3):
+            bundle = cloud.bundle("base", version, facts=[("temp", f"t{version}", 40)])
+            client.publish(f"zodiac/{FARM}/t1/bundle", cloud.sign(bundle))
+        watcher.wait(lambda s: s.applied.get("base") == 3)
+        # kill -9: no clean disconnect, so the broker publishes the last will (retained).
+        agent.kill()
+        assert not watcher.wait(lambda s: not s.online).online
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-2") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online and s.applied.get("base") == 3)
+        agent.wait_log("connected")
+        time.sleep(0.5)
+        messages = [e.get("message") for e in agent.log_lines()]
+        # Every bundle was acknowledged after its commit: nothing comes back as a duplicate.
+        assert "duplicate" not in messages and "applied" not in messages
+        assert agent.terminate() == 0

@@ -1,0 +1,167 @@
+"""The agent's behaviour without MQTT (``agent/service.py``): real keys, real SQLite files.
+
+What a bundle's operations mean when folded into one change, what a ``full_state`` bundle
+replaces, how readings and neighbours' telemetry replace earlier values, rule requests and
+their release, and the ``zodiac-agent`` command line's help texts.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.agent_cli import build_parser
+from agent.bundle import AddRules, DeleteRules, RuleRequest, RuleSpec
+from agent.config import AgentConfig
+from agent.service import Agent
+from tests.agent_harness import Cloud, readings_payload
+
+RULES = {
+    "hot": "hot: <Hot>(X) :- <temp>(X, T) and COMP(T, >, 30) .",
+    "warm": "warm: <Warm>(X) :- <temp>(X, T) and COMP(T, >, 20) .",
+}
+
+
+@pytest.fixture
+def cloud(tmp_path):
+    return Cloud(tmp_path / "cloud")
+
+
+def make_agent(tmp_path, cloud, reasoning: str = "") -> Agent:
+    text = f"""
+device = "t1"
+farm = "farm1"
+database = "t1.db"
+[keys]
+trusted_keys = "{cloud.keys}"
+[reasoning]
+{reasoning}
+"""
+    path = tmp_path / "agent.toml"
+    path.write_text(text)
+    return Agent(AgentConfig.load(path))
+
+
+def facts(agent: Agent, predicate: str) -> set:
+    return set(agent.reasoner.facts(predicate))
+
+
+def test_operations_fold_in_order_into_one_change(tmp_path, cloud):
+    agent = make_agent(tmp_path, cloud)
+    bundle = cloud.bundle(
+        "base",
+        1,
+        rules=RULES,
+        facts=[("temp", "a", 35), ("temp", "b", 25)],
+        delete_facts=[("temp", "b", 25)],  # added then deleted in the same bundle: absent
+        delete_rules=["nosuch"],  # unknown: a no-op, reported
+    )
+    outcome = agent.handle_bundle(cloud.sign(bundle))
+    assert outcome.status == "applied"
+    assert outcome.report["rules_ignored"] == ["nosuch"]
+    assert facts(agent, "temp") == {("temp", "a", 35)}
+    # Operations apply in order: delete then re-add a rule id replaces the rule...
+    replace = cloud.bundle("base", 2)
+    replace = replace.model_copy(
+        update={
+            "operations": [
+                DeleteRules(ids=["hot"]),
+                AddRules(rules=[RuleSpec(id="hot", text="hot: <Hot>(X) :- <temp>(X, T) .")]),
+            ]
+        }
+    )
+    assert agent.handle_bundle(cloud.sign(replace)).status == "applied"
+    assert agent.reasoner.query("<Hot>(X)") == [{"X": "a"}]
+    assert "COMP" not in str(agent.reasoner.rules["hot"])
+    # ... while add then delete (Cloud.bundle's order) leaves the rule deleted.
+    gone = cloud.bundle("base", 3, rules={"hot": RULES["hot"]}, delete_rules=["hot"])
+    assert agent.handle_bundle(cloud.sign(gone)).status == "applied"
+    assert "hot" not in agent.reasoner.rules and agent.reasoner.query("<Hot>(X)") == []
+    agent.close()
+
+
+def test_full_state_bundle_replaces_its_stream_only(tmp_path, cloud):
+    agent = make_agent(tmp_path, cloud)
+    agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=RULES, facts=[("temp", "a", 35)])))
+    other = cloud.bundle(
+        "ops",
+        1,
+        rules={"cold": "cold: <Cold>(X) :- <temp>(X, T) and COMP(T, <, 0) ."},
+        facts=[("temp", "z", -5)],
+    )
+    agent.handle_bundle(cloud.sign(other))
+    # Version 7 after 1 is a gap unless the bundle is the stream's full state.
+    gap = agent.handle_bundle(cloud.sign(cloud.bundle("base", 7, facts=[("temp", "q", 1)])))
+    assert gap.status == "refused" and gap.reason == "version_gap"
+    full = cloud.bundle(
+        "base", 7, full_state=True, rules={"warm": RULES["warm"]}, facts=[("temp", "b", 22)]
+    )
+    assert agent.handle_bundle(cloud.sign(full)).status == "applied"
+    assert set(agent.reasoner.rules) == {"warm", "cold"}
+    assert facts(agent, "temp") == {("temp", "b", 22), ("temp", "z", -5)}
+    assert agent.state.applied_versions() == {"base": 7, "ops": 1}
+    agent.close()
+
+
+def test_readings_replace_previous_values_and_neighbours_replace_snapshots(tmp_path, cloud):
+    agent = make_agent(tmp_path, cloud, 'telemetry_predicates = ["temp"]')
+    agent.record_readings([("temp", "t1", 20), ("wind", "t1", 7)])
+    agent.record_readings([("temp", "t1", 21)])  # replaces temp only
+    assert facts(agent, "temp") == {("temp", "t1", 21)}
+    assert facts(agent, "wind") == {("wind", "t1", 7)}
+    assert [tuple(r) for r in agent.telemetry().readings] == [("temp", "t1", 21)]
+    agent.handle_telemetry(readings_payload("t2", "farm1", [("temp", "t2", 30), ("wind", "t2", 3)]))
+    agent.handle_telemetry(readings_payload("t2", "farm1", [("temp", "t2", 31)]))
+    assert facts(agent, "temp") == {("temp", "t1", 21), ("temp", "t2", 31)}
+    assert facts(agent, "wind") == {("wind", "t1", 7)}
+    # Another farm's telemetry and garbage are ignored / refused without changes.
+    assert (
+        agent.handle_telemetry(readings_payload("t9", "farm2", [("temp", "t9", 1)])).status
+        == "unchanged"
+    )
+    assert agent.handle_telemetry(b"\x93garbage").status == "refused"
+    assert facts(agent, "temp") == {("temp", "t1", 21), ("temp", "t2", 31)}
+    agent.close()
+
+
+def test_requests_are_sent_once_and_released_when_resolved(tmp_path, cloud):
+    reasoning = 'triggers = { "Suspect" = "ambient" }\nresolved = ["Fine"]'
+    agent = make_agent(tmp_path, cloud, reasoning)
+    base = {"s": "s: <Suspect>(X) :- <temp>(X, T) and COMP(T, >, 60) ."}
+    agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=base)))
+    assert agent.new_requests() == []
+    agent.record_readings([("temp", "t1", 70)])
+    requests = agent.new_requests()
+    assert [r.event for r in requests] == ["ambient"] and isinstance(requests[0], RuleRequest)
+    assert agent.new_requests() == []  # one open request per event
+    answer = cloud.bundle("event/ambient", 1, rules={"f": "f: <Fine>(X) :- <ok>(X) ."})
+    outcome = agent.handle_bundle(cloud.sign(answer), correlation=requests[0].request_id)
+    assert outcome.status == "applied" and "f" in agent.reasoner.rules
+    assert agent.release_resolved() == []  # nothing resolved yet
+    agent.record_readings([("ok", "t1", "yes")])  # <ok>(t1, yes) is binary: not Fine(X)
+    agent.state.apply(add_facts=[("ok", "t1")])
+    released = agent.release_resolved()
+    assert len(released) == 1 and "f" not in agent.reasoner.rules
+    assert agent.state.summary()["open_requests"] == 0
+    agent.close()
+
+
+def test_state_survives_a_new_agent_on_the_same_file(tmp_path, cloud):
+    agent = make_agent(tmp_path, cloud)
+    agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=RULES, facts=[("temp", "a", 35)])))
+    agent.close()
+    again = make_agent(tmp_path, cloud)
+    assert again.state.load_report.how == "loaded"
+    assert again.reasoner.query("<Hot>(X)") == [{"X": "a"}]
+    assert again.status().applied == {"base": 1}
+    again.close()
+
+
+def test_every_agent_command_and_option_has_help_text():
+    parser = build_parser()
+    commands = next(a for a in parser._actions if a.dest == "command")
+    assert set(commands.choices) == {"run", "status", "query", "apply"}
+    for name, sub in commands.choices.items():
+        assert sub.description, name
+        for action in sub._actions:
+            if action.dest != "help":
+                assert action.help, f"{name} {action.dest} has no help"
