@@ -77,7 +77,7 @@ class Outcome:
     @property
     def committed(self) -> bool:
         """True when the message may be acknowledged: its effect (or none) is durable."""
-        return self.status != "refused" or self.reason not in ("state", "internal")
+        return self.status != "refused" or self.reason != "state"
 
     def as_log(self) -> dict:
         return {
@@ -149,7 +149,7 @@ class Agent:
             bundle = open_bundle(payload, self.keyring, limits=self.limits)
             applied = self.state.applied_versions().get(bundle.stream)
             if check_sequence(bundle, applied) == "duplicate":
-                return self._note(
+                return self.note(
                     Outcome(
                         "duplicate",
                         message=f"version {bundle.version} <= applied {applied}",
@@ -164,7 +164,7 @@ class Agent:
             )
         if outcome.status == "applied" and correlation:
             self._link_request(correlation, outcome.stream or "")
-        return self._note(outcome)
+        return self.note(outcome)
 
     def apply_bundle(self, bundle: Bundle) -> Outcome:
         """Apply an already verified bundle (its operations as one change)."""
@@ -233,7 +233,7 @@ class Agent:
 
             telemetry = decode_telemetry(payload)
         except BundleError as error:
-            return self._note(Outcome("refused", error.reason, f"telemetry: {error}"))
+            return self.note(Outcome("refused", error.reason, f"telemetry: {error}"))
         if telemetry.farm != self.config.farm or telemetry.device == self.config.device:
             return Outcome("unchanged", message="telemetry of another farm or of this device")
         readings = list(telemetry.fact_tuples())
@@ -253,8 +253,8 @@ class Agent:
         try:
             report = self.state.apply(add_facts=added, delete_facts=gone, source=source)
         except ZodiacError as error:
-            return self._note(Outcome("refused", "engine", f"{source}: {error}"))
-        return self._note(Outcome("applied", report=report, stream=source), quiet=True)
+            return self.note(Outcome("refused", "engine", f"{source}: {error}"))
+        return self.note(Outcome("applied", report=report, stream=source), quiet=True)
 
     def telemetry(self) -> Telemetry:
         """This device's current readings of the configured telemetry predicates."""
@@ -333,7 +333,7 @@ class Agent:
             try:
                 report = self.state.apply(delete_rules=rule_ids, source=stream)
             except ZodiacError as error:
-                outcomes.append(self._note(Outcome("refused", "engine", str(error))))
+                outcomes.append(self.note(Outcome("refused", "engine", str(error))))
                 continue
             with self.state.conn:
                 self.state.conn.execute(
@@ -362,7 +362,7 @@ class Agent:
             updated_at=time.time(),
         )
 
-    def _note(self, outcome: Outcome, *, quiet: bool = False) -> Outcome:
+    def note(self, outcome: Outcome, *, quiet: bool = False) -> Outcome:
         """Log an outcome; a refusal also becomes the status's ``last_error``."""
         fields = outcome.as_log()
         if outcome.status == "refused":

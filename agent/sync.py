@@ -28,6 +28,7 @@ import logging
 import queue
 import signal
 import ssl
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -93,6 +94,7 @@ class AgentService:
         self.connected = threading.Event()
         self.client = make_client(self.config)
         self.client.on_connect = self._on_connect
+        self.client.on_connect_fail = self._on_connect_fail
         self.client.on_disconnect = self._on_disconnect
         self.client.on_message = self._on_message
         offline = encode_model(agent.status(online=False))
@@ -117,6 +119,27 @@ class AgentService:
         log.info("connected", extra={"fields": {"session_present": flags.session_present}})
         self.connected.set()
         self.inbox.put(Incoming("$connected", b"", 0, 0, None))  # publish status from our thread
+
+    def _on_connect_fail(self, client, userdata) -> None:
+        """Log a connection attempt that failed before any CONNACK (then paho retries).
+
+        Without this, a broker that is unreachable or fails the TLS handshake (wrong CA, host
+        name mismatch, client certificate refused) leaves no trace at all: paho only retries,
+        silently. paho calls this from inside its ``except OSError`` block without passing the
+        error, hence ``sys.exception()`` to name the cause (e.g. "certificate verify failed").
+        """
+        error = sys.exception()
+        log.warning(
+            "connection failed",
+            extra={
+                "fields": {
+                    "host": self.config.broker.host,
+                    "port": self.config.broker.port,
+                    "tls": self.config.broker.tls,
+                    "error": repr(error) if error is not None else "unknown",
+                }
+            },
+        )
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
         self.connected.clear()
@@ -169,10 +192,25 @@ class AgentService:
         self.stopping.set()
 
     def handle(self, item: Incoming) -> None:
-        config = self.config
+        """One message: apply, acknowledge once durable, then react (requests, release).
+
+        An unexpected error (a bug) is logged and reported in the status, and the message is
+        acknowledged anyway: the state was rolled back to the file, and redelivering a message
+        that crashes the agent would only crash it again (a poison message)."""
         if item.topic == "$connected":
             self.publish_status()
             return
+        try:
+            self._dispatch(item)
+        except Exception as error:  # noqa: BLE001 - the service must outlive one bad message
+            log.exception("internal error", extra={"fields": {"topic": item.topic}})
+            self.agent.note(Outcome("refused", "internal", f"{type(error).__name__}: {error}"))
+            if item.qos > 0:
+                self.client.ack(item.mid, item.qos)
+            self.publish_status()
+
+    def _dispatch(self, item: Incoming) -> None:
+        config = self.config
         changed = False
         if item.topic in (config.topic("bundle"), config.farm_bundle_topic()):
             outcome = self.agent.handle_bundle(item.payload, correlation=item.correlation)
@@ -195,7 +233,7 @@ class AgentService:
         try:
             telemetry = decode_telemetry(payload)
         except BundleError as error:
-            return self.agent._note(Outcome("refused", error.reason, f"readings: {error}"))
+            return self.agent.note(Outcome("refused", error.reason, f"readings: {error}"))
         return self.agent.record_readings(list(telemetry.fact_tuples()))
 
     def after_change(self) -> None:
