@@ -242,12 +242,13 @@ class Agent:
     def _replace(self, source: str, readings: list[tuple], *, by_sensor: bool) -> Outcome:
         old = self.state.facts_of_source(source)
         new = [tuple(f) for f in readings]
+        old_set, new_set = set(old), set(new)
         if by_sensor:
             fresh = {(f[0], f[1]) for f in new}
-            gone = [f for f in old if (f[0], f[1]) in fresh and f not in new]
+            gone = [f for f in old if (f[0], f[1]) in fresh and f not in new_set]
         else:
-            gone = [f for f in old if f not in set(new)]
-        added = [f for f in new if f not in set(old)]
+            gone = [f for f in old if f not in new_set]
+        added = [f for f in new if f not in old_set]
         if not gone and not added:
             return Outcome("unchanged")
         try:
@@ -282,8 +283,7 @@ class Agent:
         for predicate, event in sorted(self.config.reasoning.triggers.items()):
             if event in open_events:
                 continue
-            facts = list(self.reasoner.facts(predicate))
-            facts += [f for f in self.reasoner.facts(RDF_TYPE) if f[2] == predicate]
+            facts = list(self.reasoner.facts_named(predicate))
             if not facts:
                 continue
             request = RuleRequest(
@@ -320,9 +320,7 @@ class Agent:
         outcomes = []
         resolved = self.config.reasoning.resolved
         if not resolved or not any(
-            next(iter(self.reasoner.facts(p)), None) is not None
-            or any(f[2] == p for f in self.reasoner.facts(RDF_TYPE))
-            for p in resolved
+            next(self.reasoner.facts_named(p), None) is not None for p in resolved
         ):
             return outcomes
         rows = self.state.conn.execute(

@@ -260,6 +260,18 @@ class Reasoner:
                 for args in self._visible(key):
                     yield (name, *(decode[a] for a in args))
 
+    def facts_named(self, name: str) -> Iterator[tuple]:
+        """Every fact whose relation is called ``name``, whatever its arity: for a class
+        ``C`` the facts ``(rdf:type, x, C)``, for a predicate ``p`` the facts ``(p, ...)``.
+        Reads only those relations (``facts(rdf:type)`` would decode every class fact)."""
+        decode = self.terms.values
+        for key in sorted(k for k in self._all_keys() if k[0] == name):
+            for args in self._visible(key):
+                if key[1] == 1:
+                    yield (RDF_TYPE, decode[args[0]], name)
+                else:
+                    yield (name, *(decode[a] for a in args))
+
     def edb_facts(self) -> Iterator[tuple]:
         """The explicit facts only, in the same form as :meth:`facts`."""
         decode = self.terms.values
