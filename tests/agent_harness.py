@@ -105,7 +105,14 @@ def write_config(
     password: str | None = None,
     extra: str = "",
     reasoning: str = "",
+    broker_extra: str = "",
 ) -> Path:
+    """Write ``<directory>/<device>.toml`` for an agent talking to ``broker``.
+
+    ``extra`` is TOML for the top level, ``reasoning`` the body of ``[reasoning]`` and
+    ``broker_extra`` more lines for ``[broker]`` (e.g. ``tls = true`` and ``ca_file``): each
+    goes inside its table because TOML has no way to reopen a table later in the file.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     auth = ""
     if username:
@@ -121,7 +128,7 @@ port = {broker.port}
 keepalive = 5
 reconnect_min_delay = 1
 reconnect_max_delay = 2
-{auth}
+{auth}{broker_extra}
 [keys]
 trusted_keys = "{keys}"
 max_bundle_bytes = 20000

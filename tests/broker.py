@@ -12,6 +12,15 @@ Typical use (see also the ``broker`` / ``make_broker`` fixtures in ``tests/conft
     with Broker(tmp_path, users={"dev1": "pw"}, acl=device_acl("farm1")) as broker:
         with TestClient(broker, "dev1", username="dev1", password="pw") as dev1:
             dev1.subscribe("zodiac/farm1/dev1/bundle")
+
+TLS: ``make_tls_files(directory)`` writes a throwaway CA with a server and a client certificate,
+and ``Broker(directory, tls=files)`` serves MQTT over TLS only (``require_certificate=True``
+also demands a client certificate)::
+
+    files = make_tls_files(tmp_path / "pki")
+    with Broker(tmp_path / "b", tls=files) as broker:
+        with TestClient(broker, "cloud", ca_file=files.ca_cert) as cloud:
+            ...
 """
 
 from __future__ import annotations
@@ -28,10 +37,17 @@ import socket
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from ipaddress import IPv4Address
 from pathlib import Path
 from types import TracebackType
 
 import paho.mqtt.client as mqtt
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
@@ -42,8 +58,10 @@ __all__ = [
     "Broker",
     "BrokerError",
     "TestClient",
+    "TlsFiles",
     "device_acl",
     "free_port",
+    "make_tls_files",
     "mosquitto_available",
     "mosquitto_version",
 ]
@@ -128,12 +146,156 @@ def device_acl(
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------- TLS
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of one throwaway PKI: a CA, a server certificate and a client certificate.
+
+    The server certificate is valid for ``127.0.0.1`` (IP SAN, what the brokers listen on and
+    what clients verify, since Python checks IP addresses against IP SANs only) and
+    ``localhost`` (DNS SAN). Keys are unencrypted: nothing secret is protected by them.
+    """
+
+    ca_cert: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def make_tls_files(
+    directory: str | os.PathLike[str], *, client_name: str = "zodiac-test-client"
+) -> TlsFiles:
+    """Generate a fresh CA, server and client certificate as PEM files in ``directory``.
+
+    Done with ``cryptography`` (already a dependency, for bundle signatures) rather than the
+    openssl CLI, so the tests need no extra tool. Each call makes an independent CA, so two
+    calls give a CA that does *not* trust the other's certificates — the "wrong CA" case.
+    P-256 keys and SHA-256 keep generation fast (milliseconds) and are accepted at OpenSSL's
+    default security level; the extensions (CA basic constraints, key usages, SKI/AKI) are the
+    ones strict verifiers (OpenSSL's X509_STRICT) insist on.
+    """
+    directory = Path(directory).resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    # Backdated a little: a clock that differs by a few seconds must not make it "not yet valid".
+    now = datetime.now(UTC) - timedelta(minutes=5)
+    until = now + timedelta(days=2)
+
+    def name(common_name: str) -> x509.Name:
+        return x509.Name(
+            [
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "zodiac-edge tests"),
+                x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            ]
+        )
+
+    def write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> Path:
+        path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        path.chmod(0o600)
+        return path
+
+    def write_cert(cert: x509.Certificate, path: Path) -> Path:
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return path
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = name(f"zodiac test CA {os.urandom(4).hex()}")
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    def leaf(
+        common_name: str, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName] | None
+    ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name(common_name))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(until)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=True,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+            )
+        )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return builder.sign(ca_key, hashes.SHA256()), key
+
+    server_cert, server_key = leaf(
+        "127.0.0.1",
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        [x509.IPAddress(IPv4Address("127.0.0.1")), x509.DNSName("localhost")],
+    )
+    client_cert, client_key = leaf(client_name, ExtendedKeyUsageOID.CLIENT_AUTH, None)
+    return TlsFiles(
+        ca_cert=write_cert(ca_cert, directory / "ca.pem"),
+        server_cert=write_cert(server_cert, directory / "server.pem"),
+        server_key=write_key(server_key, directory / "server.key"),
+        client_cert=write_cert(client_cert, directory / "client.pem"),
+        client_key=write_key(client_key, directory / "client.key"),
+    )
+
+
 class Broker:
     """One private ``mosquitto`` process, configured from scratch in ``directory``.
 
     The port is chosen once, at the first `start`, and kept for the broker's life so that
     `restart` looks to clients exactly like a broker that went away and came back: same address,
     same persistence file, hence the same persistent sessions and queued QoS 1/2 messages.
+
+    With ``tls`` (see `make_tls_files`) the one listener speaks MQTT over TLS only — there is
+    no clear-text fallback a misconfigured client could silently use — and
+    ``require_certificate`` makes the broker refuse clients without a certificate signed by the
+    same CA.
     """
 
     host = "127.0.0.1"
@@ -147,12 +309,18 @@ class Broker:
         persistence: bool = True,
         port: int | None = None,
         max_queued_messages: int = 100_000,
+        tls: TlsFiles | None = None,
+        require_certificate: bool = False,
     ) -> None:
+        if require_certificate and tls is None:
+            raise BrokerError("require_certificate needs tls files")
         self.directory = Path(directory).resolve()
         self.users = dict(users) if users else {}
         self.acl = acl
         self.persistence = persistence
         self.max_queued_messages = max_queued_messages
+        self.tls = tls
+        self.require_certificate = require_certificate
         self._port: int | None = port
         self._process: subprocess.Popen[bytes] | None = None
         self._configured = False
@@ -187,7 +355,8 @@ class Broker:
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
-        return f"<Broker {self.host}:{self._port} {state} in {self.directory}>"
+        scheme = "mqtts" if self.tls else "mqtt"
+        return f"<Broker {scheme}://{self.host}:{self._port} {state} in {self.directory}>"
 
     # ---------------------------------------------------------------------------- lifecycle
     def start(self, timeout: float = 10.0) -> Broker:
@@ -306,6 +475,14 @@ class Broker:
             "log_timestamp_format %Y-%m-%dT%H:%M:%S",
             "connection_messages true",
         ]
+        if self.tls is not None:
+            # Listener settings: they follow the `listener` line they belong to.
+            lines += [
+                f"cafile {self.tls.ca_cert}",
+                f"certfile {self.tls.server_cert}",
+                f"keyfile {self.tls.server_key}",
+                f"require_certificate {'true' if self.require_certificate else 'false'}",
+            ]
         if self.users:
             lines.append(f"password_file {self.directory / 'passwd'}")
         if self.acl is not None:
@@ -401,7 +578,16 @@ class TestClient:
         clean_start: bool = True,
         session_expiry: int = 0,
         timeout: float = 5.0,
+        ca_file: str | os.PathLike[str] | None = None,
+        cert_file: str | os.PathLike[str] | None = None,
+        key_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        """``ca_file`` switches TLS on (verifying the broker against that CA, host name
+        included); ``cert_file``/``key_file`` add a client certificate."""
+        if (cert_file is None) != (key_file is None):
+            raise ValueError("cert_file and key_file go together")
+        if cert_file is not None and ca_file is None:
+            raise ValueError("a client certificate needs TLS: give ca_file too")
         self.broker = broker
         self.client_id = client_id
         self.timeout = timeout
@@ -419,6 +605,13 @@ class TestClient:
         )
         if username is not None:
             self.client.username_pw_set(username, password)
+        if ca_file is not None:
+            # The same call the agent's make_client uses, so both sides negotiate alike.
+            self.client.tls_set(
+                ca_certs=str(ca_file),
+                certfile=str(cert_file) if cert_file is not None else None,
+                keyfile=str(key_file) if key_file is not None else None,
+            )
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
         self.client.on_subscribe = self._on_subscribe
