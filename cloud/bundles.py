@@ -1,0 +1,174 @@
+"""Cutting per-device bundles: what each device should hold, as signed, versioned differences.
+
+The cloud decides, per device and per rule stream, the rules and facts the device should hold
+(its *target*). :class:`BundleCutter` remembers what it last sent each device on each stream and
+turns a new target into the smallest bundle that gets the device there: rules and facts added,
+rules and facts deleted, version + 1. When a device reports a version gap (it missed a bundle, or
+lost its state), :meth:`BundleCutter.full_state` re-sends the whole target as a ``full_state``
+bundle, which the agent applies whatever its version.
+
+The cutter's memory (last target and version per device and stream) is kept in a small SQLite
+file, so a restarted publisher continues the version sequence instead of starting again at 1
+(which every device would ignore as a duplicate).
+
+Rule streams live as text under ``rules/``: ``rules/<farm-set>/base.rules`` is stream ``base``,
+``rules/<farm-set>/anomaly/ambient-temperature.rules`` is stream
+``anomaly/ambient-temperature`` (:func:`load_streams`). Rules need labels: the label is the rule's
+stable id on every device.
+
+This module needs no Spark: the publisher answers requests from the latest cut targets.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlite_utils
+
+from agent.bundle import (
+    AddFacts,
+    AddRules,
+    Bundle,
+    DeleteFacts,
+    DeleteRules,
+    RuleSpec,
+    decode_term,
+    encode_fact,
+)
+from agent.engine.errors import ZodiacError
+from agent.engine.parser import parse_file
+
+
+@dataclass
+class Target:
+    """What one device should hold on one stream: rule id -> rule text, and facts."""
+
+    rules: dict[str, str] = field(default_factory=dict)
+    facts: set[tuple] = field(default_factory=set)
+
+
+def load_streams(directory: str | Path) -> dict[str, dict[str, str]]:
+    """Every ``.rules`` file under ``directory`` as a stream: name -> {rule id: rule text}.
+
+    Raises ZodiacError for an unlabelled rule (its id would be a hash of its text, which
+    changes whenever the rule is edited, so the device could never delete the old version)."""
+    root = Path(directory)
+    streams: dict[str, dict[str, str]] = {}
+    for path in sorted(root.rglob("*.rules")):
+        name = path.relative_to(root).with_suffix("").as_posix()
+        program = parse_file(path)
+        rules: dict[str, str] = {}
+        for rule in program.rules:
+            if not rule.label:
+                raise ZodiacError(f"{path}: every rule of a stream needs a label: {rule}")
+            rules[rule.id] = str(rule)
+        streams[name] = rules
+    return streams
+
+
+class BundleCutter:
+    """Turns per-device targets into versioned difference bundles (see module docstring)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.db = sqlite_utils.Database(path)
+        self.db.conn.execute("PRAGMA journal_mode=WAL")
+        if "sent" not in self.db.table_names():
+            self.db["sent"].create(
+                {"device": str, "stream": str, "version": int, "target": str, "at": float},
+                pk=("device", "stream"),
+            )
+
+    def version(self, device: str, stream: str) -> int:
+        row = self._row(device, stream)
+        return row["version"] if row else 0
+
+    def last_target(self, device: str, stream: str) -> Target:
+        row = self._row(device, stream)
+        if row is None:
+            return Target()
+        data = json.loads(row["target"])
+        facts = {tuple(decode_term(t) for t in fact) for fact in data["facts"]}
+        return Target(rules=data["rules"], facts=facts)
+
+    def cut(self, device: str, stream: str, target: Target) -> Bundle | None:
+        """The bundle taking ``device`` from the last target sent on ``stream`` to ``target``,
+        or None when nothing changed. Recorded as sent (call :meth:`full_state` to resend)."""
+        before = self.last_target(device, stream)
+        operations: list = []
+        gone_rules = [rid for rid in before.rules if target.rules.get(rid) != before.rules[rid]]
+        new_rules = {
+            rid: text for rid, text in target.rules.items() if before.rules.get(rid) != text
+        }
+        if gone_rules:
+            operations.append(DeleteRules(ids=sorted(gone_rules)))
+        if new_rules:
+            operations.append(
+                AddRules(rules=[RuleSpec(id=rid, text=text) for rid, text in new_rules.items()])
+            )
+        gone_facts = before.facts - target.facts
+        new_facts = target.facts - before.facts
+        if gone_facts:
+            operations.append(
+                DeleteFacts(facts=[encode_fact(f) for f in sorted(gone_facts, key=repr)])
+            )
+        if new_facts:
+            operations.append(AddFacts(facts=[encode_fact(f) for f in sorted(new_facts, key=repr)]))
+        if not operations:
+            return None
+        return self._record(device, stream, target, operations, full_state=False)
+
+    def full_state(self, device: str, stream: str, target: Target | None = None) -> Bundle:
+        """The whole target (by default the last one sent) as a ``full_state`` bundle."""
+        target = target if target is not None else self.last_target(device, stream)
+        operations: list = []
+        if target.rules:
+            operations.append(
+                AddRules(rules=[RuleSpec(id=r, text=t) for r, t in target.rules.items()])
+            )
+        if target.facts:
+            operations.append(
+                AddFacts(facts=[encode_fact(f) for f in sorted(target.facts, key=repr)])
+            )
+        return self._record(device, stream, target, operations, full_state=True)
+
+    def release(self, device: str, stream: str) -> Bundle | None:
+        """Empty the stream on the device (the event is over): a bundle deleting everything."""
+        return self.cut(device, stream, Target())
+
+    def _record(
+        self, device: str, stream: str, target: Target, operations: list, *, full_state: bool
+    ) -> Bundle:
+        version = self.version(device, stream) + 1
+        bundle = Bundle(
+            bundle_id=f"{device}:{stream}:{version}:{uuid.uuid4().hex[:8]}",
+            stream=stream,
+            version=version,
+            issued_at=time.time(),
+            full_state=full_state,
+            operations=operations,
+        )
+        data = {
+            "rules": target.rules,
+            "facts": [encode_fact(f) for f in sorted(target.facts, key=repr)],
+        }
+        self.db["sent"].upsert(
+            {
+                "device": device,
+                "stream": stream,
+                "version": version,
+                "target": json.dumps(data),
+                "at": time.time(),
+            },
+            pk=("device", "stream"),
+        )
+        return bundle
+
+    def _row(self, device: str, stream: str) -> dict | None:
+        rows = list(
+            self.db.query("SELECT * FROM sent WHERE device = ? AND stream = ?", (device, stream))
+        )
+        return rows[0] if rows else None
