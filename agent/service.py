@@ -373,6 +373,7 @@ class Agent:
                             "reason": outcome.reason,
                             "message": outcome.message,
                             "bundle_id": outcome.bundle_id,
+                            "stream": outcome.stream,
                             "at": time.time(),
                         }
                     ),

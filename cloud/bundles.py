@@ -22,6 +22,7 @@ This module needs no Spark: the publisher answers requests from the latest cut t
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -74,7 +75,8 @@ class BundleCutter:
     """Turns per-device targets into versioned difference bundles (see module docstring)."""
 
     def __init__(self, path: str | Path) -> None:
-        self.db = sqlite_utils.Database(path)
+        # Used from the publisher's MQTT thread too (always under the publisher's lock).
+        self.db = sqlite_utils.Database(sqlite3.connect(path, check_same_thread=False))
         self.db.conn.execute("PRAGMA journal_mode=WAL")
         if "sent" not in self.db.table_names():
             self.db["sent"].create(
