@@ -25,6 +25,7 @@ import json
 import sqlite3
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,6 +70,19 @@ def load_streams(directory: str | Path) -> dict[str, dict[str, str]]:
             rules[rule.id] = str(rule)
         streams[name] = rules
     return streams
+
+
+def device_facts(facts: Iterable[tuple], device: str, neighbour_predicate: str) -> set[tuple]:
+    """The facts of the farm graph a device needs: every fact about the device itself or
+    about one of its neighbours (``neighbour_predicate(device, n)`` in the materialised
+    graph), i.e. whose subject is one of them, class facts included. This is what lets the
+    device reason about its neighbourhood (e.g. the median of its neighbours' readings)
+    without holding the whole farm."""
+    facts = list(facts)
+    keep = {device} | {
+        f[2] for f in facts if f[0] == neighbour_predicate and len(f) == 3 and f[1] == device
+    }
+    return {f for f in facts if len(f) >= 2 and f[1] in keep}
 
 
 class BundleCutter:

@@ -4,7 +4,7 @@ checked by applying every cut bundle to a real agent state (no Spark, no broker)
 from __future__ import annotations
 
 from agent.bundle import sign_bundle
-from cloud.bundles import BundleCutter, Target, load_streams
+from cloud.bundles import BundleCutter, Target, device_facts, load_streams
 from tests.agent_harness import Cloud
 from tests.test_service import make_agent
 
@@ -68,3 +68,26 @@ def test_streams_are_loaded_from_rule_files(tmp_path):
     streams = load_streams(tmp_path)
     assert set(streams) == {"base", "anomaly/ambient-temperature"}
     assert set(streams["base"]) == {"hot"}
+
+
+def test_device_facts_are_its_own_and_its_neighbours():
+    rdf_type = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
+    farm = [
+        ("nb", "t1", "t2"),
+        ("nb", "t2", "t1"),
+        ("nb", "t2", "t3"),
+        ("nb", "t3", "t2"),
+        ("model", "t1", "V90"),
+        ("model", "t2", "V90"),
+        ("model", "t3", "V112"),
+        (rdf_type, "t2", "Turbine"),
+        (rdf_type, "t3", "Turbine"),
+    ]
+    assert device_facts(farm, "t1", "nb") == {
+        ("nb", "t1", "t2"),
+        ("nb", "t2", "t1"),
+        ("nb", "t2", "t3"),
+        ("model", "t1", "V90"),
+        ("model", "t2", "V90"),
+        (rdf_type, "t2", "Turbine"),
+    }
