@@ -73,6 +73,13 @@ class Publisher:
         self.client.on_message = self._on_message
         self.host, self.port = host, port
         self.on_status: Callable[[DeviceStatus], None] | None = None
+        self.pending: list[mqtt.MQTTMessageInfo] = []
+
+    def flush(self, timeout: float = 10) -> None:
+        """Wait until every bundle published so far was acknowledged by the broker."""
+        for info in self.pending:
+            info.wait_for_publish(timeout)
+        self.pending.clear()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Publisher:
@@ -112,9 +119,10 @@ class Publisher:
             properties = Properties(PacketTypes.PUBLISH)
             properties.CorrelationData = correlation
         payload = sign_bundle(bundle, self.private_key, self.key_id)
-        self.client.publish(
+        info = self.client.publish(
             f"zodiac/{self.farm}/{device}/bundle", payload, qos=1, properties=properties
         )
+        self.pending.append(info)
         log.info("published %s v%d to %s", bundle.stream, bundle.version, device)
 
     def send(self, device: str, stream: str, target: Target) -> Bundle | None:
