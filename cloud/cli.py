@@ -1,0 +1,166 @@
+"""``zodiac-cloud``: the cloud side's command line.
+
+``zodiac-cloud materialise --rules FILE --facts FILE --out DIR`` runs the Spark job (local mode
+by default, ``--master`` for a cluster) and writes, under DIR, ``parquet/`` (one dataset per
+relation, see :mod:`cloud.spark.storage`) and ``facts.nt`` (every fact that is an RDF triple).
+Progress, one line per stratum, goes to standard error; the count per predicate to standard
+output.
+
+``publish`` and ``serve`` (the MQTT publisher) come from :mod:`cloud.publisher_cli`.
+
+pyspark is imported only when a command runs, so ``zodiac-cloud --help`` works without it and a
+missing pyspark is one clear error line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from agent.engine.errors import ZodiacError
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zodiac-cloud",
+        description=(
+            "Cloud side of zodiac-edge: materialise the farm's knowledge graph with Spark, "
+            "publish rule bundles to devices."
+        ),
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    run = commands.add_parser(
+        "materialise",
+        help="materialise rules over facts with Spark; write Parquet and N-Triples",
+        description=(
+            "Materialise a rule program over facts with PySpark, with the edge engine's "
+            "semantics, and write every fact (explicit and derived) to --out as Parquet (one "
+            "dataset per predicate, plus manifest.json) and N-Triples (facts.nt)."
+        ),
+    )
+    run.add_argument("--rules", required=True, metavar="FILE", help="rule file (.rules)")
+    run.add_argument(
+        "--facts",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help=(
+            "facts: an RDF file (.nt, .ttl...) or a Parquet fact directory written by this "
+            "command (its parquet/ folder); repeat for several sources"
+        ),
+    )
+    run.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    run.add_argument(
+        "--master",
+        default="local[*]",
+        help="Spark master URL (default: local[*], Spark in this process)",
+    )
+    run.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=8,
+        metavar="N",
+        help="spark.sql.shuffle.partitions (default: 8; raise it on a cluster)",
+    )
+    run.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help=(
+            "reliable checkpoints in DIR (on a cluster: a shared file system such as HDFS); "
+            "default: local checkpoints, kept by the executors"
+        ),
+    )
+    run.add_argument(
+        "--no-closures",
+        action="store_true",
+        help="evaluate closure hyper-nodes seminaively instead of by the dedicated algorithms",
+    )
+    run.add_argument("--quiet", action="store_true", help="no progress lines on standard error")
+    run.set_defaults(handler=_materialise)
+    _add_publisher_commands(commands)
+    return parser
+
+
+def _add_publisher_commands(commands) -> None:
+    """``publish`` and ``serve`` (cloud.publisher_cli), when that module is installed."""
+    try:
+        from cloud.publisher_cli import add_commands
+    except ModuleNotFoundError as error:
+        if error.name != "cloud.publisher_cli":
+            raise
+        return
+    add_commands(commands)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except ImportError as error:  # pyspark missing: SparkUnavailableError says how to fix it
+        print(f"zodiac-cloud: {error}", file=sys.stderr)
+        return 1
+    except (ZodiacError, OSError) as error:
+        print(f"zodiac-cloud: {error}", file=sys.stderr)
+        return 1
+
+
+def _materialise(args: argparse.Namespace) -> int:
+    from cloud.spark.materialise import materialise_paths
+    from cloud.spark.session import local_session
+    from cloud.spark.storage import write_facts_ntriples, write_parquet
+
+    started = time.perf_counter()
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    running = _active_session()
+    spark = local_session(args.master, shuffle_partitions=args.shuffle_partitions)
+    if args.checkpoint_dir:
+        spark.sparkContext.setCheckpointDir(args.checkpoint_dir)
+    try:
+        result = materialise_paths(
+            spark,
+            Path(args.rules),
+            args.facts,
+            closures=not args.no_closures,
+            progress=progress,
+        )
+        counts = write_parquet(result, out / "parquet")
+        written, skipped = write_facts_ntriples(result.stream(), out / "facts.nt")
+        errors = result.runtime_errors
+    finally:
+        # A session that was already running (a notebook's, a test suite's) was reused: only
+        # a session this command started is stopped.
+        if running is None:
+            spark.stop()
+    width = max((len(f"{name}/{arity}") for name, arity in counts), default=0)
+    for (name, arity), count in sorted(counts.items()):
+        print(f"{name + '/' + str(arity):<{width}}  {count}")
+    print(f"{'total':<{width}}  {sum(counts.values())}")
+    progress(
+        f"wrote {out / 'parquet'} ({len(counts)} datasets) and {out / 'facts.nt'} "
+        f"({written} triples, {skipped} facts that are no RDF triple left out); "
+        f"{errors} run-time error(s); {time.perf_counter() - started:.1f}s"
+    )
+    return 0
+
+
+def _active_session():
+    from cloud.spark.session import require_pyspark
+
+    require_pyspark()
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

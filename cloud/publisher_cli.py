@@ -1,0 +1,127 @@
+"""``zodiac-cloud publish`` and ``zodiac-cloud serve``: the publisher's command line.
+
+    zodiac-cloud publish --farm F --rules-dir rules/windfarm --key cloud.key --devices t1 t2 \\
+        [--facts farm.nt --neighbour-predicate P] [--stream base] [--broker HOST:PORT]
+    zodiac-cloud serve   --farm F --rules-dir rules/windfarm --key cloud.key [--broker HOST:PORT]
+
+``publish`` cuts and sends one stream (default ``base``) to the listed devices: the stream's
+rules plus, with ``--facts``, the facts each device needs (about itself and its neighbours) from
+a materialised farm graph (N-Triples/Turtle, e.g. ``zodiac-cloud materialise`` output).
+``serve`` runs until SIGTERM: it answers rule requests from the streams under ``--rules-dir``
+and re-sends full states to devices that report a version gap. The key id is the key file's
+stem (``cloud.key`` -> ``cloud``): devices trust ``<key id>.pub``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from pathlib import Path
+
+from agent.bundle import load_private_key
+from cloud.bundles import BundleCutter, Target, device_facts, load_streams
+from cloud.publisher import Publisher
+
+
+def add_commands(commands) -> None:
+    """Register ``publish`` and ``serve`` on an argparse sub-parser collection."""
+    for name, help_text in (
+        ("publish", "cut and publish one rule stream (and device facts) to devices"),
+        ("serve", "answer rule requests and version gaps until SIGTERM"),
+    ):
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.add_argument("--farm", required=True, help="the farm id (MQTT topic level)")
+        sub.add_argument(
+            "--rules-dir",
+            required=True,
+            type=Path,
+            help="directory of rule streams (<stream>.rules files)",
+        )
+        sub.add_argument(
+            "--key",
+            required=True,
+            type=Path,
+            help="the cloud's Ed25519 private key (PEM); key id = file stem",
+        )
+        sub.add_argument("--broker", default="127.0.0.1:1883", help="MQTT broker HOST:PORT")
+        sub.add_argument("--username", default=None, help="MQTT username")
+        sub.add_argument("--password", default=None, help="MQTT password")
+        sub.add_argument(
+            "--state",
+            type=Path,
+            default=Path("zodiac-cloud.db"),
+            help="the publisher's state (versions sent per device and stream)",
+        )
+        if name == "publish":
+            sub.add_argument("--devices", nargs="+", required=True, help="device ids")
+            sub.add_argument("--stream", default="base", help="the stream to send")
+            sub.add_argument(
+                "--facts",
+                type=Path,
+                default=None,
+                help="materialised farm graph to cut device facts from",
+            )
+            sub.add_argument(
+                "--neighbour-predicate",
+                default=None,
+                help="predicate IRI relating a device to its neighbours",
+            )
+        sub.set_defaults(handler=cmd_publish if name == "publish" else cmd_serve)
+
+
+def _publisher(args: argparse.Namespace) -> Publisher:
+    host, _, port = args.broker.rpartition(":")
+    return Publisher(
+        args.farm,
+        BundleCutter(args.state),
+        load_streams(args.rules_dir),
+        load_private_key(args.key),
+        args.key.stem,
+        host=host or "127.0.0.1",
+        port=int(port or 1883),
+        username=args.username,
+        password=args.password,
+    ).start()
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    publisher = _publisher(args)
+    try:
+        rules = publisher.streams.get(args.stream)
+        if rules is None:
+            print(f"zodiac-cloud: no stream {args.stream!r} under {args.rules_dir}")
+            return 1
+        farm_facts: list[tuple] = []
+        if args.facts is not None:
+            from agent.engine.rdf import read_facts
+
+            farm_facts = list(read_facts(args.facts))
+        for device in args.devices:
+            facts = (
+                device_facts(farm_facts, device, args.neighbour_predicate)
+                if farm_facts and args.neighbour_predicate
+                else set()
+            )
+            bundle = publisher.send(device, args.stream, Target(rules=dict(rules), facts=facts))
+            state = f"version {bundle.version}" if bundle else "unchanged"
+            print(f"{device}: {args.stream} {state} ({len(rules)} rules, {len(facts)} facts)")
+        publisher.flush()
+    finally:
+        publisher.stop()
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    publisher = _publisher(args)
+    print(f"serving farm {args.farm}: streams {', '.join(sorted(publisher.streams))}")
+    try:
+        stop.wait()
+    finally:
+        publisher.stop()
+    return 0

@@ -1,0 +1,119 @@
+"""Run-time evaluation of comparisons, binds and aggregate functions, exactly as the engine does.
+
+These functions run inside Spark's Python workers (called by the UDFs of :mod:`.udfs`) on the
+*values* of terms, decoded from the broadcast term dictionary. They call the engine's own
+operators (``agent.engine.compiler.RUNTIME``) and aggregate function
+(``agent.engine.aggregates.aggregate_value``), so every corner of the semantics (Python int
+arithmetic, true division, round-half-to-even, ``5 == 5.0``, ordering only between numbers or
+between IRIs, errors for non-numbers, division by zero, overflow, ``math.fsum`` sums, the true
+median) is the engine's by construction rather than by re-implementation.
+
+Nothing here imports pyspark: the module is plain Python, testable without Spark.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from agent.engine.aggregates import aggregate_value
+from agent.engine.compiler import EVAL_ERRORS, RUNTIME
+from agent.engine.language import BinaryOp, Call, Comparison, Constant, Expr, Variable, is_number
+
+__all__ = [
+    "EVAL_ERRORS",
+    "Dictionary",
+    "bind",
+    "compare",
+    "evaluate",
+    "parse_number",
+    "reduce_group",
+]
+
+ARITHMETIC = {"+": "ADD", "-": "SUB", "*": "MUL", "/": "DIV"}
+COMPARE = {"<": "LT", "<=": "LE", ">": "GT", ">=": "GE", "=": "EQ", "!=": "NE"}
+
+
+class Dictionary:
+    """What a worker needs to decode term ids and find the id of a computed number.
+
+    ``numbers`` maps every number of the dictionary to its id. Python's ``5 == 5.0`` (same
+    hash) makes ``numbers.get(5.0)`` find the id of ``5``, as the engine's dictionary does;
+    booleans are left out, or ``True`` would find the id of ``1``.
+    """
+
+    __slots__ = ("values", "numbers")
+
+    def __init__(self, values: Sequence) -> None:
+        self.values = list(values)
+        self.numbers = {v: i for i, v in enumerate(self.values) if is_number(v)}
+
+
+def evaluate(expr: Expr, values: Sequence, row: dict[Variable, int]):
+    """The value of ``expr`` under ``row`` (variable -> term id); raises on a run-time error."""
+    if isinstance(expr, Variable):
+        return values[row[expr]]
+    if isinstance(expr, Constant):
+        return expr.value
+    if isinstance(expr, BinaryOp):
+        function = RUNTIME[ARITHMETIC[expr.op]]
+        return function(evaluate(expr.left, values, row), evaluate(expr.right, values, row))
+    assert isinstance(expr, Call)
+    function = RUNTIME["F_" + expr.function]
+    return function(*(evaluate(arg, values, row) for arg in expr.args))
+
+
+def compare(comparison: Comparison, values: Sequence, row: dict[Variable, int]) -> bool | None:
+    """True or False, or None for a run-time error (the engine drops the substitution)."""
+    try:
+        left = evaluate(comparison.left, values, row)
+        right = evaluate(comparison.right, values, row)
+        return bool(RUNTIME[COMPARE[comparison.op]](left, right))
+    except EVAL_ERRORS:
+        return None
+
+
+def number_result(value, dictionary: Dictionary) -> tuple[int | None, str | None] | None:
+    """A computed value as ``(id, None)`` when the dictionary has it, ``(None, repr)`` when it
+    is new (the driver gives it an id, see :func:`parse_number`), or None when the engine
+    would refuse to store it (not a finite number: its ``terms.encode`` raises)."""
+    if value.__class__ not in (int, float):
+        return None
+    found = dictionary.numbers.get(value)
+    if found is not None:
+        return found, None
+    if value.__class__ is float and not math.isfinite(value):
+        return None
+    return None, repr(value)
+
+
+def bind(expr: Expr, dictionary: Dictionary, row: dict[Variable, int]):
+    """``number_result`` of ``expr``, or None on a run-time error."""
+    try:
+        value = evaluate(expr, dictionary.values, row)
+    except EVAL_ERRORS:
+        return None
+    return number_result(value, dictionary)
+
+
+def reduce_group(function: str, ids: Sequence[int], dictionary: Dictionary):
+    """``(result, errors)`` for one group: ``result`` as :func:`number_result` gives it (None:
+    no fact for this group) and ``errors`` the skipped non-numbers. ``ids`` holds the
+    aggregate argument of each distinct substitution of the group."""
+    values = dictionary.values
+    try:
+        result, errors = aggregate_value(function, [values[i] for i in ids])
+    except EVAL_ERRORS:  # e.g. fsum overflowing: the engine could not store it either
+        return None, 1
+    if result is None:
+        return None, errors
+    found = number_result(result, dictionary)
+    return found, errors + (1 if found is None else 0)
+
+
+def parse_number(text: str) -> int | float:
+    """The inverse of ``repr`` on the ints and floats :func:`number_result` reports."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
