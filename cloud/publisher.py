@@ -112,15 +112,23 @@ class Publisher:
             log.exception("while handling %s", message.topic)
 
     # ------------------------------------------------------------------ behaviour
-    def publish(self, device: str, bundle: Bundle, *, correlation: bytes | None = None) -> None:
-        """Sign and publish a bundle on the device's bundle topic (QoS 1)."""
+    def publish(
+        self,
+        device: str,
+        bundle: Bundle,
+        *,
+        correlation: bytes | None = None,
+        topic: str | None = None,
+    ) -> None:
+        """Sign and publish a bundle (QoS 1) on ``topic``, by default the device's bundle
+        topic; ``correlation`` answers a request (MQTT v5 correlation data)."""
         properties = None
         if correlation is not None:
             properties = Properties(PacketTypes.PUBLISH)
             properties.CorrelationData = correlation
         payload = sign_bundle(bundle, self.private_key, self.key_id)
         info = self.client.publish(
-            f"zodiac/{self.farm}/{device}/bundle", payload, qos=1, properties=properties
+            topic or f"zodiac/{self.farm}/{device}/bundle", payload, qos=1, properties=properties
         )
         self.pending.append(info)
         log.info("published %s v%d to %s", bundle.stream, bundle.version, device)
@@ -157,11 +165,7 @@ class Publisher:
         props = getattr(message, "properties", None)
         correlation = getattr(props, "CorrelationData", None) or request.request_id.encode()
         response = getattr(props, "ResponseTopic", None)
-        payload = sign_bundle(bundle, self.private_key, self.key_id)
-        properties = Properties(PacketTypes.PUBLISH)
-        properties.CorrelationData = correlation
-        topic = response or f"zodiac/{self.farm}/{device}/bundle"
-        self.client.publish(topic, payload, qos=1, properties=properties)
+        self.publish(device, bundle, correlation=correlation, topic=response)
         log.info(
             "answered %s's request for %s with %s v%d",
             device,
