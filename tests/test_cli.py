@@ -25,15 +25,19 @@ def farm(tmp_path: Path) -> Path:
     return path
 
 
-def test_every_command_and_option_has_help_text():
-    parser = build_parser()
+def check_help_texts(parser, expected: set[str]) -> None:
+    """Every sub-command has a description and every option a help text (like sqlite-utils)."""
     commands = next(a for a in parser._actions if a.dest == "command")
-    assert set(commands.choices) == {"materialise", "query", "explain"}
+    assert set(commands.choices) == expected
     for name, sub in commands.choices.items():
         assert sub.description, name
         for action in sub._actions:
             if action.dest != "help":
                 assert action.help, f"{name} {action.dest} has no help"
+
+
+def test_every_command_and_option_has_help_text():
+    check_help_texts(build_parser(), {"materialise", "query", "explain"})
 
 
 def test_materialise_writes_ntriples(tmp_path: Path, farm: Path):

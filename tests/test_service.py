@@ -14,6 +14,7 @@ from agent.bundle import AddRules, DeleteRules, RuleRequest, RuleSpec
 from agent.config import AgentConfig
 from agent.service import Agent
 from tests.agent_harness import Cloud, readings_payload
+from tests.test_cli import check_help_texts
 
 RULES = {
     "hot": "hot: <Hot>(X) :- <temp>(X, T) and COMP(T, >, 30) .",
@@ -157,11 +158,4 @@ def test_state_survives_a_new_agent_on_the_same_file(tmp_path, cloud):
 
 
 def test_every_agent_command_and_option_has_help_text():
-    parser = build_parser()
-    commands = next(a for a in parser._actions if a.dest == "command")
-    assert set(commands.choices) == {"run", "status", "query", "apply"}
-    for name, sub in commands.choices.items():
-        assert sub.description, name
-        for action in sub._actions:
-            if action.dest != "help":
-                assert action.help, f"{name} {action.dest} has no help"
+    check_help_texts(build_parser(), {"run", "status", "query", "apply"})
