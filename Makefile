@@ -12,15 +12,15 @@ STAMP  := $(VENV)/.install.stamp
 venv: $(STAMP)
 
 # Re-run the install whenever pyproject.toml changes (new dependency, new entry point...).
-# The development install includes the cloud extra (pyspark, needs Java 17): the suite tests
-# the Spark job too.
+# The development install includes the cloud extra (pyspark, needs Java 17), the suite tests
+# the Spark job too, and the simulation extra (matplotlib) for the wind-farm report's plots.
 $(STAMP): pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "error: $(PYTHON) not found on PATH" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || { \
 		echo "error: '$(PYTHON) -m venv' failed (on Debian/Ubuntu: apt-get install python3.11-venv)" >&2; \
 		rm -rf $(VENV); exit 1; }
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,cloud]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,cloud,simulation]'
 	@touch $@
 
 demo: venv

@@ -424,6 +424,8 @@ class DeviceStatus(_Frozen):
     explicit_facts: Annotated[int, Field(ge=0)]
     last_error: str | None = None
     updated_at: Timestamp
+    # Derived facts of the device's configured "findings" predicates (e.g. a diagnosis).
+    findings: list[Fact] = []
 
 
 class RuleRequest(_Frozen):

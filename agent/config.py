@@ -189,6 +189,8 @@ class ReasoningConfig(_Section):
     triggers: dict[NonEmptyStr, NonEmptyStr] = {}
     # predicates whose derivation means the event is over: the requested rules are released.
     resolved: list[NonEmptyStr] = []
+    # predicates whose derived facts the device reports in its status (e.g. a diagnosis).
+    findings: list[NonEmptyStr] = []
     # the device's own readings, published on its telemetry topic for its neighbours.
     telemetry_predicates: list[NonEmptyStr] = []
     # device ids whose telemetry topics this agent subscribes to and ingests as facts.

@@ -326,7 +326,7 @@ class AgentState:
             "derived_rows": one("SELECT COUNT(*) FROM derived").fetchone()[0],
             "hyper_nodes": one("SELECT COUNT(*) FROM nodes").fetchone()[0],
             "open_requests": one(
-                "SELECT COUNT(*) FROM requests WHERE status != 'resolved'"
+                "SELECT COUNT(*) FROM requests WHERE status NOT IN ('resolved', 'cleared')"
             ).fetchone()[0],
             "last_error": json.loads(last_error) if last_error else None,
         }

@@ -25,7 +25,15 @@ Choices:
   signed bundle carrying the request id as MQTT correlation data, whose stream is then linked to
   the request. When a configured "resolved" predicate is derived, the rules of the linked
   streams are deleted locally and the request is closed. The cloud may also release them by
-  sending a bundle on that stream that deletes them.
+  sending a bundle on that stream that deletes them (the usual way: the device reports its
+  findings in its status, and the cloud decides that the event is dealt with).
+* A request's life: ``sent`` -> ``answered`` -> ``resolved`` (its rules are gone) ->
+  ``cleared`` (the trigger no longer holds). A resolved event is not requested again while its
+  trigger still holds (the broken sensor is still broken: asking again would loop), only after
+  the trigger went away and came back. A ``sent`` request unanswered for
+  ``REQUEST_TIMEOUT`` seconds (the cloud was down) no longer blocks a new one.
+* Findings: the facts of the configured ``findings`` predicates (a diagnosis) are part of the
+  status, so the cloud learns the cause without querying the device.
 """
 
 from __future__ import annotations
@@ -61,6 +69,8 @@ log = logging.getLogger("zodiac.agent")
 
 SENSOR_SOURCE = "sensor"  # the device's own readings
 LOCAL_SOURCE = "local"  # rules and facts from the config file
+REQUEST_TIMEOUT = 30.0  # seconds before an unanswered rule request may be sent again
+MAX_FINDINGS = 100  # facts per status message (a status must stay small)
 
 
 @dataclass
@@ -164,6 +174,8 @@ class Agent:
             )
         if outcome.status == "applied" and correlation:
             self._link_request(correlation, outcome.stream or "")
+        if outcome.status == "applied" and outcome.stream:
+            self._close_released(outcome.stream)
         return self.note(outcome)
 
     def apply_bundle(self, bundle: Bundle) -> Outcome:
@@ -277,14 +289,17 @@ class Agent:
         open_events = {
             row[0]
             for row in self.state.conn.execute(
-                "SELECT event FROM requests WHERE status != 'resolved'"
+                "SELECT event FROM requests WHERE status IN ('answered', 'resolved') "
+                "OR (status = 'sent' AND created_at > ?)",
+                (time.time() - REQUEST_TIMEOUT,),
             )
         }
         for predicate, event in sorted(self.config.reasoning.triggers.items()):
-            if event in open_events:
-                continue
             facts = list(self.reasoner.facts_named(predicate))
             if not facts:
+                self._clear(event)
+                continue
+            if event in open_events:
                 continue
             request = RuleRequest(
                 request_id=uuid.uuid4().hex,
@@ -311,8 +326,28 @@ class Agent:
         with self.state.conn:
             self.state.conn.execute(
                 "UPDATE requests SET stream = ?, status = 'answered' WHERE request_id = ? "
-                "AND status != 'resolved'",
+                "AND status IN ('sent', 'answered')",
                 (stream, request_id),
+            )
+
+    def _close_released(self, stream: str) -> None:
+        """The cloud released ``stream`` (it has no rules left here): its requests are
+        resolved."""
+        if self.state.rules_of_stream(stream):
+            return
+        with self.state.conn:
+            self.state.conn.execute(
+                "UPDATE requests SET status = 'resolved', resolved_at = ? "
+                "WHERE stream = ? AND status = 'answered'",
+                (time.time(), stream),
+            )
+
+    def _clear(self, event: str) -> None:
+        """The trigger of ``event`` no longer holds: a new occurrence gets a new request."""
+        with self.state.conn:
+            self.state.conn.execute(
+                "UPDATE requests SET status = 'cleared' WHERE event = ? AND status = 'resolved'",
+                (event,),
             )
 
     def release_resolved(self) -> list[Outcome]:
@@ -354,11 +389,19 @@ class Agent:
             online=online,
             applied=self.state.applied_versions(),
             rules=len(reasoner.rules),
+            findings=self.findings(),
             facts=reasoner.count(),
             explicit_facts=reasoner.edb.size(),
             last_error=self.state.get_meta("last_error"),
             updated_at=time.time(),
         )
+
+    def findings(self) -> list[list]:
+        """The derived facts of the configured ``findings`` predicates (encoded, sorted)."""
+        found = []
+        for predicate in self.config.reasoning.findings:
+            found += [encode_fact(f) for f in self.reasoner.facts_named(predicate)]
+        return sorted(found, key=repr)[:MAX_FINDINGS]
 
     def note(self, outcome: Outcome, *, quiet: bool = False) -> Outcome:
         """Log an outcome; a refusal also becomes the status's ``last_error``."""

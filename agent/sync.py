@@ -43,6 +43,8 @@ from agent.service import Agent, Outcome
 
 log = logging.getLogger("zodiac.sync")
 
+TELEMETRY_HEARTBEAT = 30.0  # seconds: unchanged telemetry is re-sent at least this often
+
 
 @dataclass
 class Incoming:
@@ -99,6 +101,8 @@ class AgentService:
         self.client.on_message = self._on_message
         offline = encode_model(agent.status(online=False))
         self.client.will_set(self.config.topic("status"), offline, qos=1, retain=True)
+        self.reported_findings: list | None = None  # as in the last published status
+        self.sent_telemetry: tuple[list, float] | None = None  # readings, when
 
     # ------------------------------------------------------------------ paho callbacks
     def subscriptions(self) -> list[tuple[str, int]]:
@@ -245,16 +249,28 @@ class AgentService:
             self.client.publish(
                 self.config.topic("request"), encode_model(request), qos=1, properties=props
             )
-        if self.agent.release_resolved():
+        if self.agent.release_resolved() or self.agent.findings() != self.reported_findings:
             self.publish_status()
 
     # ------------------------------------------------------------------ publishing
     def publish_status(self, *, online: bool = True) -> mqtt.MQTTMessageInfo:
-        status = encode_model(self.agent.status(online=online))
-        return self.client.publish(self.config.topic("status"), status, qos=1, retain=True)
+        status = self.agent.status(online=online)
+        self.reported_findings = status.findings
+        return self.client.publish(
+            self.config.topic("status"), encode_model(status), qos=1, retain=True
+        )
 
     def publish_telemetry(self) -> None:
+        """Send this device's readings to its neighbours, when they changed (report by
+        exception: most readings change predicates no neighbour listens to) or at least every
+        ``TELEMETRY_HEARTBEAT`` seconds, so a neighbour that lost a message catches up."""
         telemetry: Telemetry = self.agent.telemetry()
+        now = time.monotonic()
+        if self.sent_telemetry is not None:
+            readings, at = self.sent_telemetry
+            if readings == telemetry.readings and now - at < TELEMETRY_HEARTBEAT:
+                return
+        self.sent_telemetry = (telemetry.readings, now)
         self.client.publish(self.config.topic("telemetry"), encode_model(telemetry), qos=1)
 
     def _shutdown(self) -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from agent import service
 from agent.agent_cli import build_parser
 from agent.bundle import AddRules, DeleteRules, RuleRequest, RuleSpec
 from agent.config import AgentConfig
+from agent.engine import RDF_TYPE
 from agent.service import Agent
 from tests.agent_harness import Cloud, readings_payload
 from tests.test_cli import check_help_texts
@@ -143,6 +145,44 @@ def test_requests_are_sent_once_and_released_when_resolved(tmp_path, cloud):
     released = agent.release_resolved()
     assert len(released) == 1 and "f" not in agent.reasoner.rules
     assert agent.state.summary()["open_requests"] == 0
+    agent.close()
+
+
+def test_cloud_release_resolves_the_request_and_a_new_occurrence_asks_again(tmp_path, cloud):
+    """The usual life of an event: request, answer, findings in the status, release by the
+    cloud. While the trigger still holds after the release the device does not ask again (it
+    would loop); once the trigger went away and comes back, it asks again."""
+    reasoning = 'triggers = { "Suspect" = "ambient" }\nfindings = ["Broken"]'
+    agent = make_agent(tmp_path, cloud, reasoning)
+    base = {"s": "s: <Suspect>(X) :- <temp>(X, T) and COMP(T, >, 60) ."}
+    agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=base)))
+    agent.record_readings([("temp", "t1", 70)])
+    [request] = agent.new_requests()
+    diagnose = {"d": "d: <Broken>(X) :- <Suspect>(X) and <temp>(X, T) and COMP(T, >, 65) ."}
+    answer = cloud.bundle("anomaly", 1, rules=diagnose)
+    agent.handle_bundle(cloud.sign(answer), correlation=request.request_id)
+    assert [tuple(f) for f in agent.status().findings] == [(RDF_TYPE, "t1", "Broken")]
+    release = cloud.bundle("anomaly", 2, delete_rules=["d"])
+    assert agent.handle_bundle(cloud.sign(release)).status == "applied"
+    assert agent.status().findings == [] and "d" not in agent.reasoner.rules
+    assert agent.state.summary()["open_requests"] == 0
+    assert agent.new_requests() == []  # still suspect, but this event was dealt with
+    agent.record_readings([("temp", "t1", 20)])
+    assert agent.new_requests() == []  # trigger gone: the event is cleared
+    agent.record_readings([("temp", "t1", 80)])
+    [again] = agent.new_requests()
+    assert again.event == "ambient" and again.request_id != request.request_id
+    agent.close()
+
+
+def test_an_unanswered_request_is_sent_again_after_the_timeout(tmp_path, cloud, monkeypatch):
+    agent = make_agent(tmp_path, cloud, 'triggers = { "Suspect" = "ambient" }')
+    base = {"s": "s: <Suspect>(X) :- <temp>(X, T) and COMP(T, >, 60) ."}
+    agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=base)))
+    agent.record_readings([("temp", "t1", 70)])
+    assert len(agent.new_requests()) == 1 and agent.new_requests() == []
+    monkeypatch.setattr(service, "REQUEST_TIMEOUT", -1.0)
+    assert len(agent.new_requests()) == 1
     agent.close()
 
 
