@@ -72,16 +72,24 @@ def load_streams(directory: str | Path) -> dict[str, dict[str, str]]:
     return streams
 
 
-def device_facts(facts: Iterable[tuple], device: str, neighbour_predicate: str) -> set[tuple]:
+def device_facts(
+    facts: Iterable[tuple], device: str, neighbour_predicate: str, *, neighbours: bool = True
+) -> set[tuple]:
     """The facts of the farm graph a device needs: every fact about the device itself or
     about one of its neighbours (``neighbour_predicate(device, n)`` in the materialised
     graph), i.e. whose subject is one of them, class facts included. This is what lets the
     device reason about its neighbourhood (e.g. the median of its neighbours' readings)
-    without holding the whole farm."""
+    without holding the whole farm.
+
+    ``neighbours=False`` keeps only the facts about the device itself (its neighbour links
+    included): for rule sets that must reason about the device alone, whose neighbours' facts
+    would otherwise make the device draw conclusions about them too."""
     facts = list(facts)
-    keep = {device} | {
-        f[2] for f in facts if f[0] == neighbour_predicate and len(f) == 3 and f[1] == device
-    }
+    keep = {device}
+    if neighbours:
+        keep |= {
+            f[2] for f in facts if f[0] == neighbour_predicate and len(f) == 3 and f[1] == device
+        }
     return {f for f in facts if len(f) >= 2 and f[1] in keep}
 
 

@@ -6,6 +6,12 @@ latest facts cut per device (:class:`cloud.bundles.BundleCutter` remembers what 
 sent). Answers go to the request's MQTT v5 response topic with its correlation data, so the
 device links the answering stream to its request. A device whose status reports a
 ``version_gap`` gets the stream's full state.
+
+When is an event over? Devices report their findings (derived facts of their configured
+``findings`` predicates, e.g. ``SensorAnomalyWindTurbine``) in their retained status.
+``resolutions`` maps a stream to the finding predicates that settle it: as soon as a device that
+was sent the stream reports such a finding, the cause is known, the publisher records it and
+releases the stream (a bundle deleting its rules), and the device returns to its base rules.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import paho.mqtt.client as mqtt
@@ -25,11 +32,18 @@ from agent.bundle import (
     DeviceStatus,
     decode_request,
     decode_status,
+    fact_tuple,
     sign_bundle,
 )
+from agent.engine.language import RDF_TYPE
 from cloud.bundles import BundleCutter, Target
 
 log = logging.getLogger("zodiac.cloud")
+
+
+def finding_predicate(fact: tuple) -> str:
+    """The predicate a finding is about: its class for ``rdf:type`` facts (``<C>(x)``)."""
+    return fact[2] if fact[0] == RDF_TYPE and len(fact) == 3 else fact[0]
 
 
 class Publisher:
@@ -50,6 +64,7 @@ class Publisher:
         username: str | None = None,
         password: str | None = None,
         event_streams: dict[str, str] | None = None,
+        resolutions: dict[str, list[str]] | None = None,
         client_id: str | None = None,
     ) -> None:
         self.farm = farm
@@ -60,6 +75,9 @@ class Publisher:
         self.event_streams = event_streams or {}
         self.statuses: dict[str, DeviceStatus] = {}
         self.requests: list[tuple[str, str, str]] = []  # (device, event, stream) answered
+        self.resolutions = {s: set(p) for s, p in (resolutions or {}).items()}
+        # (device, stream, finding, time): the causes reported, in order.
+        self.resolved: list[tuple[str, str, tuple, float]] = []
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.client = mqtt.Client(
@@ -190,8 +208,24 @@ class Publisher:
             if bundle is not None:
                 log.info("device %s reported a gap on %s: full state sent", device, stream)
                 self.publish(device, bundle)
+        self._resolve(device, status)
         if self.on_status is not None:
             self.on_status(status)
+
+    def _resolve(self, device: str, status: DeviceStatus) -> None:
+        """Release every answered stream that one of the device's findings settles."""
+        findings = [fact_tuple(f) for f in status.findings]
+        for stream, predicates in self.resolutions.items():
+            settled = [f for f in findings if finding_predicate(f) in predicates]
+            if not settled:
+                continue
+            with self.lock:
+                # Sent and not yet released, as the cutter remembers it (survives restarts).
+                if not self.cutter.last_target(device, stream).rules:
+                    continue
+                self.resolved.append((device, stream, settled[0], time.time()))
+            log.info("device %s reported %s: releasing %s", device, settled[0], stream)
+            self.release(device, stream)
 
     def wait_status(self, device: str, predicate, timeout: float = 30) -> DeviceStatus:
         """Block until the device's latest status satisfies ``predicate`` (for tools/tests)."""

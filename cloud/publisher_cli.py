@@ -7,8 +7,10 @@
 ``publish`` cuts and sends one stream (default ``base``) to the listed devices: the stream's
 rules plus, with ``--facts``, the facts each device needs (about itself and its neighbours) from
 a materialised farm graph (N-Triples/Turtle, e.g. ``zodiac-cloud materialise`` output).
-``serve`` runs until SIGTERM: it answers rule requests from the streams under ``--rules-dir``
-and re-sends full states to devices that report a version gap. The key id is the key file's
+``serve`` runs until SIGTERM: it answers rule requests from the streams under ``--rules-dir``,
+re-sends full states to devices that report a version gap, and releases a stream from a device
+once the device reports a finding that settles it (``--resolve STREAM=PREDICATE[,PREDICATE]``,
+repeatable). The key id is the key file's
 stem (``cloud.key`` -> ``cloud``): devices trust ``<key id>.pub``.
 """
 
@@ -68,7 +70,28 @@ def add_commands(commands) -> None:
                 default=None,
                 help="predicate IRI relating a device to its neighbours",
             )
+        else:
+            sub.add_argument(
+                "--resolve",
+                action="append",
+                default=[],
+                metavar="STREAM=PREDICATE[,PREDICATE]",
+                help="release STREAM from a device once its status reports a finding of one "
+                "of these predicates (repeatable)",
+            )
         sub.set_defaults(handler=cmd_publish if name == "publish" else cmd_serve)
+
+
+def parse_resolutions(items: list[str]) -> dict[str, list[str]]:
+    """``["anomaly/x=P,Q"]`` -> ``{"anomaly/x": ["P", "Q"]}``; a malformed item is an error."""
+    resolutions: dict[str, list[str]] = {}
+    for item in items:
+        stream, _, predicates = item.partition("=")
+        names = [p.strip() for p in predicates.split(",") if p.strip()]
+        if not stream.strip() or not names:
+            raise ValueError(f"--resolve {item!r}: expected STREAM=PREDICATE[,PREDICATE]")
+        resolutions.setdefault(stream.strip(), []).extend(names)
+    return resolutions
 
 
 def _publisher(args: argparse.Namespace) -> Publisher:
@@ -83,6 +106,7 @@ def _publisher(args: argparse.Namespace) -> Publisher:
         port=int(port or 1883),
         username=args.username,
         password=args.password,
+        resolutions=parse_resolutions(getattr(args, "resolve", [])),
     ).start()
 
 
