@@ -1,0 +1,370 @@
+"""From what the run observed to the report's numbers and verdicts.
+
+Sources, all independent of the agents' good will: the monitor's time-stamped MQTT messages
+(statuses, requests, bundles, telemetry), the publisher's record of causes and releases, the
+agents' JSON logs (engine time of each applied bundle), and their SQLite files, replayed after
+the run to compare each rule update with a from-scratch materialisation of the same state.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.engine import Reasoner
+from agent.engine.parser import parse_program
+from agent.persistence import AgentState
+from cloud.publisher import finding_predicate
+from simulations.windfarm.farm import ANOMALY_STREAM, SUSPICION
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass
+class Timeline:
+    """One suspicious turbine's event, in seconds after its fault (None: did not happen)."""
+
+    device: str
+    cause: str  # what happened to it
+    fault_at: float  # scenario time
+    suspicion: float | None = None
+    rules_applied: float | None = None
+    diagnosis: float | None = None
+    finding: str | None = None
+    released: float | None = None
+    expected: str | None = None
+
+    @property
+    def right(self) -> bool:
+        return self.finding == self.expected and self.released is not None
+
+
+@dataclass
+class Update:
+    """One rule update on one device: engine time live, and replayed against from scratch."""
+
+    device: str
+    update: str
+    live_seconds: float | None
+    incremental_seconds: float
+    scratch_seconds: float
+    equal: bool
+
+    @property
+    def speedup(self) -> float:
+        return self.scratch_seconds / max(self.incremental_seconds, 1e-9)
+
+
+@dataclass
+class Result:
+    sim: object  # the Simulation (options, farm, schedule, log, graph)
+    timelines: list[Timeline] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    updates: list[Update] = field(default_factory=list)
+    base_latencies: dict[str, float] = field(default_factory=dict)
+    answer_latencies: list[float] = field(default_factory=list)
+    telemetry_latencies: list[float] = field(default_factory=list)
+    messages: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (count, bytes)
+    broker_totals: dict[str, int] = field(default_factory=dict)
+    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    burst_rate: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+
+def analyse(sim) -> Result:
+    result = Result(sim)
+    seen = sim.monitor.seen
+    t0 = sim.log.t0
+    base_rules = len(sim.cloud.streams["base"])
+    expected = sim.model.expected_findings()
+
+    # ---- per device event timelines
+    requesters = sorted({device for _, device, _ in seen.requests})
+    for device in sorted(set(requesters) | set(expected)):
+        if device == sim.farm.broken:
+            cause, fault_at = f"ambient sensor {sim.options.sensor_fault}", sim.schedule.fault_at
+        elif device == sim.farm.warm:
+            cause, fault_at = "real local warming", sim.schedule.warm_at
+        else:
+            cause, fault_at = "none (false suspicion)", sim.schedule.fault_at
+        line = Timeline(device, cause, fault_at, expected=expected.get(device))
+        fault_wall = t0 + fault_at
+        request = next((at for at, d, _ in seen.requests if d == device and at >= fault_wall), None)
+        if request is not None:
+            line.suspicion = request - fault_wall
+            statuses = [(at, s) for at, d, s in seen.statuses if d == device and at >= request]
+            applied = next((at for at, s in statuses if s.rules > base_rules), None)
+            if applied is not None:
+                line.rules_applied = applied - fault_wall
+            diagnosed = next(((at, s) for at, s in statuses if s.findings), None)
+            if diagnosed is not None:
+                at, status = diagnosed
+                line.diagnosis = at - fault_wall
+                line.finding = finding_predicate(tuple(status.findings[0]))
+                released = next(
+                    (a for a, s in statuses if a >= at and s.rules == base_rules and s.online),
+                    None,
+                )
+                if released is not None:
+                    line.released = released - fault_wall
+        result.timelines.append(line)
+
+    # ---- latencies
+    for device, sent in sim.log.base_sent.items():
+        applied = next(
+            (at for at, d, s in seen.statuses if d == device and s.applied.get("base", 0) >= 1),
+            None,
+        )
+        if applied is not None:
+            result.base_latencies[device] = applied - sent
+    for at, device, _request in seen.requests:
+        answer = next(
+            (
+                b_at
+                for b_at, d, bundle, _ in seen.bundles
+                if d == device
+                and b_at >= at
+                and bundle is not None
+                and bundle.stream == ANOMALY_STREAM
+            ),
+            None,
+        )
+        if answer is not None:
+            result.answer_latencies.append(answer - at)
+    result.telemetry_latencies = _telemetry_latencies(seen)
+
+    # ---- traffic
+    result.messages = {
+        kind: (seen.messages[kind], seen.payload_bytes[kind]) for kind in sorted(seen.messages)
+    }
+    result.broker_totals = sim.monitor.broker_totals()
+
+    # ---- temperature series for the plots (readings as sent by the controllers)
+    for device in (sim.farm.broken, sim.farm.warm, *sim.farm.neighbours(sim.farm.warm)[:2]):
+        result.series[device] = [(at - t0, v) for at, d, v in seen.temperatures if d == device]
+
+    # ---- rule updates: live engine time vs replay against from scratch
+    result.updates = _updates(sim, requesters)
+
+    # ---- burst
+    burst = sim.log.burst
+    if burst and burst.get("drained"):
+        result.burst_rate = burst["messages"] / max(burst["drained"] - burst["started"], 1e-9)
+
+    result.checks = _checks(sim, result, base_rules)
+    return result
+
+
+def _telemetry_latencies(seen) -> list[float]:
+    """Reading published -> the agent's telemetry carrying its value (apply + republish).
+
+    Agents send telemetry only when the value changed, so each telemetry message is matched
+    with the latest reading of that device and value published before it."""
+    readings: dict[tuple[str, float], list[float]] = {}
+    for at, device, value in seen.temperatures:
+        readings.setdefault((device, value), []).append(at)
+    latencies = []
+    for at, device, value in seen.telemetry:
+        sent = [s for s in readings.get((device, value), ()) if s <= at]
+        if sent and at - sent[-1] < 30:
+            latencies.append(at - sent[-1])
+    return latencies
+
+
+def _log_times(sim) -> dict[tuple[str, str], list[float]]:
+    """(device, stream) -> engine seconds of each applied bundle, in order (agents' logs)."""
+    times: dict[tuple[str, str], list[float]] = {}
+    for host in sim.hosts:
+        for entry in host.log_entries():
+            if entry.get("message") == "applied" and entry.get("stream") and "seconds" in entry:
+                key = (entry.get("device", "?"), entry["stream"])
+                times.setdefault(key, []).append(float(entry["seconds"]))
+    return times
+
+
+def _updates(sim, devices: list[str]) -> list[Update]:
+    live = _log_times(sim)
+    anomaly_text = "\n".join(sim.cloud.streams[ANOMALY_STREAM].values())
+    updates = []
+    for device in devices:
+        database = sim.directory / "agents" / device / f"{device}.db"
+        if not database.exists():
+            continue
+        with tempfile.TemporaryDirectory() as scratch:
+            copy = Path(scratch) / database.name
+            for suffix in ("", "-wal", "-shm"):
+                source = Path(f"{database}{suffix}")
+                if source.exists():
+                    shutil.copy(source, f"{copy}{suffix}")
+            state = AgentState(copy, synchronous="OFF")
+            try:
+                reasoner = state.reasoner
+                base = list(reasoner.rules.values())
+                facts = list(reasoner.edb_facts())
+                anomaly = parse_program(anomaly_text).rules
+                add = reasoner.update(add_rules=anomaly)
+                with_rules = _from_scratch([*base, *anomaly], facts)
+                equal_add = set(reasoner.facts()) == set(with_rules[0].facts())
+                delete = reasoner.update(delete_rules=[r.id for r in anomaly])
+                without = _from_scratch(base, facts)
+                equal_delete = set(reasoner.facts()) == set(without[0].facts())
+            finally:
+                state.close()
+        runs = live.get((device, ANOMALY_STREAM), [])
+        updates.append(
+            Update(
+                device,
+                "add anomaly rules",
+                runs[0] if runs else None,
+                add["seconds"],
+                with_rules[1],
+                equal_add,
+            )
+        )
+        updates.append(
+            Update(
+                device,
+                "release (delete them)",
+                runs[1] if len(runs) > 1 else None,
+                delete["seconds"],
+                without[1],
+                equal_delete,
+            )
+        )
+    return updates
+
+
+def _from_scratch(rules, facts) -> tuple[Reasoner, float]:
+    started = time.perf_counter()
+    reasoner = Reasoner()
+    reasoner.update(add_rules=rules, add_facts=facts)
+    return reasoner, time.perf_counter() - started
+
+
+def _checks(sim, result: Result, base_rules: int) -> list[Check]:
+    checks = []
+    expected = sim.model.expected_findings()
+    by_device = {line.device: line for line in result.timelines}
+    for device, finding in expected.items():
+        line = by_device.get(device)
+        got = line.finding if line else None
+        checks.append(
+            Check(
+                f"{device} diagnosed as {finding}",
+                got == finding,
+                f"found {got or 'nothing'}",
+            )
+        )
+        checks.append(
+            Check(
+                f"{device}'s anomaly rules released",
+                bool(line and line.released is not None),
+                f"after {line.released:.2f} s" if line and line.released is not None else "no",
+            )
+        )
+    false = [d for d in by_device if d not in expected]
+    checks.append(Check("no other turbine suspicious", not false, ", ".join(false) or "none"))
+    latest = sim.monitor.latest_statuses()
+    found_elsewhere = sorted(
+        d for _, d, s in sim.monitor.seen.statuses if s.findings and d not in expected
+    )
+    checks.append(
+        Check(
+            "no finding on any other turbine",
+            not found_elsewhere,
+            ", ".join(sorted(set(found_elsewhere))) or "none",
+        )
+    )
+    tampered_device = sim.log.tampered.get("device")
+    not_base = sorted(d for d, s in latest.items() if s.rules != base_rules)
+    checks.append(
+        Check(
+            f"every turbine back to its {base_rules} base rules",
+            not not_base and len(latest) == len(sim.farm.turbines),
+            ", ".join(not_base) or f"all {len(latest)}",
+        )
+    )
+    errors = {d: s.last_error for d, s in latest.items() if s.last_error and d != tampered_device}
+    checks.append(Check("no errors reported", not errors, str(errors) if errors else "none"))
+    if sim.log.tampered:
+        status = latest.get(tampered_device)
+        reason = ""
+        if status is not None and status.last_error:
+            import json
+
+            reason = json.loads(status.last_error).get("reason", "")
+        checks.append(
+            Check(
+                f"tampered bundle refused by {tampered_device}",
+                reason == "bad_signature" and status.rules == base_rules,
+                f"last error: {reason or 'none'}",
+            )
+        )
+    if sim.log.burst:
+        checks.append(
+            Check(
+                "burst of readings absorbed",
+                sim.log.burst.get("drained") is not None,
+                f"{result.burst_rate:.0f} readings/s" if result.burst_rate else "not drained",
+            )
+        )
+    for fault in sim.log.faults:
+        if fault["fault"] == "agent restarted":
+            devices = fault["devices"]
+            back = all(
+                any(
+                    d == dev and at > fault["at"] and s.online
+                    for at, d, s in sim.monitor.seen.statuses
+                )
+                for dev in devices
+            )
+            checks.append(
+                Check(
+                    f"killed agents {', '.join(devices)} back online",
+                    back,
+                    f"restarted at t = {fault['t']} s" if back else "not seen online again",
+                )
+            )
+    if any(f["fault"] == "broker restarted" for f in sim.log.faults):
+        offline = sorted(d for d, s in latest.items() if not s.online)
+        # At the end the agents were stopped (offline is their last word); check they came
+        # back after the restart instead.
+        restarted = next(f["at"] for f in sim.log.faults if f["fault"] == "broker restarted")
+        back = {d for at, d, s in sim.monitor.seen.statuses if at > restarted and s.online}
+        missing = sorted(set(t.id for t in sim.farm.turbines) - back)
+        checks.append(
+            Check(
+                "every agent reconnected after the broker restart",
+                not missing,
+                ", ".join(missing) or f"all {len(back)}",
+            )
+        )
+        del offline
+    checks.append(
+        Check(
+            "rule updates replayed equal to from-scratch",
+            all(u.equal for u in result.updates),
+            f"{sum(u.equal for u in result.updates)}/{len(result.updates)}",
+        )
+    )
+    return checks
+
+
+def median(values) -> float | None:
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+__all__ = ["Check", "Result", "Timeline", "Update", "analyse", "median", "SUSPICION"]

@@ -1,0 +1,111 @@
+"""The simulation's cloud: materialise the farm graph (Spark), cut each device's base bundle,
+and run the publisher that answers rule requests and releases rules once a cause is reported.
+
+This is the product's cloud code (``cloud/``) with the simulation's defaults: Spark in local
+mode, the rule streams of ``rules/windfarm/streams``, a throwaway signing key.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.bundle import generate_key_pair, load_private_key
+from agent.engine import Reasoner
+from cloud.bundles import BundleCutter, Target, device_facts, load_streams
+from cloud.publisher import Publisher
+from simulations.windfarm.farm import ANOMALY_STREAM, CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm
+
+RULES = Path(__file__).resolve().parents[2] / "rules" / "windfarm"
+FARM_PROGRAM = RULES / "farm.rules"
+STREAMS = RULES / "streams"
+NEIGHBOUR = "hasNeighbour"
+KEY_ID = "cloud"
+
+
+@dataclass
+class FarmGraph:
+    """The materialised farm graph and how it was computed."""
+
+    facts: set[tuple]
+    materialiser: str  # "spark (local[*])" or "engine"
+    seconds: float
+    startup_seconds: float  # Spark session start (0 for the engine)
+    checked: bool  # equal to the edge engine's materialisation, fact for fact
+
+
+def materialise_farm(
+    farm: Farm, *, use_spark: bool, master: str, say: Callable[[str], None]
+) -> FarmGraph:
+    """The farm program over the layout facts, on Spark (checked against the engine) or on
+    the engine alone. Spark is what a real farm's cloud runs; on a laptop it costs a JVM."""
+    layout = farm.layout_facts()
+    started = time.perf_counter()
+    engine = Reasoner()
+    engine.add_rules(FARM_PROGRAM)
+    engine.add_facts(layout)
+    engine_facts = set(engine.facts())
+    engine_seconds = time.perf_counter() - started
+    if not use_spark:
+        return FarmGraph(engine_facts, "engine", engine_seconds, 0.0, True)
+
+    from cloud.spark.materialise import materialise_facts
+    from cloud.spark.session import local_session
+
+    say(f"cloud: starting Spark ({master}) to materialise the farm graph...")
+    started = time.perf_counter()
+    spark = local_session(master, app_name="zodiac-windfarm", shuffle_partitions=4)
+    startup = time.perf_counter() - started
+    try:
+        started = time.perf_counter()
+        facts = materialise_facts(spark, FARM_PROGRAM, layout)
+        seconds = time.perf_counter() - started
+    finally:
+        spark.stop()
+    if facts != engine_facts:
+        missing, extra = engine_facts - facts, facts - engine_facts
+        raise RuntimeError(
+            f"Spark and the engine disagree on the farm graph: {len(missing)} facts missing "
+            f"(e.g. {sorted(missing, key=repr)[:3]}), {len(extra)} extra"
+        )
+    return FarmGraph(facts, f"spark ({master})", seconds, startup, True)
+
+
+def base_targets(farm: Farm, graph: FarmGraph, streams: dict[str, dict[str, str]]) -> dict:
+    """Each device's base stream: the base rules and the facts about the device itself."""
+    rules = dict(streams["base"])
+    return {
+        t.id: Target(
+            rules=rules, facts=device_facts(graph.facts, t.id, NEIGHBOUR, neighbours=False)
+        )
+        for t in farm.turbines
+    }
+
+
+def neighbours_of(graph: FarmGraph, device: str) -> list[str]:
+    return sorted(f[2] for f in graph.facts if f[0] == NEIGHBOUR and f[1] == device)
+
+
+class SimulationCloud:
+    """The signing key, the cutter's state and the running publisher."""
+
+    def __init__(self, directory: Path, farm: Farm, host: str, port: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        # The agents trust this directory; they read only its ``.pub`` files.
+        self.keys = directory / "keys"
+        private, _public = generate_key_pair(self.keys, KEY_ID)
+        self.private_key = load_private_key(private)
+        self.streams = load_streams(STREAMS)
+        self.publisher = Publisher(
+            farm.farm_id,
+            BundleCutter(directory / "publisher.db"),
+            self.streams,
+            self.private_key,
+            KEY_ID,
+            host=host,
+            port=port,
+            resolutions={ANOMALY_STREAM: [SENSOR_ANOMALY, CHANGE_CONFIRMED]},
+            client_id=f"zodiac-cloud-{farm.farm_id}-sim",
+        )

@@ -1,0 +1,488 @@
+"""One simulation run: broker, cloud, agents, the scenario with its faults, then the evidence.
+
+The order of a run (each step prints what it does):
+
+1. the broker: ``--broker HOST:PORT``, or a private Mosquitto on a free loopback port;
+2. the cloud: Spark (local mode) materialises the farm graph from the layout, checked against the
+   edge engine; the publisher starts;
+3. the agents: one config and SQLite file per turbine, a few host processes; all must report
+   online, then all receive and apply their base bundle;
+4. the scenario: readings every period; the sensor fault, then the warm air mass; the requested
+   faults at fixed times; a progress line every few seconds;
+5. the end: wait until every requested stream is released (or a time-out), stop everything
+   cleanly, and hand the observations to :mod:`simulations.windfarm.analysis`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+
+from agent.bundle import AddRules, Bundle, KeyRing, RuleSpec, Telemetry, encode_model, sign_bundle
+from simulations.mosquitto import Broker, mosquitto_available
+from simulations.windfarm.agents import HostProcess, group, write_config
+from simulations.windfarm.cloud import (
+    SimulationCloud,
+    base_targets,
+    materialise_farm,
+    neighbours_of,
+)
+from simulations.windfarm.farm import (
+    TEMPERATURE,
+    WARM_RAMP,
+    Farm,
+    SensorModel,
+)
+
+FAULTS = ("agent-kill", "broker-restart", "burst", "tampered-bundle")
+BURST_MESSAGES = 300
+TAMPERED_RULE = "evil: <Stop>(X) :- <WindTurbine>(X) ."  # would stop every turbine
+MISSING_BROKER = (
+    "no MQTT broker: install Mosquitto (Debian/Ubuntu: sudo apt-get install mosquitto; "
+    "macOS: brew install mosquitto), or pass --broker HOST:PORT of a running MQTT v5 broker. "
+    "(The agents need MQTT v5 — response topics, correlation data, session expiry — which "
+    "the Python brokers on PyPI, e.g. amqtt, do not speak.)"
+)
+
+
+class SimulationError(RuntimeError):
+    """The run cannot start or went wrong in a way the report cannot describe."""
+
+
+@dataclass
+class Options:
+    turbines: int = 30
+    duration: float = 60.0
+    seed: int = 0
+    broker: str | None = None  # HOST:PORT of an existing broker
+    out: Path | None = None
+    faults: tuple[str, ...] = ()
+    sensor_fault: str = "stuck"
+    spark: bool = True
+    spark_master: str = "local[*]"
+    reading_period: float | None = None  # seconds; default max(1, turbines / 100)
+    processes: int | None = None  # agent host processes; default min(turbines, 16)
+    columns: int | None = None
+
+    @property
+    def period(self) -> float:
+        return self.reading_period or max(1.0, self.turbines / 100)
+
+
+@dataclass
+class Schedule:
+    """Scenario times in seconds since the first reading."""
+
+    fault_at: float
+    warm_at: float
+    faults: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def plan(cls, duration: float, faults: tuple[str, ...], period: float) -> Schedule:
+        schedule = cls._times(duration, faults, period)
+        if duration < schedule.needed(period):
+            shortest = next(
+                d for d in range(1, 10_000) if d >= cls._times(d, faults, period).needed(period)
+            )
+            raise SimulationError(
+                f"--duration {duration:g} is too short for this scenario"
+                f"{' and faults' if faults else ''}: it needs at least {shortest} s"
+            )
+        return schedule
+
+    @classmethod
+    def _times(cls, duration: float, faults: tuple[str, ...], period: float) -> Schedule:
+        fault_at = max(4.0 * period, 0.2 * duration)
+        warm_at = fault_at + 2.0
+        times: dict[str, float] = {}
+        if "agent-kill" in faults:
+            times["agent-kill"] = warm_at + 1.0  # the warm turbine dies as its air warms
+        at = max(0.5 * duration, warm_at + WARM_RAMP + 6.0)  # after both diagnoses
+        for name in ("broker-restart", "burst", "tampered-bundle"):
+            if name in faults:
+                times[name] = at
+                at += 4.0 + 2.0 * period
+        return cls(fault_at, warm_at, times)
+
+    def needed(self, period: float) -> float:
+        """The shortest duration that holds both diagnoses and every fault."""
+        settled = self.warm_at + WARM_RAMP + 6.0
+        return max([settled, *self.faults.values()]) + 4.0 * period + 2.0
+
+
+@dataclass
+class RunLog:
+    """What the harness did, with wall-clock times (``time.time()``)."""
+
+    started: float = 0.0
+    t0: float = 0.0  # first reading
+    ended: float = 0.0
+    base_sent: dict[str, float] = field(default_factory=dict)
+    faults: list[dict] = field(default_factory=list)
+    burst: dict = field(default_factory=dict)
+    tampered: dict = field(default_factory=dict)
+    setup_seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Simulation:
+    def __init__(self, options: Options, say: Callable[[str], None] | None = None) -> None:
+        self.options = options
+        self.say = say or (lambda message: print(message, file=sys.stderr, flush=True))
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.directory = (options.out or Path("out") / "windfarm" / stamp).resolve()
+        self.farm = Farm.grid(options.turbines, options.columns)
+        if options.sensor_fault == "drift" and self._too_close_for_drift():
+            raise SimulationError(
+                "the drift fault needs the broken turbine at least 5 grid steps from the warm "
+                "one (a farm of about 30 turbines or more); use --sensor-fault stuck"
+            )
+        self.schedule = Schedule.plan(options.duration, options.faults, options.period)
+        self.model = SensorModel(
+            self.farm, self.schedule.fault_at, options.sensor_fault, seed=options.seed
+        )
+        self.log = RunLog()
+        self.broker: Broker | None = None
+        self.hosts: list[HostProcess] = []
+        self.host_of: dict[str, HostProcess] = {}
+        self.graph = None
+        self.cloud: SimulationCloud | None = None
+        self.monitor = None
+        self.controller: mqtt.Client | None = None
+
+    def _too_close_for_drift(self) -> bool:
+        broken, warm = self.farm.by_id(self.farm.broken), self.farm.by_id(self.farm.warm)
+        return broken.steps_to(warm) < 5
+
+    # ------------------------------------------------------------------ the run
+    def run(self):
+        from simulations.windfarm.analysis import analyse
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.log.started = time.time()
+        try:
+            self._start_broker()
+            self._start_cloud()
+            self._start_agents()
+            self._send_base()
+            self._scenario()
+            self._wait_for_releases()
+        finally:
+            self.log.ended = time.time()
+            self._shutdown()
+        return analyse(self)
+
+    # ------------------------------------------------------------------ set-up
+    def _timed(self, name: str, started: float) -> None:
+        self.log.setup_seconds[name] = round(time.perf_counter() - started, 2)
+
+    def _start_broker(self) -> None:
+        started = time.perf_counter()
+        if self.options.broker:
+            host, _, port = self.options.broker.rpartition(":")
+            if not host or not port.isdigit():
+                raise SimulationError(f"--broker {self.options.broker!r}: expected HOST:PORT")
+            if "broker-restart" in self.options.faults:
+                raise SimulationError(
+                    "the broker-restart fault needs the simulation's own broker (omit --broker)"
+                )
+            self.host, self.port = host, int(port)
+            self.say(f"broker: using {host}:{port}")
+        else:
+            if not mosquitto_available():
+                raise SimulationError(MISSING_BROKER)
+            self.broker = Broker(
+                self.directory / "broker",
+                log_types=("error", "warning", "notice", "information"),
+                sys_interval=1,
+            ).start()
+            self.host, self.port = self.broker.host, self.broker.port
+            self.say(f"broker: private Mosquitto on {self.host}:{self.port}")
+        self._timed("broker", started)
+
+    def _start_cloud(self) -> None:
+        from simulations.windfarm.monitor import Monitor
+
+        started = time.perf_counter()
+        self.graph = materialise_farm(
+            self.farm,
+            use_spark=self.options.spark,
+            master=self.options.spark_master,
+            say=self.say,
+        )
+        self._timed("farm graph", started)
+        self.say(
+            f"cloud: farm graph of {len(self.graph.facts)} facts by {self.graph.materialiser} "
+            f"in {self.graph.seconds:.1f} s"
+            + (
+                f" (+{self.graph.startup_seconds:.1f} s Spark start-up)"
+                if self.options.spark
+                else ""
+            )
+            + ", equal to the edge engine's"
+        )
+        self.cloud = SimulationCloud(self.directory / "cloud", self.farm, self.host, self.port)
+        self.monitor = Monitor(
+            self.farm.farm_id, self.host, self.port, KeyRing.from_directory(self.cloud.keys)
+        ).start()
+        self.cloud.publisher.start()
+
+    def _start_agents(self) -> None:
+        started = time.perf_counter()
+        configs = []
+        for turbine in self.farm.turbines:
+            configs.append(
+                write_config(
+                    self.directory / "agents" / turbine.id,
+                    turbine.id,
+                    self.farm.farm_id,
+                    self.host,
+                    self.port,
+                    self.cloud.keys,
+                    neighbours_of(self.graph, turbine.id),
+                )
+            )
+        count = self.options.processes or min(len(configs), 16)
+        devices = [t.id for t in self.farm.turbines]
+        for index, (chunk, names) in enumerate(
+            zip(group(configs, count), group(devices, count), strict=True)
+        ):
+            host = HostProcess(chunk, names, self.directory / "agents" / f"host-{index:02d}.log")
+            self.hosts.append(host.start())
+            for name in names:
+                self.host_of[name] = host
+        self.say(
+            f"agents: {len(devices)} turbines in {len(self.hosts)} processes "
+            f"(configs and SQLite files under {self.directory / 'agents'})"
+        )
+        timeout = 60 + 0.5 * len(devices)
+        if not self.monitor.wait_for(lambda seen: self._online(seen) >= len(devices), timeout):
+            raise SimulationError(
+                f"only {self._online(self.monitor.seen)} of {len(devices)} agents came online "
+                f"within {timeout:.0f} s; see {self.directory / 'agents'}/host-*.log"
+            )
+        self._timed("agents online", started)
+        self.say(
+            f"agents: all {len(devices)} online in {self.log.setup_seconds['agents online']} s"
+        )
+
+    @staticmethod
+    def _online(seen) -> int:
+        latest = {}
+        for _, device, status in seen.statuses:
+            latest[device] = status.online
+        return sum(latest.values())
+
+    def _send_base(self) -> None:
+        started = time.perf_counter()
+        targets = base_targets(self.farm, self.graph, self.cloud.streams)
+        for device, target in targets.items():
+            self.log.base_sent[device] = time.time()
+            self.cloud.publisher.send(device, "base", target)
+        self.cloud.publisher.flush()
+        devices = set(targets)
+
+        def applied(seen) -> bool:
+            done = {d for _, d, s in seen.statuses if s.applied.get("base", 0) >= 1}
+            return devices <= done
+
+        if not self.monitor.wait_for(applied, 60 + 0.2 * len(devices)):
+            raise SimulationError("not every agent applied its base bundle within the time-out")
+        self._timed("base bundles applied", started)
+        self.say(
+            f"cloud: base bundles ({len(self.cloud.streams['base'])} rules + the device's "
+            f"topology facts) applied on all {len(devices)} turbines in "
+            f"{self.log.setup_seconds['base bundles applied']} s"
+        )
+
+    # ------------------------------------------------------------------ the scenario
+    def _scenario(self) -> None:
+        options, schedule = self.options, self.schedule
+        self.controller = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=f"zodiac-sim-controllers-{uuid.uuid4().hex[:6]}",
+            protocol=mqtt.MQTTv5,
+        )
+        self.controller.reconnect_delay_set(1, 2)
+        self.controller.connect(self.host, self.port, keepalive=10)
+        self.controller.loop_start()
+        self.say(
+            f"scenario: {options.duration:g} s, readings every {options.period:g} s; "
+            f"{self.farm.broken}'s ambient sensor fails ({options.sensor_fault}) at "
+            f"t={schedule.fault_at:g} s, warm air reaches {self.farm.warm} at "
+            f"t={schedule.warm_at:g} s"
+            + "".join(f"; {name} at t={at:g} s" for name, at in schedule.faults.items())
+        )
+        pending = dict(schedule.faults)
+        restarts: list[tuple[float, HostProcess]] = []
+        self.log.t0 = t0 = time.time()
+        tick, next_progress = 0, 0.0
+        while True:
+            t = tick * options.period
+            if t > options.duration:
+                break
+            self._sleep_until(t0 + t)
+            for turbine in self.farm.turbines:
+                self._send_readings(turbine.id, self.model.readings(turbine.id, t))
+            for name, at in list(pending.items()):
+                if t >= at:
+                    del pending[name]
+                    restarts += self._inject(name, t)
+            for when, host in list(restarts):
+                if t >= when:
+                    restarts.remove((when, host))
+                    host.start()
+                    self._fault("agent restarted", t, devices=host.devices)
+            if t >= next_progress:
+                self.say(self._progress(t))
+                next_progress = t + 5.0
+            tick += 1
+
+    def _sleep_until(self, wall: float) -> None:
+        delay = wall - time.time()
+        if delay > 0:
+            time.sleep(delay)
+
+    def _send_readings(self, device: str, facts: list[tuple]) -> None:
+        payload = Telemetry(
+            device=device,
+            farm=self.farm.farm_id,
+            readings=[list(f) for f in facts],
+            sent_at=time.time(),
+        )
+        self.controller.publish(
+            f"zodiac/{self.farm.farm_id}/{device}/readings", encode_model(payload), qos=1
+        )
+
+    def _fault(self, name: str, t: float, **details) -> None:
+        self.log.faults.append({"fault": name, "t": round(t, 2), "at": time.time(), **details})
+        self.say(f"  t={t:5.1f} s  fault: {name} {details if details else ''}".rstrip())
+
+    def _inject(self, name: str, t: float) -> list[tuple[float, HostProcess]]:
+        if name == "agent-kill":
+            host = self.host_of[self.farm.warm]
+            host.kill()
+            self._fault("agent killed (SIGKILL)", t, devices=host.devices)
+            return [(t + 2.0, host)]
+        if name == "broker-restart":
+            self._fault("broker stopped", t)
+            self.broker.stop()
+            time.sleep(1.0)
+            self.broker.start()
+            self._fault("broker restarted", t + 1.0)
+        elif name == "burst":
+            self._burst(t)
+        elif name == "tampered-bundle":
+            self._tampered(t)
+        return []
+
+    def _bystander(self) -> str:
+        """A turbine that plays no part in the scenario (for the burst and the tampering)."""
+        involved = {self.farm.broken, self.farm.warm}
+        return next(t.id for t in reversed(self.farm.turbines) if t.id not in involved)
+
+    def _burst(self, t: float) -> None:
+        device = self._bystander()
+        normal = self.model.true_temperature(device, t)
+        marker = round(normal + 0.35, 1)
+        started = time.time()
+        for i in range(BURST_MESSAGES):
+            value = marker if i == BURST_MESSAGES - 1 else round(normal + (i % 3 - 1) * 0.1, 1)
+            facts = self.model.readings(device, t)
+            facts[0] = (TEMPERATURE, device, value)
+            self._send_readings(device, facts)
+        self.log.burst = {
+            "device": device,
+            "messages": BURST_MESSAGES,
+            "marker": marker,
+            "started": started,
+            "sent": time.time(),
+        }
+        self._fault("burst of readings", t, device=device, messages=BURST_MESSAGES)
+
+    def _tampered(self, t: float) -> None:
+        device = self._bystander()
+        publisher = self.cloud.publisher
+        bundle = Bundle(
+            bundle_id=f"tampered-{uuid.uuid4().hex[:8]}",
+            stream="base",
+            version=publisher.cutter.version(device, "base") + 1,
+            issued_at=time.time(),
+            operations=[
+                AddRules(rules=[RuleSpec(id="evil", text="evil: <Stop>(X) :- <WindTurbine>(X) .")])
+            ],
+        )
+        payload = bytearray(sign_bundle(bundle, self.cloud.private_key, "cloud"))
+        index = payload.find(b"evil: <Stop>")
+        payload[index] ^= 0x01  # one flipped bit in the signed body
+        publisher.client.publish(
+            f"zodiac/{self.farm.farm_id}/{device}/bundle", bytes(payload), qos=1
+        )
+        self.log.tampered = {"device": device, "bundle_id": bundle.bundle_id, "at": time.time()}
+        self._fault("tampered bundle", t, device=device)
+
+    def _progress(self, t: float) -> str:
+        seen = self.monitor.seen
+        with self.monitor.lock:
+            requested = sorted({d for _, d, _ in seen.requests})
+            found = {}
+            for _, device, status in seen.statuses:
+                for fact in status.findings:
+                    found[device] = fact[2] if len(fact) == 3 else fact[0]
+            messages = sum(seen.messages.values())
+        return (
+            f"  t={t:5.1f} s  requests: {', '.join(requested) or '-'}  diagnoses: "
+            + (", ".join(f"{d}={p}" for d, p in sorted(found.items())) or "-")
+            + f"  released: {len(self.cloud.publisher.resolved)}  messages: {messages}"
+        )
+
+    def _wait_for_releases(self) -> None:
+        """Give the last diagnoses and releases a few seconds after the readings stop."""
+        publisher = self.cloud.publisher
+        expected = set(self.model.expected_findings())
+
+        def settled(seen) -> bool:
+            released = {device for device, *_ in publisher.resolved}
+            if not expected <= released:
+                return False
+            latest = {}
+            for _, device, status in seen.statuses:
+                latest[device] = status
+            base = len(self.cloud.streams["base"])
+            return all(latest.get(d) and latest[d].rules == base for d in expected)
+
+        if not self.monitor.wait_for(settled, 15.0):
+            self.log.notes.append("not every expected diagnosis was released before the end")
+        if self.log.burst:
+            marker = self.log.burst["marker"]
+            device = self.log.burst["device"]
+            self.monitor.wait_for(lambda seen: self._burst_drained(device, marker) is not None, 10)
+            self.log.burst["drained"] = self._burst_drained(device, marker)
+        time.sleep(1.0)  # last statuses
+
+    def _burst_drained(self, device: str, marker: float) -> float | None:
+        """When the burst's last reading came back as the device's telemetry."""
+        for at, who, value in self.monitor.seen_telemetry():
+            if who == device and value == marker and at >= self.log.burst["started"]:
+                return at
+        return None
+
+    # ------------------------------------------------------------------ tear-down
+    def _shutdown(self) -> None:
+        if self.controller is not None:
+            self.controller.disconnect()
+            self.controller.loop_stop()
+        for host in self.hosts:
+            host.terminate()
+        if self.cloud is not None:
+            self.cloud.publisher.stop()
+        if self.monitor is not None:
+            self.monitor.stop()
+        if self.broker is not None:
+            self.broker.stop()
