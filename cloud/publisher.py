@@ -66,6 +66,7 @@ class Publisher:
         event_streams: dict[str, str] | None = None,
         resolutions: dict[str, list[str]] | None = None,
         client_id: str | None = None,
+        listen: bool = True,
     ) -> None:
         self.farm = farm
         self.cutter = cutter
@@ -90,6 +91,8 @@ class Publisher:
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
         self.host, self.port = host, port
+        # False: only publish (``zodiac-cloud publish``); the running ``serve`` answers devices.
+        self.listen = listen
         self.on_status: Callable[[DeviceStatus], None] | None = None
         self.pending: list[mqtt.MQTTMessageInfo] = []
 
@@ -112,6 +115,8 @@ class Publisher:
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         if reason_code.is_failure:
             log.error("connection refused: %s", reason_code)
+            return
+        if not self.listen:
             return
         client.subscribe(
             [(f"zodiac/{self.farm}/+/status", 1), (f"zodiac/{self.farm}/+/request", 1)]

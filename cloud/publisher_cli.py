@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
@@ -75,6 +76,7 @@ def add_commands(commands) -> None:
                 "--resolve",
                 action="append",
                 default=[],
+                type=_resolution,
                 metavar="STREAM=PREDICATE[,PREDICATE]",
                 help="release STREAM from a device once its status reports a finding of one "
                 "of these predicates (repeatable)",
@@ -94,8 +96,22 @@ def parse_resolutions(items: list[str]) -> dict[str, list[str]]:
     return resolutions
 
 
+def _resolution(item: str) -> str:
+    """argparse ``type`` of ``--resolve``: a malformed item is a usage error, not a traceback."""
+    try:
+        parse_resolutions([item])
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--resolve ")) from None
+    return item
+
+
 def _publisher(args: argparse.Namespace) -> Publisher:
     host, _, port = args.broker.rpartition(":")
+    # ``serve`` is the farm's one long-lived client; each ``publish`` run gets its own client id,
+    # or connecting would take over (disconnect) a running ``serve``, which then misses requests.
+    client_id = (
+        None if args.handler is cmd_serve else f"zodiac-cloud-{args.farm}-publish-{os.getpid()}"
+    )
     return Publisher(
         args.farm,
         BundleCutter(args.state),
@@ -107,6 +123,10 @@ def _publisher(args: argparse.Namespace) -> Publisher:
         username=args.username,
         password=args.password,
         resolutions=parse_resolutions(getattr(args, "resolve", [])),
+        client_id=client_id,
+        # A one-off ``publish`` must not also answer requests or gaps beside ``serve``: both
+        # would cut bundles from the same state, and a device could get two versions.
+        listen=args.handler is cmd_serve,
     ).start()
 
 
