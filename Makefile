@@ -23,8 +23,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet -e '.[dev,cloud,simulation]'
 	@touch $@
 
+# The product's main job: the wind-farm simulation (report under out/windfarm/).
 demo: venv
-	$(BIN)/python -m simulations.demo
+	$(BIN)/python -m simulations.windfarm
 
 test: venv
 	$(BIN)/ruff check . && $(BIN)/python -m pytest

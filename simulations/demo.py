@@ -1,12 +1,12 @@
-"""``make demo``: Rule Set 1 over a generated wind farm, printing the anomalous turbines.
+"""The engine alone: Rule Set 1 over a generated wind farm, printing the anomalous turbines.
 
     python -m simulations.demo [--turbines 30] [--seed 0]
 
-Until the full wind-farm simulation (many agents, a broker, the cloud) exists this is the
-product's first impression: a farm's neighbour chain and one ambient-temperature reading per
-turbine go in, the ZodiacEdge wind-farm rules (symmetric-transitive neighbours, COUNT and MED of
-the neighbours' readings, BIND/COMP) come out as the turbines whose sensor disagrees with the
-median of its neighbours by more than 5 degrees.
+The smallest demonstration of the reasoner, without agents, broker or cloud (``make demo`` runs
+the full wind-farm simulation, ``simulations.windfarm``): a farm's neighbour chain and one
+ambient-temperature reading per turbine go in, the ZodiacEdge wind-farm rules
+(symmetric-transitive neighbours, COUNT and MED of the neighbours' readings, BIND/COMP) come out
+as the turbines whose sensor disagrees with the median of its neighbours by more than 5 degrees.
 """
 
 from __future__ import annotations

@@ -51,19 +51,23 @@ def materialise_farm(
     if not use_spark:
         return FarmGraph(engine_facts, "engine", engine_seconds, 0.0, True)
 
+    from pyspark.sql import SparkSession
+
     from cloud.spark.materialise import materialise_facts
     from cloud.spark.session import local_session
 
     say(f"cloud: starting Spark ({master}) to materialise the farm graph...")
     started = time.perf_counter()
-    spark = local_session(master, app_name="zodiac-windfarm", shuffle_partitions=4)
+    running = SparkSession.getActiveSession()  # e.g. the test suite's shared session
+    spark = running or local_session(master, app_name="zodiac-windfarm", shuffle_partitions=4)
     startup = time.perf_counter() - started
     try:
         started = time.perf_counter()
         facts = materialise_facts(spark, FARM_PROGRAM, layout)
         seconds = time.perf_counter() - started
     finally:
-        spark.stop()
+        if running is None:
+            spark.stop()
     if facts != engine_facts:
         missing, extra = engine_facts - facts, facts - engine_facts
         raise RuntimeError(

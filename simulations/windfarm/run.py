@@ -322,7 +322,7 @@ class Simulation:
         pending = dict(schedule.faults)
         restarts: list[tuple[float, HostProcess]] = []
         self.log.t0 = t0 = time.time()
-        tick, next_progress = 0, 0.0
+        tick, next_progress, last_progress = 0, 0.0, ""
         while True:
             t = tick * options.period
             if t > options.duration:
@@ -339,9 +339,10 @@ class Simulation:
                     restarts.remove((when, host))
                     host.start()
                     self._fault("agent restarted", t, devices=host.devices)
-            if t >= next_progress:
-                self.say(self._progress(t))
-                next_progress = t + 5.0
+            progress = self._progress(t)
+            if progress != last_progress or t >= next_progress:
+                self.say(f"  t={t:5.1f} s  {progress}  messages: {self._messages()}")
+                last_progress, next_progress = progress, t + 10.0
             tick += 1
 
     def _sleep_until(self, wall: float) -> None:
@@ -435,12 +436,15 @@ class Simulation:
             for _, device, status in seen.statuses:
                 for fact in status.findings:
                     found[device] = fact[2] if len(fact) == 3 else fact[0]
-            messages = sum(seen.messages.values())
         return (
-            f"  t={t:5.1f} s  requests: {', '.join(requested) or '-'}  diagnoses: "
+            f"requests: {', '.join(requested) or '-'}  diagnoses: "
             + (", ".join(f"{d}={p}" for d, p in sorted(found.items())) or "-")
-            + f"  released: {len(self.cloud.publisher.resolved)}  messages: {messages}"
+            + f"  released: {len(self.cloud.publisher.resolved)}"
         )
+
+    def _messages(self) -> int:
+        with self.monitor.lock:
+            return sum(self.monitor.seen.messages.values())
 
     def _wait_for_releases(self) -> None:
         """Give the last diagnoses and releases a few seconds after the readings stop."""

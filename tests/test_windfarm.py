@@ -1,0 +1,95 @@
+"""The wind-farm simulation end to end: a real private Mosquitto, five real agent processes with
+their SQLite files, the cloud's Spark job (the test session's shared SparkSession) and
+publisher, the broken-sensor / warm-air scenario with every fault injected.
+
+What must hold (the simulation's own checks, asserted one by one here): the broken sensor is
+diagnosed as SensorAnomalyWindTurbine and the warmed turbine as
+AmbientTemperatureChangeConfirmed, no other turbine suspects anything, the cloud releases the
+anomaly rules and every turbine ends on its base rules; the killed agent and every agent after
+the broker restart come back; the tampered bundle is refused; the burst is absorbed; each rule
+update replayed on the device's state equals a from-scratch materialisation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simulations.windfarm import run as windfarm_run
+from simulations.windfarm.__main__ import build_parser, main, parse_faults
+from simulations.windfarm.farm import CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm, SensorModel
+from simulations.windfarm.report import write_report
+from simulations.windfarm.run import FAULTS, Options, Simulation, SimulationError
+
+
+def test_five_turbines_end_to_end_with_every_fault(tmp_path, spark):
+    options = Options(turbines=5, duration=39, faults=FAULTS, out=tmp_path / "run")
+    simulation = Simulation(options, say=lambda message: None)
+    result = simulation.run()
+
+    failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.ok]
+    assert not failed, failed
+    assert simulation.graph.materialiser.startswith("spark")
+    findings = {line.device: line.finding for line in result.timelines}
+    assert findings == {
+        simulation.farm.broken: SENSOR_ANOMALY,
+        simulation.farm.warm: CHANGE_CONFIRMED,
+    }
+    for line in result.timelines:
+        assert line.suspicion is not None and line.suspicion <= line.diagnosis <= line.released
+    names = {check.name for check in result.checks}
+    assert f"tampered bundle refused by {simulation.log.tampered['device']}" in names
+    assert "every agent reconnected after the broker restart" in names
+    assert len(result.updates) == 4 and all(u.equal for u in result.updates)
+    assert result.messages["request"][0] == 2  # one request per suspicious turbine
+
+    report = write_report(result, simulation.directory)
+    text = report.read_text()
+    assert "every diagnosis right" in text and "FAILED" not in text
+    for plot in ("timeline.png", "latency.png", "updates.png"):
+        assert (simulation.directory / plot).stat().st_size > 10_000
+    databases = list((simulation.directory / "agents").glob("*/*.db"))
+    assert len(databases) == 5
+
+
+def test_the_scenario_is_decided_by_the_thresholds_whatever_the_noise():
+    """The sensor model's bounded noise keeps the diagnosis deterministic: over many seeds and
+    farm sizes, only the two protagonists leave the forecast by more than 4 degrees."""
+    for n in (5, 8, 30, 100):
+        farm = Farm.grid(n)
+        for seed in range(20):
+            model = SensorModel(farm, fault_at=10.0, seed=seed)
+            late = model.warm_at + 10.0
+            suspicious = {
+                t.id for t in farm.turbines if abs(model.readings(t.id, late)[0][2] - 12.0) > 4
+            }
+            assert suspicious == {farm.broken, farm.warm}, (n, seed)
+
+
+def test_bad_arguments_are_reported_without_a_run(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--turbines", "3"])
+    assert "between 5 and 400" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--faults", "meteor"])
+    assert "unknown fault(s) meteor" in capsys.readouterr().err
+    assert (
+        main(["--turbines", "5", "--duration", "10", "--faults", "all", "--out", str(tmp_path)])
+        == 2
+    )
+    assert "too short" in capsys.readouterr().err
+    assert parse_faults("all") == FAULTS and parse_faults("burst, burst") == ("burst",)
+
+
+def test_without_mosquitto_the_user_is_told_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setattr(windfarm_run, "mosquitto_available", lambda: False)
+    simulation = Simulation(
+        Options(turbines=5, duration=30, spark=False, out=tmp_path), say=lambda m: None
+    )
+    with pytest.raises(SimulationError, match="install Mosquitto.*--broker HOST:PORT"):
+        simulation.run()
+
+
+def test_every_option_has_help_text():
+    parser = build_parser()
+    for action in parser._actions:
+        assert action.help, action.dest
