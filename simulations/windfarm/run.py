@@ -138,6 +138,10 @@ class Simulation:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.directory = (options.out or Path("out") / "windfarm" / stamp).resolve()
         self.farm = Farm.grid(options.turbines, options.columns)
+        if options.broker:
+            # A shared broker keeps persistent sessions and retained statuses between runs:
+            # a farm id of its own keeps this run's topics apart from earlier runs'.
+            self.farm.farm_id = f"{self.farm.farm_id}-{uuid.uuid4().hex[:6]}"
         if options.sensor_fault == "drift" and self._too_close_for_drift():
             raise SimulationError(
                 "the drift fault needs the broken turbine at least 5 grid steps from the warm "
