@@ -56,8 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", required=True, metavar="DIR", help="output directory")
     run.add_argument(
         "--master",
-        default="local[*]",
-        help="Spark master URL (default: local[*], Spark in this process)",
+        help=(
+            "Spark master URL (default: spark-submit's --master when run by spark-submit, "
+            "else local[*], Spark in this process)"
+        ),
     )
     run.add_argument(
         "--shuffle-partitions",
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _materialise(args: argparse.Namespace) -> int:
     from cloud.spark.materialise import materialise_paths
-    from cloud.spark.session import local_session
+    from cloud.spark.session import checkpoint_dir, local_session
     from cloud.spark.storage import write_facts_ntriples, write_parquet
 
     started = time.perf_counter()
@@ -123,19 +125,18 @@ def _materialise(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     running = _active_session()
     spark = local_session(args.master, shuffle_partitions=args.shuffle_partitions)
-    if args.checkpoint_dir:
-        spark.sparkContext.setCheckpointDir(args.checkpoint_dir)
     try:
-        result = materialise_paths(
-            spark,
-            Path(args.rules),
-            args.facts,
-            closures=not args.no_closures,
-            progress=progress,
-        )
-        counts = write_parquet(result, out / "parquet")
-        written, skipped = write_facts_ntriples(result.stream(), out / "facts.nt")
-        errors = result.runtime_errors
+        with checkpoint_dir(spark, args.checkpoint_dir):
+            result = materialise_paths(
+                spark,
+                Path(args.rules),
+                args.facts,
+                closures=not args.no_closures,
+                progress=progress,
+            )
+            counts = write_parquet(result, out / "parquet")
+            written, skipped = write_facts_ntriples(result.stream(), out / "facts.nt")
+            errors = result.runtime_errors
     finally:
         # A session that was already running (a notebook's, a test suite's) was reused: only
         # a session this command started is stopped.

@@ -6,6 +6,9 @@ Hypothesis profiles:
   and no ``too_slow`` health check (engine-sized examples are legitimately slow to generate).
 * ``thorough``: ten times the examples, for hunting bugs locally:
   ``HYPOTHESIS_PROFILE=thorough make test``.
+
+Fixtures: private MQTT brokers (``broker``, ``make_broker``) and the one SparkSession of the
+pytest session (``spark``), shared by the Spark job's tests and the Spark benchmark's smoke test.
 """
 
 from __future__ import annotations
@@ -72,3 +75,19 @@ def make_broker(
     yield make
     for made_broker in made:
         made_broker.stop()
+
+
+# ------------------------------------------------------------------------- Spark
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """The session's one SparkSession (local mode): a JVM and Python workers take seconds to
+    start, so every test that needs Spark shares it. Fails (no skip) without pyspark."""
+    try:
+        from cloud.spark.session import local_session, require_pyspark
+
+        require_pyspark()
+    except ImportError as error:
+        pytest.fail(f"the Spark tests cannot run: {error}", pytrace=False)
+    session = local_session("local[2]", app_name="zodiac-cloud-tests", shuffle_partitions=4)
+    yield session
+    session.stop()

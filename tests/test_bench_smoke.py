@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from simulations.bench import incremental
 
 
@@ -48,3 +50,52 @@ def test_mismatch_sets_exit_status(capsys, monkeypatch):
     rows = table_rows(out)
     assert len(rows) == quick_row_count(["rs3"])
     assert all("MISMATCH" in row for row in rows)
+
+
+# ------------------------------------------------------------------ simulations.bench.spark
+# Spark against the engine: tiny sizes on the test session's shared SparkSession (conftest).
+
+
+def test_spark_benchmark_prints_table_and_reading(spark, capsys):
+    from simulations.bench import spark as bench
+
+    status = bench.main(["--widths", "5", "10", "--ds1", "20", "--no-warmup"])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    lines = captured.out.splitlines()
+    assert lines[1].split()[:4] == ["case", "out", "facts", "engine"]
+    rows = [line.split() for line in lines if line.startswith(("RS2 DS2(", "STC DS1("))]
+    assert [row[:2] for row in rows] == [["RS2", "DS2(5)"], ["RS2", "DS2(10)"], ["STC", "DS1(20)"]]
+    assert rows[2][2] == str(20 * 19)  # n(n - 1) hasNeighbour facts
+    assert all(row[3] != "-" and row[4] != "-" for row in rows)  # both sides timed
+    assert "results equal" in captured.err
+    for series in ("RS2", "STC"):
+        assert any(line.startswith(f"{series}: Spark ") for line in lines), captured.out
+    assert captured.out.count("time ~ facts^") == 4
+    assert spark.range(3).count() == 3  # the shared session was reused, not stopped
+
+
+def test_spark_benchmark_time_out_skips_larger_cases(spark):
+    from simulations.bench import spark as bench
+
+    rows = bench.run(spark, [5, 10], [], timeout=1.0, report=lambda _: None)
+    assert [row.engine is not None for row in rows] == [True, True]
+    assert [row.spark for row in rows] == [None, None]  # cancelled, then skipped
+    assert all("spark > 1 s at DS2(5)" in row.note for row in rows)
+    assert spark.range(3).count() == 3  # cancelling left the session usable
+
+
+def test_spark_benchmark_mismatch_is_loud():
+    from agent.engine import Reasoner
+    from simulations.bench import spark as bench
+
+    case = bench.stc_case(5)
+    reasoner = Reasoner()
+    reasoner.add_facts(case.facts)
+    reasoner.add_rules(case.program)
+    want = bench.engine_counts(reasoner)
+    counts = dict(want)
+    bench.check_equal(case, want, None, None, counts)  # counts only: equal
+    counts[("hasNeighbour", 2)] -= 1
+    with pytest.raises(bench.MismatchError, match="hasNeighbour"):
+        bench.check_equal(case, want, None, None, counts)

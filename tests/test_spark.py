@@ -4,10 +4,11 @@ Every test materialises a program with Spark and with the engine (``agent.engine
 requires the very same facts, *with the same Python types*: ``5`` and ``5.0`` are one term, so a
 plain set comparison would accept an int where the engine gives a float; :func:`typed` does not.
 
-Spark runs in local mode, one SparkSession for the whole pytest session (``local[2]``, four
-shuffle partitions, no UI). Spark jobs cost a fixed ~0.1 s each, so operator tests put several
-rules (one head predicate per variant) into one program. Without pyspark these tests fail with
-an install hint: a suite that silently skips the cloud job proves nothing about it.
+Spark runs in local mode, one SparkSession for the whole pytest session (the ``spark`` fixture
+of ``tests/conftest.py``: ``local[2]``, four shuffle partitions, no UI). Spark jobs cost a fixed
+~0.1 s each, so operator tests put several rules (one head predicate per variant) into one
+program. Without pyspark these tests fail with an install hint: a suite that silently skips the
+cloud job proves nothing about it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -29,20 +30,6 @@ from tests.strategies import program_and_facts
 
 ROOT = Path(__file__).resolve().parent.parent
 RULE_SETS = ROOT / "rules" / "benchmarks"
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """The session's one SparkSession (local mode)."""
-    try:
-        from cloud.spark.session import local_session, require_pyspark
-
-        require_pyspark()
-    except ImportError as error:
-        pytest.fail(f"tests/test_spark.py cannot run: {error}", pytrace=False)
-    session = local_session("local[2]", app_name="zodiac-cloud-tests", shuffle_partitions=4)
-    yield session
-    session.stop()
 
 
 # ------------------------------------------------------------------ helpers
@@ -345,6 +332,31 @@ def test_cli_writes_parquet_and_ntriples_and_reads_them_back(spark, tmp_path, ca
     assert main([*argv, "--out", str(second), "--quiet"]) == 0
     assert typed(read_facts(second / "facts.nt")) == want
     assert (second / "parquet" / "manifest.json").is_file()
+
+
+def test_cli_checkpoint_dir_gets_reliable_checkpoints(spark, tmp_path, capsys):
+    """``--checkpoint-dir``: every stratum and seminaive round is checkpointed there (files
+    appear), the facts are still the engine's, and a reused session gets its setting back."""
+    from cloud.cli import main
+
+    rules = tmp_path / "recursive.rules"
+    # A symmetric-transitive closure (its own algorithm) and a linear recursion (seminaive).
+    rules.write_text(
+        STC.format(extra="and COMP(X, !=, Z)") + "reach(X, Y) :- e(X, Y) .\n"
+        "reach(X, Z) :- e(X, Y), reach(Y, Z) .\n"
+    )
+    data = tmp_path / "facts.nt"
+    data.write_text("".join(f"<{s}> <e> <{o}> .\n" for _, s, o in EDGES))
+    want = typed(engine(rules, list(read_facts(data))).facts())
+    checkpoints, out = tmp_path / "checkpoints", tmp_path / "out"
+    before = spark.sparkContext.getCheckpointDir()
+    argv = ["materialise", "--rules", str(rules), "--facts", str(data), "--out", str(out)]
+    assert main([*argv, "--checkpoint-dir", str(checkpoints), "--quiet"]) == 0
+    capsys.readouterr()
+    assert typed(read_facts(out / "facts.nt")) == want
+    written = [p for p in checkpoints.rglob("*") if p.is_file()]
+    assert any(p.parent.name.startswith("rdd-") for p in written), written
+    assert spark.sparkContext.getCheckpointDir() == before
 
 
 def test_cloud_imports_without_pyspark(tmp_path):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -32,13 +34,16 @@ def require_pyspark() -> None:
 
 
 def local_session(
-    master: str = "local[*]",
+    master: str | None = "local[*]",
     *,
     app_name: str = "zodiac-cloud",
     shuffle_partitions: int = 8,
     extra: dict[str, str] | None = None,
 ) -> SparkSession:
     """A SparkSession for the materialisation job (local mode by default).
+
+    ``master=None`` sets no master: under ``spark-submit`` its ``--master`` applies, and a plain
+    ``python`` process gets pyspark's own default, ``local[*]``.
 
     Python workers run the driver's interpreter (``spark.pyspark.python``): the UDFs evaluating
     binds, comparisons and aggregates import ``agent`` and ``cloud``, which only this
@@ -50,9 +55,11 @@ def local_session(
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    if master is not None:
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
+        builder.appName(app_name)
         .config("spark.pyspark.python", sys.executable)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.ui.enabled", "false")
@@ -65,3 +72,27 @@ def local_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@contextmanager
+def checkpoint_dir(spark: SparkSession, path: str | None) -> Iterator[None]:
+    """Reliable checkpoints in ``path`` for the block (nothing changes without one).
+
+    Afterwards the SparkContext's previous setting comes back, "no checkpoint directory"
+    included, so a job run on a caller's session (a notebook's, a test suite's) leaves it as it
+    was. PySpark can set a checkpoint directory but not unset one: the previous value is put
+    back through the JVM's ``SparkContext.checkpointDir`` (``setCheckpointDir`` itself would
+    make a new subdirectory).
+    """
+    if not path:
+        yield
+        return
+    context = spark.sparkContext
+    previous = context.getCheckpointDir()
+    context.setCheckpointDir(path)
+    try:
+        yield
+    finally:
+        jvm = context._jvm
+        assert jvm is not None
+        getattr(context._jsc.sc(), "checkpointDir_$eq")(jvm.scala.Option.apply(previous))
