@@ -286,18 +286,23 @@ class Agent:
         """Requests to send now: a trigger predicate holds and no request for its event is
         open. The request is recorded (status ``sent``) in the same call."""
         requests = []
-        open_events = {
-            row[0]
-            for row in self.state.conn.execute(
-                "SELECT event FROM requests WHERE status IN ('answered', 'resolved') "
-                "OR (status = 'sent' AND created_at > ?)",
-                (time.time() - REQUEST_TIMEOUT,),
-            )
-        }
+        # One read per call (this runs after every applied reading): which events are blocked
+        # by an open request, and which were resolved and may be cleared.
+        open_events: set[str] = set()
+        resolved_events: set[str] = set()
+        for event, status in self.state.conn.execute(
+            "SELECT event, status FROM requests WHERE status IN ('answered', 'resolved') "
+            "OR (status = 'sent' AND created_at > ?)",
+            (time.time() - REQUEST_TIMEOUT,),
+        ):
+            open_events.add(event)
+            if status == "resolved":
+                resolved_events.add(event)
         for predicate, event in sorted(self.config.reasoning.triggers.items()):
             facts = list(self.reasoner.facts_named(predicate))
             if not facts:
-                self._clear(event)
+                if event in resolved_events:  # write only when there is something to clear
+                    self._clear(event)
                 continue
             if event in open_events:
                 continue

@@ -8,8 +8,8 @@ the run to compare each rule update with a from-scratch materialisation of the s
 
 from __future__ import annotations
 
+import json
 import shutil
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -19,7 +19,7 @@ from agent.engine import Reasoner
 from agent.engine.parser import parse_program
 from agent.persistence import AgentState
 from cloud.publisher import finding_predicate
-from simulations.windfarm.farm import ANOMALY_STREAM, SUSPICION
+from simulations.windfarm.farm import ANOMALY_STREAM
 
 REPEAT = 3  # replays per rule update (best of)
 
@@ -311,8 +311,6 @@ def _checks(sim, result: Result, base_rules: int) -> list[Check]:
         status = latest.get(tampered_device)
         reason = ""
         if status is not None and status.last_error:
-            import json
-
             reason = json.loads(status.last_error).get("reason", "")
         checks.append(
             Check(
@@ -347,7 +345,6 @@ def _checks(sim, result: Result, base_rules: int) -> list[Check]:
                 )
             )
     if any(f["fault"] == "broker restarted" for f in sim.log.faults):
-        offline = sorted(d for d, s in latest.items() if not s.online)
         # At the end the agents were stopped (offline is their last word); check they came
         # back after the restart instead.
         restarted = next(f["at"] for f in sim.log.faults if f["fault"] == "broker restarted")
@@ -360,7 +357,6 @@ def _checks(sim, result: Result, base_rules: int) -> list[Check]:
                 ", ".join(missing) or f"all {len(back)}",
             )
         )
-        del offline
     checks.append(
         Check(
             "rule updates replayed equal to from-scratch",
@@ -369,11 +365,3 @@ def _checks(sim, result: Result, base_rules: int) -> list[Check]:
         )
     )
     return checks
-
-
-def median(values) -> float | None:
-    values = list(values)
-    return statistics.median(values) if values else None
-
-
-__all__ = ["Check", "Result", "Timeline", "Update", "analyse", "median", "SUSPICION"]

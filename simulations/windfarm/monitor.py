@@ -48,6 +48,11 @@ class Seen:
     sys_counters: dict[str, list[int]] = field(default_factory=dict)
 
 
+def latest_statuses(seen: Seen) -> dict[str, DeviceStatus]:
+    """Each device's last status (call with the monitor's lock held, e.g. in ``wait_for``)."""
+    return {device: status for _, device, status in seen.statuses}
+
+
 class Monitor:
     def __init__(self, farm_id: str, host: str, port: int, keyring: KeyRing) -> None:
         self.farm_id = farm_id
@@ -143,10 +148,7 @@ class Monitor:
 
     def latest_statuses(self) -> dict[str, DeviceStatus]:
         with self.lock:
-            latest: dict[str, DeviceStatus] = {}
-            for _, device, status in self.seen.statuses:
-                latest[device] = status
-            return latest
+            return latest_statuses(self.seen)
 
     def broker_totals(self) -> dict[str, int]:
         """$SYS counters summed over the broker's lives (empty if $SYS was never seen)."""

@@ -39,6 +39,7 @@ from simulations.windfarm.farm import (
     Farm,
     SensorModel,
 )
+from simulations.windfarm.monitor import Monitor, latest_statuses
 
 FAULTS = ("agent-kill", "broker-restart", "burst", "tampered-bundle")
 BURST_MESSAGES = 300
@@ -211,8 +212,6 @@ class Simulation:
         self._timed("broker", started)
 
     def _start_cloud(self) -> None:
-        from simulations.windfarm.monitor import Monitor
-
         started = time.perf_counter()
         self.graph = materialise_farm(
             self.farm,
@@ -278,10 +277,7 @@ class Simulation:
 
     @staticmethod
     def _online(seen) -> int:
-        latest = {}
-        for _, device, status in seen.statuses:
-            latest[device] = status.online
-        return sum(latest.values())
+        return sum(status.online for status in latest_statuses(seen).values())
 
     def _send_base(self) -> None:
         started = time.perf_counter()
@@ -459,9 +455,7 @@ class Simulation:
             released = {device for device, *_ in publisher.resolved}
             if not expected <= released:
                 return False
-            latest = {}
-            for _, device, status in seen.statuses:
-                latest[device] = status
+            latest = latest_statuses(seen)
             base = len(self.cloud.streams["base"])
             return all(latest.get(d) and latest[d].rules == base for d in expected)
 
