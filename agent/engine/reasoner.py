@@ -101,9 +101,7 @@ class Reasoner:
             for key, rows in facts.items():
                 idb.relation(key).add_all(rows)
             predecessors = [reasoner.nodes[i].idb for i in graph.predecessors(index)]
-            node = new_node_state(
-                name, logical, idb, reasoner.edb, predecessors, None, modules
-            )
+            node = new_node_state(name, logical, idb, reasoner.edb, predecessors, None, modules)
             node.module.adopt(node)  # type: ignore[union-attr]
             reasoner.nodes.append(node)
         reasoner.restored = "loaded"
