@@ -187,7 +187,9 @@ class RuleCompiler:
         namespace["ENC"] = self.terms.encode
         namespace["KV"] = generator.constant_values
         exec(compile(source, f"<{name}>", "exec"), namespace)  # noqa: S102 - generated code
-        return namespace[name], source
+        # Popped, not read: a function left in its own globals would form a reference cycle,
+        # which the frozen collector (gcpause) would never reclaim after the rule is deleted.
+        return namespace.pop(name), source
 
 
 class _RuleGenerator:

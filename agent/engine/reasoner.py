@@ -25,6 +25,7 @@ from .dependency import HyperGraph, build_hyper_graph
 from .errors import RuleError, UnknownRuleError, ZodiacError
 from .executor import Executor
 from .explain import Derivation, explain_fact
+from .gcpause import collector_paused
 from .language import RDF_TYPE, Atom, Constant, Program, Rule, Value, Variable
 from .maintenance import Journal, UpdateDriver, new_node_state
 from .modules import NodeState
@@ -150,7 +151,19 @@ class Reasoner:
         Deleted facts are removed before added ones are inserted, so a fact in both ends up
         explicit. Everything is checked first (syntax, safety, stratification, fact shapes):
         on error nothing changes. Returns a report (also kept as ``stats()["last_update"]``):
-        counts, the directly impacted hyper-nodes, the plan and each hyper-node's strategy."""
+        counts, the directly impacted hyper-nodes, the plan and each hyper-node's strategy.
+
+        Python's cyclic garbage collector is paused meanwhile (see ``gcpause``)."""
+        with collector_paused():
+            return self._update(add_rules, delete_rules, add_facts, delete_facts)
+
+    def _update(
+        self,
+        add_rules: str | os.PathLike | Program | Iterable[Rule] | None,
+        delete_rules: Iterable[str],
+        add_facts: str | os.PathLike | Iterable[FactInput] | None,
+        delete_facts: str | os.PathLike | Iterable[FactInput] | None,
+    ) -> dict:
         started = time.perf_counter()
         program = load_program(add_rules) if add_rules is not None else Program()
         deleted_ids = self._resolve_rule_ids(delete_rules)

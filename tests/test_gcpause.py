@@ -1,0 +1,63 @@
+"""The cyclic collector is paused during updates and left as the caller had it."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from agent.engine import Reasoner
+from agent.engine.gcpause import FREEZE_AT, collector_paused
+
+
+@pytest.fixture
+def unfrozen():
+    yield
+    gc.unfreeze()
+
+
+def test_collector_is_disabled_inside_and_restored_after(unfrozen) -> None:
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_collector_left_disabled_when_the_caller_disabled_it(unfrozen) -> None:
+    gc.unfreeze()
+    gc.disable()
+    try:
+        with collector_paused():
+            junk = [[i] for i in range(FREEZE_AT + 10)]
+        assert not gc.isenabled()
+        assert gc.get_freeze_count() == 0, "nothing is frozen for a caller who disabled gc"
+        del junk
+    finally:
+        gc.enable()
+
+
+def test_restored_even_when_the_block_raises(unfrozen) -> None:
+    with pytest.raises(ValueError), collector_paused():
+        raise ValueError("boom")
+    assert gc.isenabled()
+
+
+def test_large_updates_freeze_small_ones_do_not(unfrozen) -> None:
+    gc.unfreeze()
+    gc.collect()
+    reasoner = Reasoner()
+    reasoner.add_facts([("edge", i, i + 1) for i in range(10)])
+    assert gc.get_freeze_count() == 0
+    reasoner.add_facts([("edge", i, i + 1) for i in range(10, FREEZE_AT + 1000)])
+    assert gc.get_freeze_count() > FREEZE_AT
+
+
+def test_a_rule_deleted_after_a_freeze_leaves_no_uncollectable_cycle(unfrozen) -> None:
+    """Compiled rule functions are kept out of reference cycles, so deleting a rule frees
+    its code by reference counting even when the collector froze it."""
+    reasoner = Reasoner()
+    reasoner.add_facts([("edge", i, i + 1) for i in range(50)])
+    reasoner.add_rules("r: <path>(X, Y) :- <edge>(X, Y) .")
+    assert reasoner.executor.plans("r")
+    function = reasoner.executor.plans("r")[0].function
+    assert not any(obj is function for obj in function.__globals__.values())
