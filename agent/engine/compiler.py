@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from itertools import repeat
+from operator import itemgetter
 
 from .language import (
     Atom,
@@ -122,6 +123,7 @@ def _ne(a, b):
 RUNTIME = {
     "ONCE": (None,),
     "repeat": repeat,
+    "COLUMN": itemgetter,
     "EVAL_ERRORS": EVAL_ERRORS,
     "ADD": _add,
     "SUB": _sub,
@@ -264,6 +266,9 @@ class _RuleGenerator:
                 and self.counts.get(step.position, 0) == 0
             ):
                 return "\n".join(header + ["    return"]) + "\n"
+        projection = self.projection_columns()
+        if projection is not None:
+            return "\n".join(header + self.emit_projection(projection)) + "\n"
         self.emit_preamble()
         out.line("for _once in ONCE:")
         out.indent()
@@ -283,6 +288,40 @@ class _RuleGenerator:
             head = [self.term_id(t) for t in self.head_terms]
             out.line(f"out.add({self.tuple_code(head)})")
         return "\n".join(header + out.lines) + "\n"
+
+    # -- projections: a whole relation copied, permuted or projected in one C-level call -----
+    def projection_columns(self) -> list[int] | None:
+        """For a rule whose body is one atom of distinct variables and whose head only uses
+        them (``p(X, Y) :- q(X, Y)``, ``p(Y, X) :- q(X, Y)``, ``c(X) :- q(X, Y)``), the
+        atom's column of each head term; else None.
+
+        Such rules (sub-property and inverse-property rules, the copy cycles of Rule Set 2)
+        need no per-fact Python loop: the head tuples are the atom's tuples themselves, or
+        built by ``zip`` over ``itemgetter`` maps, entirely in C."""
+        steps = self.plan.steps
+        if len(steps) != 1 or not isinstance(steps[0], ScanStep) or steps[0].bound:
+            return None
+        terms = steps[0].atom.terms
+        if not all(isinstance(t, Variable) for t in terms) or len(set(terms)) != len(terms):
+            return None
+        if not self.head_terms or not all(t in terms for t in self.head_terms):
+            return None
+        return [terms.index(t) for t in self.head_terms]
+
+    def emit_projection(self, columns: list[int]) -> list[str]:
+        step = self.plan.steps[0]
+        names = ["D"] if step.delta else self.sources(step, "T")
+        lines = [f"    {name} = S[{step.position}][{j}].tuples" for j, name in enumerate(names)]
+        if step.delta:
+            lines = []
+        identity = columns == list(range(step.atom.arity))
+        for name in names:
+            if identity:
+                lines.append(f"    out.update({name})")
+            else:
+                maps = ", ".join(f"map(COLUMN({c}), {name})" for c in columns)
+                lines.append(f"    out.update(zip({maps}))")
+        return lines
 
     # -- grouped evaluation: one output tuple per distinct head, not per derivation ----------
     def grouped_split(self, product_at: int | None) -> tuple[Variable, Variable] | None:

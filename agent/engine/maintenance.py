@@ -201,6 +201,7 @@ class UpdateDriver:
         self.names = names
         self.log = StoreLog()
         self.report: dict = {"hyper_nodes": {}}
+        self.dropped: list[NodeState] = []  # old hyper-nodes no new one reuses
 
     def name_of(self, logical: HyperNode) -> str:
         name = self.names.get(logical.rule_ids)
@@ -251,7 +252,7 @@ class UpdateDriver:
         nodes = self.build_nodes(transitions, extend_merges)
         old_view = {id(n): n.view for n in self.old_nodes}
         reused = {id(n.idb) for n in nodes}
-        dropped = [n for n in self.old_nodes if id(n.idb) not in reused]
+        dropped = self.dropped = [n for n in self.old_nodes if id(n.idb) not in reused]
         for node in dropped:
             self.log.dropped.add(id(node.idb))
         self.report["dropped"] = [n.name for n in dropped]

@@ -29,6 +29,7 @@ from .gcpause import collector_paused
 from .language import RDF_TYPE, Atom, Constant, Program, Rule, Value, Variable
 from .maintenance import Journal, UpdateDriver, new_node_state
 from .modules import NodeState
+from .reclaim import RECLAIMER
 from .store import DataStore, RelationKey
 from .terms import TermDictionary
 from .validation import check_rule
@@ -154,7 +155,7 @@ class Reasoner:
         counts, the directly impacted hyper-nodes, the plan and each hyper-node's strategy.
 
         Python's cyclic garbage collector is paused meanwhile (see ``gcpause``)."""
-        with collector_paused():
+        with collector_paused(), RECLAIMER.paused():
             return self._update(add_rules, delete_rules, add_facts, delete_facts)
 
     def _update(
@@ -196,10 +197,14 @@ class Reasoner:
             self.use_modules,
         )
         added, removed = driver.apply_edb(_by_key(additions), _by_key(deletions))
+        # The previous journal (and the facts it removed) and dropped hyper-nodes are freed
+        # off this update's path (see reclaim.py).
+        RECLAIMER.discard(self.journal)
         self.journal = Journal()
         if structural or added or removed:
             pure_insertion = not (deleted_ids or added or removed)
             self.nodes = driver.run(deleted_ids, extend_merges=pure_insertion)
+            RECLAIMER.discard(*driver.dropped)
             self.graph = graph
             self.rules = rules
             if deleted_ids:

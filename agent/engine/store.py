@@ -71,10 +71,17 @@ class Relation:
         return new
 
     def remove_all(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
-        """Delete facts; returns those that were present."""
+        """Delete facts; returns those that were present.
+
+        When at least half the facts go, the indexes are dropped rather than updated fact by
+        fact: rebuilding one from what remains, when a plan next asks, costs no more."""
         gone = self.tuples.intersection(facts)
         if gone:
             self.tuples -= gone
+            if len(gone) >= len(self.tuples):
+                self._indexes.clear()
+                self._getters.clear()
+                return gone
             for bound, index in self._indexes.items():
                 key_of, value_of = self._getters[bound]
                 for fact in gone:
@@ -86,9 +93,12 @@ class Relation:
         return gone
 
     def clear(self) -> None:
+        """Empty the relation and drop its indexes: they are rebuilt, in one pass over the
+        facts then present, by the first plan that asks (a recomputed relation is refilled
+        at once, and an index whose readers were deleted is never built again)."""
         self.tuples = set()
-        for index in self._indexes.values():
-            index.clear()
+        self._indexes.clear()
+        self._getters.clear()
 
     def index_count(self) -> int:
         return len(self._indexes)

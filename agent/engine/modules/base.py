@@ -57,9 +57,10 @@ class StoreChanges:
         if facts:
             self.added.setdefault(key, set()).update(facts)
 
-    def remove(self, key: RelationKey, facts: set) -> None:
+    def remove(self, key: RelationKey, facts: set, *, owned: bool = False) -> None:
         """Record deletions as net changes: removing a fact added earlier in the same update
-        cancels the insertion."""
+        cancels the insertion. ``owned``: the caller hands ``facts`` over (no copy is made;
+        it must not use the set again)."""
         if not facts:
             return
         added = self.added.get(key)
@@ -68,8 +69,15 @@ class StoreChanges:
             if gone:
                 added -= gone
                 facts = facts - gone
-        if facts:
-            self.removed.setdefault(key, set()).update(facts)
+        if not facts:
+            return
+        known = self.removed.get(key)
+        if known is None and owned:
+            self.removed[key] = facts
+        elif known is None:
+            self.removed[key] = set(facts)
+        else:
+            known.update(facts)
 
     def counts(self) -> tuple[int, int]:
         return sum(map(len, self.added.values())), sum(map(len, self.removed.values()))
@@ -163,14 +171,18 @@ class Module(ABC):
     def recompute(self, node: NodeState, executor: Executor) -> StoreChanges:
         """Re-materialise from scratch and report the difference to the previous IDB."""
         before = {key: relation.tuples for key, relation in node.idb.relations.items()}
-        node.idb.clear()
+        node.idb.clear()  # the relations get fresh sets: ``before`` holds the only old ones
         self.materialise(node, executor)
         changes = StoreChanges()
         for key in set(before) | set(node.idb.relations):
-            old = before.get(key, set())
+            old = before.pop(key, set())
             new = node.idb.relations[key].tuples if key in node.idb.relations else set()
             changes.add(key, new - old)
-            changes.remove(key, old - new)
+            # What was lost is the old set minus the new one, computed in place: the cost is
+            # the size of what remains, not of what was lost (most of it, when recomputing
+            # was chosen because the node lost much).
+            old -= new
+            changes.remove(key, old, owned=True)
         return changes
 
     def adopt(self, node: NodeState) -> None:
