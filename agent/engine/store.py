@@ -70,6 +70,18 @@ class Relation:
                 _index_insert(index, self._getters[bound], new)
         return new
 
+    def adopt(self, facts: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
+        """Insert a set the caller hands over and will not use again: into an empty
+        relation it becomes the relation's set as is, with no copy (a closure module's
+        freshly built output); otherwise this is `add_all`."""
+        if self.tuples:
+            return self.add_all(facts)
+        self.tuples = facts
+        for bound, index in self._indexes.items():
+            index.clear()
+            _index_insert(index, self._getters[bound], facts)
+        return facts
+
     def remove_all(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
         """Delete facts; returns those that were present.
 

@@ -149,7 +149,7 @@ class ClosureModule(Module):
         pairs = self.build(self.external(node))
         if own.tuples:
             own.clear()
-        own.add_all(pairs)
+        own.adopt(pairs)
         self._remember(node)
         node.stats.update(rounds=1, seconds=time.perf_counter() - started)
 
