@@ -1,4 +1,4 @@
-"""A private Mosquitto broker process: the simulation's embedded broker, and the tests' brokers.
+"""A private Mosquitto broker process: the simulation's broker, and the tests' brokers.
 
 Why a process of the real broker: the agent's guarantees (persistent sessions, QoS 1 redelivery,
 retained status, last will, per-device ACLs) are the *broker's* behaviour as much as ours. A
@@ -6,27 +6,27 @@ retained status, last will, per-device ACLs) are the *broker's* behaviour as muc
 file and log in a directory its owner chooses, on a free port of 127.0.0.1, so it never touches
 a system broker on 1883 and can be restarted, crashed or reconfigured freely.
 
-Why not an embedded Python broker as a fallback: the agents speak MQTT v5 (response topic and
-correlation data for rule requests, session expiry), and the Python brokers on PyPI do not:
-amqtt 0.12.1 accepts protocol level 4 (MQTT 3.1.1) only. Without ``mosquitto`` the simulation
-says how to install it, or how to point it at an existing broker (``--broker HOST:PORT``).
+When ``mosquitto`` is not installed, the simulation falls back to the embedded pure-Python MQTT
+v5 broker of :mod:`simulations.mqttbroker` (`EmbeddedBroker`, the same interface, also a child
+process). Python brokers from PyPI would not do: the agents speak MQTT v5 (response topic and
+correlation data for rule requests, session expiry), and amqtt 0.12.1 accepts protocol level 4
+(MQTT 3.1.1) only. The tests' fixtures keep using Mosquitto (ACLs, passwords and TLS are its
+alone); the embedded broker is tested against the same clients in tests/test_mqtt_broker.py.
+The process life cycle (port, start/stop/kill/restart, orphan clean-up) is
+`simulations.brokerprocess.BrokerProcess`, shared by both.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import os
 import pwd
 import re
 import shutil
-import signal
-import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+
+from simulations.brokerprocess import BrokerError, BrokerProcess, free_port
 
 __all__ = [
     "MOSQUITTO",
@@ -41,21 +41,6 @@ __all__ = [
 
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
-
-# Brokers still running when the interpreter exits (a test run interrupted by Ctrl-C, a fixture
-# that never reached teardown). Without this, orphaned mosquitto processes would outlive pytest.
-_RUNNING: set[Broker] = set()
-
-
-@atexit.register
-def _stop_orphans() -> None:
-    for broker in list(_RUNNING):
-        with contextlib.suppress(Exception):
-            broker.stop(timeout=2)
-
-
-class BrokerError(RuntimeError):
-    """The broker could not be started or stopped; the message includes the broker's log tail."""
 
 
 def mosquitto_available() -> bool:
@@ -77,13 +62,6 @@ def mosquitto_version() -> tuple[int, int, int]:
     return major, minor, patch
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the kernel picks it; racy, so `start` retries)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 @dataclass(frozen=True)
 class TlsFiles:
     """PEM files of one throwaway PKI: a CA, a server certificate and a client certificate.
@@ -100,7 +78,7 @@ class TlsFiles:
     client_key: Path
 
 
-class Broker:
+class Broker(BrokerProcess):
     """One private ``mosquitto`` process, configured from scratch in ``directory``.
 
     The port is chosen once, at the first `start`, and kept for the broker's life so that
@@ -113,7 +91,8 @@ class Broker:
     same CA.
     """
 
-    host = "127.0.0.1"
+    name = "mosquitto"
+    stderr_name = "mosquitto.stderr"
 
     def __init__(
         self,
@@ -131,7 +110,7 @@ class Broker:
     ) -> None:
         if require_certificate and tls is None:
             raise BrokerError("require_certificate needs tls files")
-        self.directory = Path(directory).resolve()
+        super().__init__(directory, port)
         self.users = dict(users) if users else {}
         self.acl = acl
         self.persistence = persistence
@@ -142,18 +121,8 @@ class Broker:
         self.log_types = log_types
         # Seconds between $SYS/broker/... statistics (message and byte counters).
         self.sys_interval = sys_interval
-        self._port: int | None = port
-        self._process: subprocess.Popen[bytes] | None = None
-        self._configured = False
 
     # ----------------------------------------------------------------------------- properties
-    @property
-    def port(self) -> int:
-        """The broker's TCP port (allocated at the first `start`)."""
-        if self._port is None:
-            raise BrokerError("the broker has no port until it is started")
-        return self._port
-
     @property
     def config_file(self) -> Path:
         return self.directory / "mosquitto.conf"
@@ -166,102 +135,25 @@ class Broker:
     def persistence_file(self) -> Path:
         return self.directory / "data" / "mosquitto.db"
 
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
         scheme = "mqtts" if self.tls else "mqtt"
         return f"<Broker {scheme}://{self.host}:{self._port} {state} in {self.directory}>"
 
-    # ---------------------------------------------------------------------------- lifecycle
-    def start(self, timeout: float = 10.0) -> Broker:
-        """Start mosquitto and return once its listener accepts TCP connections.
-
-        The very first start retries on a fresh port if the chosen one was taken in the
-        meantime (the free-port probe is inherently racy); later starts keep their port.
-        """
-        if self.running:
-            return self
-        self.directory.mkdir(parents=True, exist_ok=True)
-        if not self._configured:
-            self._write_auth_files()
-            self._configured = True
-        # Only a port we picked ourselves, before it was ever used, may be swapped for another.
-        attempts = 3 if self._port is None else 1
-        for attempt in range(attempts):
-            if self._port is None:
-                self._port = free_port(self.host)
-            self._write_config()
-            try:
-                self._spawn_and_wait(timeout)
-                _RUNNING.add(self)
-                return self
-            except BrokerError:
-                if attempt + 1 == attempts or not self._port_in_use_error():
-                    raise
-                self._port = None
-        raise AssertionError("unreachable")
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop with SIGTERM and wait, so that mosquitto writes its persistence file on exit.
-
-        SIGKILL is only the fallback after ``timeout``: a killed broker saves nothing beyond
-        its last autosave (every second here).
-        """
-        process = self._process
-        _RUNNING.discard(self)
-        if process is None:
-            return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout)
-        self._process = None
-
-    def kill(self) -> None:
-        """Crash the broker (SIGKILL): nothing is saved beyond the last autosave."""
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
-        _RUNNING.discard(self)
-        self._process = None
-
-    def restart(self, timeout: float = 10.0) -> Broker:
-        """Stop and start again on the same port with the same persistence file."""
-        self.stop(timeout)
-        return self.start(timeout)
-
-    def __enter__(self) -> Broker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last lines of the broker's log and of its stderr (config errors go there)."""
-        chunks = []
-        for path in (self.directory / "mosquitto.stderr", self.log_file):
-            if path.exists():
-                text = path.read_text(errors="replace").splitlines()[-lines:]
-                if text:
-                    chunks.append(f"--- {path.name} ---\n" + "\n".join(text))
-        return "\n".join(chunks) or "(no log output)"
-
     # ------------------------------------------------------------------------------ helpers
+    def _command(self) -> list[str]:
+        return [MOSQUITTO, "-c", str(self.config_file)]
+
+    def _ready(self, log_offset: int) -> bool:
+        # This run logged "running": its listener is open.
+        return re.search(rb"mosquitto version \S+ running", self._log_since(log_offset)) is not None
+
+    def _configure(self) -> None:
+        self._write_config()
+
+    def _setup(self) -> None:
+        self._write_auth_files()
+
     def _write_auth_files(self) -> None:
         if self.users:
             passwd = self.directory / "passwd"
@@ -321,54 +213,3 @@ class Broker:
         else:
             lines.append("persistence false")
         self.config_file.write_text("\n".join(lines) + "\n")
-
-    def _spawn_and_wait(self, timeout: float) -> None:
-        # Where this run's log lines start: earlier runs (before a restart) share the file.
-        log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
-        stderr = open(self.directory / "mosquitto.stderr", "ab")  # noqa: SIM115 (kept by Popen)
-        try:
-            self._process = subprocess.Popen(
-                [MOSQUITTO, "-c", str(self.config_file)],
-                stdin=subprocess.DEVNULL,
-                stdout=stderr,
-                stderr=stderr,
-                # Its own session: a Ctrl-C meant for pytest must not kill the broker before
-                # teardown has stopped it properly.
-                start_new_session=True,
-            )
-        finally:
-            stderr.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                code = self._process.returncode
-                self._process = None
-                raise BrokerError(
-                    f"mosquitto exited with status {code} during start-up "
-                    f"(config {self.config_file}):\n{self.log_tail()}"
-                )
-            # Ready = this run logged "running" (its listener is open: a connection cannot be
-            # another process that happens to hold our port) and the port accepts connections.
-            if self._logged_running(log_offset):
-                try:
-                    with socket.create_connection((self.host, self.port), timeout=0.2):
-                        return
-                except OSError:
-                    pass
-            time.sleep(0.01)
-        self.kill()
-        raise BrokerError(
-            f"mosquitto did not accept connections on {self.host}:{self.port} within "
-            f"{timeout} s:\n{self.log_tail()}"
-        )
-
-    def _logged_running(self, offset: int) -> bool:
-        try:
-            with open(self.log_file, "rb") as log:
-                log.seek(offset)
-                return re.search(rb"mosquitto version \S+ running", log.read()) is not None
-        except FileNotFoundError:
-            return False
-
-    def _port_in_use_error(self) -> bool:
-        return "Address already in use" in self.log_tail(10)

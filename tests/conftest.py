@@ -65,10 +65,16 @@ def make_broker(
     arguments; each broker gets its own directory under the test's ``tmp_path``.
     """
     _require_mosquitto()
-    made: list[Broker] = []
+    yield from started_brokers(Broker, tmp_path, "broker")
 
-    def make(**kwargs: object) -> Broker:
-        made_broker = Broker(tmp_path / f"broker{len(made)}", **kwargs)  # type: ignore[arg-type]
+
+def started_brokers(kind, tmp_path: Path, prefix: str) -> Iterator[Callable[..., object]]:
+    """The body of a broker-factory fixture: ``kind(tmp_path / prefixN, **kwargs)`` started
+    on demand, every one stopped at teardown (Mosquitto or the embedded broker)."""
+    made: list = []
+
+    def make(**kwargs: object):
+        made_broker = kind(tmp_path / f"{prefix}{len(made)}", **kwargs)
         made.append(made_broker)
         return made_broker.start()
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
+import simulations.brokerprocess as brokerprocess
 import tests.broker as broker_module
 from tests.broker import Broker, MqttError, TestClient, device_acl, mosquitto_version
 
@@ -161,11 +162,13 @@ def test_start_failure_reports_the_log(tmp_path, monkeypatch):
         # An explicit port in use: no retry, a clear error with mosquitto's own words.
         with pytest.raises(broker_module.BrokerError, match="Address already in use"):
             Broker(tmp_path / "explicit", port=port).start()
-        # A picked port that was taken meanwhile: start retries on another one.
+        # A picked port that was taken meanwhile: start retries on another one. (The pick is
+        # made in simulations.brokerprocess, the life cycle shared with the embedded broker.)
         picks = iter([port])
-        real_free_port = broker_module.free_port
+        real_free_port = brokerprocess.free_port
         monkeypatch.setattr(
-            broker_module, "free_port", lambda host: next(picks, None) or real_free_port(host)
+            brokerprocess, "free_port", lambda host: next(picks, None) or real_free_port(host)
         )
         with Broker(tmp_path / "picked") as retried:
             assert retried.port != port
+        assert next(picks, None) is None  # the taken port really was tried first

@@ -7,13 +7,16 @@ diagnosed as SensorAnomalyWindTurbine and the warmed turbine as
 AmbientTemperatureChangeConfirmed, no other turbine suspects anything, the cloud releases the
 anomaly rules and every turbine ends on its base rules; the killed agent and every agent after
 the broker restart come back; the tampered bundle is refused; the burst is absorbed; each rule
-update replayed on the device's state equals a from-scratch materialisation.
+update replayed on the device's state equals a from-scratch materialisation. A shorter run does
+the same on the embedded Python MQTT v5 broker (``--embedded-broker``) through a broker restart.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from simulations.brokerprocess import BrokerError
+from simulations.mqttbroker import EmbeddedBroker
 from simulations.windfarm import run as windfarm_run
 from simulations.windfarm.__main__ import build_parser, main, parse_faults
 from simulations.windfarm.farm import CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm, SensorModel
@@ -72,6 +75,9 @@ def test_bad_arguments_are_reported_without_a_run(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--faults", "meteor"])
     assert "unknown fault(s) meteor" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--broker", "127.0.0.1:1883", "--embedded-broker"])
+    assert "exclude each other" in capsys.readouterr().err
     assert (
         main(["--turbines", "5", "--duration", "10", "--faults", "all", "--out", str(tmp_path)])
         == 2
@@ -80,12 +86,84 @@ def test_bad_arguments_are_reported_without_a_run(tmp_path, capsys):
     assert parse_faults("all") == FAULTS and parse_faults("burst, burst") == ("burst",)
 
 
-def test_without_mosquitto_the_user_is_told_what_to_do(tmp_path, monkeypatch):
+def test_five_turbines_on_the_embedded_broker_with_a_broker_restart(tmp_path):
+    """The same scenario on the embedded Python MQTT v5 broker (``--embedded-broker``), with
+    the fault that depends most on the broker: a restart that must keep every persistent
+    session and the retained statuses. The edge engine materialises the farm (no Spark)."""
+    options = Options(
+        turbines=5,
+        duration=24,
+        faults=("broker-restart",),
+        spark=False,
+        embedded_broker=True,
+        out=tmp_path / "run",
+    )
+    said: list[str] = []
+    simulation = Simulation(options, say=said.append)
+    result = simulation.run()
+
+    failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.ok]
+    assert not failed, failed
+    assert isinstance(simulation.broker, EmbeddedBroker)
+    assert any(line.startswith("broker: embedded Python MQTT v5 broker on") for line in said)
+    assert "every agent reconnected after the broker restart" in {c.name for c in result.checks}
+    assert {line.device: line.finding for line in result.timelines} == {
+        simulation.farm.broken: SENSOR_ANOMALY,
+        simulation.farm.warm: CHANGE_CONFIRMED,
+    }
+    totals = result.broker_totals  # the $SYS counters the monitor read, over both broker lives
+    assert totals["messages received"] > 0 and totals["bytes sent"] > totals["bytes received"]
+    text = write_report(result, simulation.directory).read_text()
+    assert "broker embedded Python MQTT v5 broker" in text and "Broker totals" in text
+
+
+def _mosquitto_that_does_not_start(self, timeout=10.0):
+    raise BrokerError("mosquitto exited with status 3 during start-up\nlog tail...")
+
+
+@pytest.mark.parametrize(
+    ("installed", "expected"),
+    [
+        (False, ["... (no Mosquitto installed)"]),
+        (
+            True,
+            [
+                "broker: Mosquitto did not start (mosquitto exited with status 3 during start-up)",
+                "... (Mosquitto did not start)",
+            ],
+        ),
+    ],
+    ids=["mosquitto-missing", "mosquitto-broken"],
+)
+def test_the_embedded_broker_is_the_fallback(tmp_path, monkeypatch, installed, expected):
+    monkeypatch.setattr(windfarm_run, "mosquitto_available", lambda: installed)
+    monkeypatch.setattr(windfarm_run.Broker, "start", _mosquitto_that_does_not_start)
+    said: list[str] = []
+    simulation = Simulation(
+        Options(turbines=5, duration=30, spark=False, out=tmp_path), say=said.append
+    )
+    try:
+        simulation._start_broker()
+        assert isinstance(simulation.broker, EmbeddedBroker) and simulation.broker.running
+        where = f"broker: embedded Python MQTT v5 broker on 127.0.0.1:{simulation.port}"
+        assert said == [line.replace("...", where) for line in expected]
+    finally:
+        if simulation.broker is not None:
+            simulation.broker.stop()
+
+
+def test_when_no_broker_can_start_the_user_is_told_what_to_do(tmp_path, monkeypatch):
+    def fail(self, timeout=10.0):
+        raise BrokerError("embedded MQTT broker exited with status 1 during start-up")
+
     monkeypatch.setattr(windfarm_run, "mosquitto_available", lambda: False)
+    monkeypatch.setattr(EmbeddedBroker, "start", fail)
     simulation = Simulation(
         Options(turbines=5, duration=30, spark=False, out=tmp_path), say=lambda m: None
     )
-    with pytest.raises(SimulationError, match="install Mosquitto.*--broker HOST:PORT"):
+    with pytest.raises(
+        SimulationError, match="(?s)Install Mosquitto.*--broker HOST:PORT.*status 1"
+    ):
         simulation.run()
 
 

@@ -27,7 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--broker",
         metavar="HOST:PORT",
         default=None,
-        help="use this MQTT v5 broker (default: a private Mosquitto on a free loopback port)",
+        help="use this MQTT v5 broker (default: a private Mosquitto on a free loopback port, "
+        "or the embedded Python MQTT v5 broker when Mosquitto is not installed)",
+    )
+    parser.add_argument(
+        "--embedded-broker",
+        action="store_true",
+        help="use the embedded Python MQTT v5 broker even when Mosquitto is installed",
     )
     parser.add_argument(
         "--faults",
@@ -81,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 5 <= args.turbines <= 400:
         parser.error("--turbines must be between 5 and 400")
+    if args.broker and args.embedded_broker:
+        parser.error("--broker and --embedded-broker exclude each other")
     try:
         faults = parse_faults(args.faults)
     except ValueError as error:
@@ -90,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         duration=args.duration,
         seed=args.seed,
         broker=args.broker,
+        embedded_broker=args.embedded_broker,
         out=args.out,
         faults=faults,
         sensor_fault=args.sensor_fault,

@@ -6,6 +6,7 @@ import json
 import statistics
 from pathlib import Path
 
+from simulations.mqttbroker import EmbeddedBroker
 from simulations.windfarm.analysis import Result
 
 PLOTS = {
@@ -32,6 +33,12 @@ def _distribution(values) -> str:
     return f"{len(values)} | {_ms(statistics.median(values))} | {_ms(p95)} | {_ms(max(values))}"
 
 
+def _broker_name(sim) -> str:
+    if isinstance(sim.broker, EmbeddedBroker):
+        return "embedded Python MQTT v5 broker"
+    return "private Mosquitto" if sim.broker else sim.options.broker
+
+
 def write_report(result: Result, directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     plots = write_plots(result, directory)
@@ -48,7 +55,7 @@ def write_report(result: Result, directory: Path) -> Path:
         f"{sim.farm.columns} columns; neighbours = turbines at most two grid steps apart.",
         f"- Run: {options.duration:g} s of readings every {options.period:g} s, seed "
         f"{options.seed}; agents in {len(sim.hosts)} processes; broker "
-        f"{'private Mosquitto' if sim.broker else options.broker}.",
+        f"{_broker_name(sim)}.",
         f"- Cloud: farm graph of {len(sim.graph.facts)} facts by {sim.graph.materialiser} in "
         f"{sim.graph.seconds:.1f} s"
         + (f" (Spark start-up {sim.graph.startup_seconds:.1f} s)" if sim.options.spark else "")

@@ -2,7 +2,8 @@
 
 The order of a run (each step prints what it does):
 
-1. the broker: ``--broker HOST:PORT``, or a private Mosquitto on a free loopback port;
+1. the broker: ``--broker HOST:PORT``, or a private one on a free loopback port: Mosquitto if
+   it is installed, else (or with ``--embedded-broker``) the embedded Python MQTT v5 broker;
 2. the cloud: Spark (local mode) materialises the farm graph from the layout, checked against the
    edge engine; the publisher starts;
 3. the agents: one config and SQLite file per turbine, a few host processes; all must report
@@ -25,7 +26,9 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 
 from agent.bundle import AddRules, Bundle, KeyRing, RuleSpec, Telemetry, encode_model, sign_bundle
+from simulations.brokerprocess import BrokerError, BrokerProcess
 from simulations.mosquitto import Broker, mosquitto_available
+from simulations.mqttbroker import EmbeddedBroker
 from simulations.windfarm.agents import HostProcess, group, write_config
 from simulations.windfarm.cloud import (
     SimulationCloud,
@@ -45,10 +48,9 @@ FAULTS = ("agent-kill", "broker-restart", "burst", "tampered-bundle")
 BURST_MESSAGES = 300
 TAMPERED_RULE = "evil: <Stop>(X) :- <WindTurbine>(X) ."  # would stop every turbine
 MISSING_BROKER = (
-    "no MQTT broker: install Mosquitto (Debian/Ubuntu: sudo apt-get install mosquitto; "
-    "macOS: brew install mosquitto), or pass --broker HOST:PORT of a running MQTT v5 broker. "
-    "(The agents need MQTT v5 — response topics, correlation data, session expiry — which "
-    "the Python brokers on PyPI, e.g. amqtt, do not speak.)"
+    "no MQTT broker: the embedded Python MQTT v5 broker did not start. Install Mosquitto "
+    "(Debian/Ubuntu: sudo apt-get install mosquitto; macOS: brew install mosquitto), or pass "
+    "--broker HOST:PORT of a running MQTT v5 broker. The embedded broker's error:\n{error}"
 )
 
 
@@ -62,6 +64,7 @@ class Options:
     duration: float = 60.0
     seed: int = 0
     broker: str | None = None  # HOST:PORT of an existing broker
+    embedded_broker: bool = False  # the Python broker even when Mosquitto is installed
     out: Path | None = None
     faults: tuple[str, ...] = ()
     sensor_fault: str = "stuck"
@@ -153,7 +156,7 @@ class Simulation:
             self.farm, self.schedule.fault_at, options.sensor_fault, seed=options.seed
         )
         self.log = RunLog()
-        self.broker: Broker | None = None
+        self.broker: BrokerProcess | None = None
         self.hosts: list[HostProcess] = []
         self.host_of: dict[str, HostProcess] = {}
         self.graph = None
@@ -200,15 +203,32 @@ class Simulation:
             self.host, self.port = host, int(port)
             self.say(f"broker: using {host}:{port}")
         else:
-            if not mosquitto_available():
-                raise SimulationError(MISSING_BROKER)
-            self.broker = Broker(
-                self.directory / "broker",
-                log_types=("error", "warning", "notice", "information"),
-                sys_interval=1,
-            ).start()
-            self.host, self.port = self.broker.host, self.broker.port
-            self.say(f"broker: private Mosquitto on {self.host}:{self.port}")
+            why = "" if self.options.embedded_broker else " (no Mosquitto installed)"
+            if mosquitto_available() and not self.options.embedded_broker:
+                try:
+                    self.broker = Broker(
+                        self.directory / "broker",
+                        log_types=("error", "warning", "notice", "information"),
+                        sys_interval=1,
+                    ).start()
+                except BrokerError as error:
+                    # An installed but broken Mosquitto must not end the run: say why and
+                    # use the embedded broker instead.
+                    first_line = str(error).splitlines()[0] if str(error) else repr(error)
+                    self.say(f"broker: Mosquitto did not start ({first_line})")
+                    why = " (Mosquitto did not start)"
+                else:
+                    self.host, self.port = self.broker.host, self.broker.port
+                    self.say(f"broker: private Mosquitto on {self.host}:{self.port}")
+            if self.broker is None:
+                try:
+                    self.broker = EmbeddedBroker(
+                        self.directory / "embedded-broker", sys_interval=1
+                    ).start()
+                except BrokerError as error:
+                    raise SimulationError(MISSING_BROKER.format(error=error)) from error
+                self.host, self.port = self.broker.host, self.broker.port
+                self.say(f"broker: embedded Python MQTT v5 broker on {self.host}:{self.port}{why}")
         self._timed("broker", started)
 
     def _start_cloud(self) -> None:

@@ -1,0 +1,503 @@
+"""The embedded MQTT v5 broker (simulations/mqttbroker) behaves like the Mosquitto the agents
+rely on: a real broker process, real paho-mqtt v5 clients, and raw sockets where a test needs
+bytes no well-behaved client sends (abrupt close, silence past the keep-alive, malformed
+packets, old protocol levels). Then the real agent (``zodiac-agent run``, i.e. AgentService)
+end to end against it, with the same test cases as against Mosquitto (tests/test_agent_e2e.py).
+
+Ordering trick used instead of sleeps (as in tests/test_broker.py): one publisher's messages
+reach one subscriber in order, so a later message acts as a barrier for an earlier one.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+import tests.test_agent_e2e as agent_e2e
+from simulations.brokerprocess import BrokerError
+from simulations.mqttbroker import EmbeddedBroker
+from simulations.mqttbroker.codec import matches
+from simulations.mqttbroker.server import Subscription, TopicTree
+from tests.agent_harness import Cloud
+from tests.broker import MqttError, TestClient
+from tests.conftest import started_brokers
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """One embedded broker for the module ($SYS every second); tests use their own ids/topics."""
+    with EmbeddedBroker(tmp_path_factory.mktemp("embedded"), sys_interval=1) as broker:
+        yield broker
+    # Whatever the tests did to it, it never crashed and it stopped cleanly.
+    assert "Traceback" not in broker.log_file.read_text()
+
+
+@pytest.fixture
+def make_embedded(tmp_path: Path) -> Iterator[Callable[..., EmbeddedBroker]]:
+    """Like conftest's ``make_broker``, with embedded brokers."""
+    yield from started_brokers(EmbeddedBroker, tmp_path, "embedded")
+
+
+# ----------------------------------------------------------------------- raw MQTT bytes
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        n, byte = n >> 7, n & 0x7F
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _str(text: str | bytes) -> bytes:
+    data = text.encode() if isinstance(text, str) else text
+    return len(data).to_bytes(2, "big") + data
+
+
+def _packet(first: int, body: bytes) -> bytes:
+    return bytes((first,)) + _varint(len(body)) + body
+
+
+def connect_packet(
+    client_id: str,
+    *,
+    keepalive: int = 30,
+    will: tuple[str, bytes] | None = None,
+    name: str = "MQTT",
+    level: int = 5,
+) -> bytes:
+    """CONNECT, clean start; ``will`` = (topic, payload) at QoS 1, not retained."""
+    flags = 0x02 | (0x04 | 0x08 if will else 0)
+    body = _str(name) + bytes((level, flags)) + keepalive.to_bytes(2, "big")
+    body += (b"\x00" if level == 5 else b"") + _str(client_id)
+    if will:
+        body += (b"\x00" if level == 5 else b"") + _str(will[0]) + _str(will[1])
+    return _packet(0x10, body)
+
+
+class Raw:
+    """A bare TCP connection to the broker, speaking bytes."""
+
+    def __init__(self, broker: EmbeddedBroker) -> None:
+        self.sock = socket.create_connection((broker.host, broker.port), timeout=5)
+
+    def send(self, data: bytes) -> Raw:
+        self.sock.sendall(data)
+        return self
+
+    def _read(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return data
+
+    def packet(self) -> bytes:
+        """The next whole packet, fixed header included."""
+        first = self._read(1)
+        length, shift, header = 0, 0, first
+        while True:
+            byte = self._read(1)
+            header += byte
+            length |= (byte[0] & 0x7F) << shift
+            shift += 7
+            if not byte[0] & 0x80:
+                return header + self._read(length)
+
+    def connect(self, client_id: str, **kwargs) -> Raw:
+        self.send(connect_packet(client_id, **kwargs))
+        connack = self.packet()
+        assert connack[0] == 0x20 and connack[2:4] == b"\x00\x00", connack  # success
+        return self
+
+    def closed_by_broker(self) -> bool:
+        try:
+            while self.sock.recv(4096):
+                pass
+        except ConnectionResetError:
+            pass
+        return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def roundtrip(broker: EmbeddedBroker, name: str) -> None:
+    """A fresh publisher and subscriber still work (the broker is alive and well)."""
+    with TestClient(broker, f"{name}-sub") as sub, TestClient(broker, f"{name}-pub") as pub:
+        sub.subscribe(f"alive/{name}")
+        pub.publish(f"alive/{name}", b"ok")
+        assert sub.expect(f"alive/{name}").payload == b"ok"
+
+
+def barrier(pub: TestClient, sub: TestClient, topic: str) -> list[mqtt.MQTTMessage]:
+    """Everything ``sub`` received before ``pub``'s barrier message on ``topic``."""
+    pub.publish(topic, b"barrier")
+    before = []
+    while (message := sub.expect()).topic != topic:
+        before.append(message)
+    return before
+
+
+# ----------------------------------------------------------------------- topic matching
+def test_topic_matching_rules():
+    cases = {
+        ("a/+/c", "a/b/c"): True,
+        ("a/+/c", "a/b/d"): False,
+        ("a/+", "a/b/c"): False,
+        ("a/#", "a"): True,  # '#' also matches the parent level
+        ("a/#", "a/b/c"): True,
+        ("#", "a/b"): True,
+        ("+/+", "/x"): True,  # an empty level is a level
+        ("#", "$SYS/broker/uptime"): False,  # no wildcard matches a leading '$'
+        ("+/broker/uptime", "$SYS/broker/uptime"): False,
+        ("$SYS/#", "$SYS/broker/uptime"): True,
+        ("$SYS/+/uptime", "$SYS/broker/uptime"): True,
+    }
+    tree = TopicTree()
+    for i, (topic_filter, _) in enumerate(cases):
+        tree.add(f"c{i}", Subscription(topic_filter, 0))
+    for i, ((topic_filter, topic), expected) in enumerate(cases.items()):
+        assert matches(topic_filter, topic) is expected, (topic_filter, topic)
+        assert (f"c{i}" in {cid for cid, _ in tree.match(topic)}) is expected, (topic_filter, topic)
+    tree.remove("c0", "a/+/c")
+    assert "c0" not in {cid for cid, _ in tree.match("a/b/c")}
+
+
+# ----------------------------------------------------------------------- publish / subscribe
+def test_qos0_and_qos1_with_wildcards(embedded):
+    with (
+        TestClient(embedded, "wc-plus") as plus,
+        TestClient(embedded, "wc-hash") as hashed,
+        TestClient(embedded, "wc-pub") as pub,
+    ):
+        assert plus.subscribe("wc/+/temp", qos=1).value == 1
+        assert hashed.subscribe("wc/#", qos=0).value == 0
+        assert pub.publish("wc/t1/temp", b"21.5", qos=1).value == 0
+        assert pub.publish("wc/t1/power", b"800", qos=0).value == 0
+        assert pub.publish("wc", b"root", qos=1).value == 0
+        got = plus.expect("wc/t1/temp")
+        assert (got.payload, got.qos) == (b"21.5", 1)
+        assert [(m.topic, m.qos) for m in (hashed.expect() for _ in range(3))] == [
+            ("wc/t1/temp", 0),  # delivered QoS = min(publish, subscription)
+            ("wc/t1/power", 0),
+            ("wc", 0),
+        ]
+        assert barrier(pub, plus, "wc/t2/temp") == []  # power and the root did not match
+        # Nobody subscribes: PUBACK says so (0x10), as Mosquitto does.
+        assert pub.publish("nobody/listens", b"x", qos=1).value == 0x10
+
+
+def test_qos2_both_ways_and_no_local(embedded):
+    with TestClient(embedded, "q2-sub") as sub, TestClient(embedded, "q2-pub") as pub:
+        sub.subscribe("q2/x", qos=2)
+        assert pub.publish("q2/x", b"exactly once", qos=2).value == 0  # after PUBCOMP
+        message = sub.expect("q2/x")
+        assert (message.payload, message.qos) == (b"exactly once", 2)
+        # no-local: a client does not receive its own messages on that subscription.
+        result, mid = sub.client.subscribe("q2/local", options=SubscribeOptions(1, noLocal=True))
+        assert sub._wait_ack(mid, "subscribe")[0].value == 1
+        sub.publish("q2/local", b"mine")
+        pub.publish("q2/local", b"theirs")
+        assert sub.expect("q2/local").payload == b"theirs"
+
+
+def test_hash_does_not_match_sys_topics(embedded):
+    with (
+        TestClient(embedded, "sys-hash") as hashed,
+        TestClient(embedded, "sys-direct") as direct,
+        TestClient(embedded, "sys-pub") as pub,
+    ):
+        # The $SYS topics are retained: a matching subscription would get them at once.
+        direct.subscribe("$SYS/broker/uptime", qos=0)
+        assert direct.expect("$SYS/broker/uptime", timeout=3).retain
+        hashed.subscribe("#", qos=0)
+        hashed.subscribe("+/broker/uptime", qos=0)
+        before = barrier(pub, hashed, "sys/barrier")
+        assert not [m.topic for m in before if m.topic.startswith("$")]
+
+
+def test_retained_messages_are_delivered_and_cleared(embedded):
+    with TestClient(embedded, "ret-pub") as pub:
+        pub.publish("ret/status", b"online", qos=1, retain=True)
+        with TestClient(embedded, "ret-sub1") as sub:
+            sub.subscribe("ret/+")
+            message = sub.expect("ret/status")
+            assert (message.payload, message.retain, message.qos) == (b"online", True, 1)
+            pub.publish("ret/status", b"offline", qos=1, retain=True)
+            live = sub.expect("ret/status")
+            assert live.payload == b"offline" and not live.retain  # live: retain flag off
+        pub.publish("ret/status", b"", qos=1, retain=True)  # an empty payload clears
+        with TestClient(embedded, "ret-sub2") as sub:
+            sub.subscribe("ret/#")
+            assert barrier(pub, sub, "ret/barrier") == []
+
+
+def test_properties_arrive_intact(embedded):
+    with TestClient(embedded, "props-sub") as sub, TestClient(embedded, "props-pub") as pub:
+        sub.subscribe("props/request")
+        props = Properties(PacketTypes.PUBLISH)
+        props.ResponseTopic = "props/reply/t1"
+        props.CorrelationData = b"\x00req-42\xff"
+        props.UserProperty = [("device", "t1"), ("device", "t2"), ("ünïcode", "✓")]
+        props.ContentType = "application/msgpack"
+        props.PayloadFormatIndicator = 0
+        props.MessageExpiryInterval = 3600
+        info = pub.client.publish("props/request", b"\x81\xa1k\x01", qos=1, properties=props)
+        pub._wait_ack(info.mid, "publish")
+        got = sub.expect("props/request")
+        assert got.payload == b"\x81\xa1k\x01"
+        assert got.properties.ResponseTopic == "props/reply/t1"
+        assert got.properties.CorrelationData == b"\x00req-42\xff"
+        assert got.properties.UserProperty == [
+            ("device", "t1"),
+            ("device", "t2"),
+            ("ünïcode", "✓"),
+        ]
+        assert got.properties.ContentType == "application/msgpack"
+        assert 3598 <= got.properties.MessageExpiryInterval <= 3600
+
+
+# ----------------------------------------------------------------------- wills
+def test_will_on_abrupt_close_and_keepalive_expiry_but_not_on_disconnect(embedded):
+    with TestClient(embedded, "will-watch") as watch, TestClient(embedded, "will-pub") as pub:
+        watch.subscribe("will/#")
+        # The socket just closes: the will is published.
+        Raw(embedded).connect("will-abrupt", will=("will/abrupt", b"gone")).close()
+        assert watch.expect("will/abrupt").payload == b"gone"
+        # A normal DISCONNECT: no will. DISCONNECT 0x04 ("with will message"): the will.
+        for name, reason in (("normal", 0), ("with-will", 4)):
+            client = TestClient(embedded, f"will-{name}")
+            client.client.will_set(f"will/{name}", b"gone", qos=1)
+            client.connect()
+            client.client.disconnect(
+                reasoncode=ReasonCode(PacketTypes.DISCONNECT, identifier=reason)
+            )
+            client.client.loop_stop()
+        assert watch.expect("will/with-will").payload == b"gone"
+        assert barrier(pub, watch, "will/barrier") == []  # nothing from "will-normal"
+        # Silent past 1.5 x its keep-alive of 1 s: dropped, will published.
+        started = time.monotonic()
+        silent = Raw(embedded).connect("will-silent", keepalive=1, will=("will/silent", b"gone"))
+        assert watch.expect("will/silent", timeout=4).payload == b"gone"
+        assert time.monotonic() - started >= 1.5
+        assert silent.packet() == b"\xe0\x02\x8d\x00"  # DISCONNECT: keep alive timeout
+    assert "keep-alive of 1 s expired" in embedded.log_file.read_text()
+
+
+def test_session_takeover(embedded):
+    with TestClient(embedded, "take-watch") as watch:
+        watch.subscribe("take/will")
+        old = Raw(embedded).connect("take-me", will=("take/will", b"old connection gone"))
+        with TestClient(embedded, "take-me") as new:
+            # The old connection hears "session taken over" and is closed; its will (delay 0)
+            # is published, as MQTT 5 requires.
+            assert old.packet() == b"\xe0\x02\x8e\x00"
+            assert old.closed_by_broker()
+            assert watch.expect("take/will").payload == b"old connection gone"
+            new.subscribe("take/after")
+            watch.publish("take/after", b"the new one works")
+            assert new.expect("take/after").payload == b"the new one works"
+
+
+# ----------------------------------------------------------------------- sessions
+def test_persistent_session_queues_qos1_until_reconnect(embedded):
+    persistent = {"clean_start": False, "session_expiry": 60}
+    device = TestClient(embedded, "ps-device", **persistent)
+    assert not device.connect().is_failure and device.session_present is False
+    device.subscribe("ps/bundle", qos=1)
+    device.subscribe("ps/telemetry", qos=0)
+    device.disconnect()
+    with TestClient(embedded, "ps-cloud") as cloud:
+        for i in range(3):
+            cloud.publish("ps/bundle", f"v{i}".encode(), qos=1)
+        cloud.publish("ps/telemetry", b"QoS 0 is not queued", qos=0)
+    device = TestClient(embedded, "ps-device", **persistent)
+    device.connect()
+    try:
+        assert device.session_present is True
+        got = [device.expect("ps/bundle") for _ in range(3)]
+        assert [(m.payload, m.qos) for m in got] == [(b"v0", 1), (b"v1", 1), (b"v2", 1)]
+        with pytest.raises(MqttError):
+            device.expect(timeout=0.2)
+    finally:
+        device.disconnect()
+    # clean_start=True discards the session, its subscriptions with it.
+    fresh = TestClient(embedded, "ps-device", clean_start=True, session_expiry=60)
+    fresh.connect()
+    try:
+        assert fresh.session_present is False
+        with TestClient(embedded, "ps-cloud2") as cloud:
+            assert cloud.publish("ps/bundle", b"nobody", qos=1).value == 0x10
+    finally:
+        fresh.disconnect()
+
+
+def test_session_expiry(embedded):
+    device = TestClient(embedded, "exp-device", clean_start=False, session_expiry=1)
+    device.connect()
+    device.subscribe("exp/x", qos=1)
+    device.disconnect()
+    time.sleep(1.6)
+    device = TestClient(embedded, "exp-device", clean_start=False, session_expiry=1)
+    device.connect()
+    try:
+        assert device.session_present is False
+    finally:
+        device.disconnect()
+    assert "session of exp-device ended (expired)" in embedded.log_file.read_text()
+
+
+def test_mqtt311_clients_talk_to_mqtt5_clients(embedded):
+    old = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, "v311", protocol=mqtt.MQTTv311)
+    received = []
+    old.on_message = lambda client, userdata, message: received.append(message)
+    old.connect(embedded.host, embedded.port)
+    old.loop_start()
+    try:
+        with TestClient(embedded, "v5-peer") as peer:
+            peer.subscribe("v311/up")
+            old.subscribe("v311/down", qos=1)
+            old.publish("v311/up", b"from 3.1.1", qos=1).wait_for_publish(5)
+            assert peer.expect("v311/up").payload == b"from 3.1.1"
+            deadline = time.monotonic() + 5
+            while not received and time.monotonic() < deadline:
+                peer.publish("v311/down", b"from 5")  # until the SUBSCRIBE got through
+                time.sleep(0.05)
+            assert received and received[0].payload == b"from 5"
+    finally:
+        old.disconnect()
+        old.loop_stop()
+
+
+# ----------------------------------------------------------------------- $SYS
+def test_sys_counters_appear_and_increase(embedded):
+    topics = [f"$SYS/broker/{n}" for n in ("messages/received", "bytes/sent")]
+    with TestClient(embedded, "sys-watch") as watch, TestClient(embedded, "sys-load") as load:
+        for topic in topics:
+            watch.subscribe(topic, qos=0)
+        first = {}
+        while len(first) < 2:
+            message = watch.expect(timeout=3)
+            first[message.topic] = int(message.payload)
+        for _ in range(5):
+            load.publish("sys/load", b"x" * 100)
+        later: dict[str, int] = {}
+        deadline = time.monotonic() + 4
+        while set(later) != set(topics) and time.monotonic() < deadline:
+            message = watch.expect(timeout=3)
+            if int(message.payload) > first[message.topic]:
+                later[message.topic] = int(message.payload)
+        assert set(later) == set(topics), (first, later)
+        assert later["$SYS/broker/bytes/sent"] > first["$SYS/broker/bytes/sent"]
+
+
+# ----------------------------------------------------------------------- robustness
+MALFORMED = {
+    "topic longer than the packet": _packet(0x30, b"\x00\x64ab"),
+    "unknown property": _packet(0x30, _str("t") + b"\x02\x7f\x00payload"),
+    "invalid UTF-8 topic": _packet(0x30, _str(b"\xff\xfe") + b"\x00"),
+    "QoS 3": _packet(0x36, _str("t") + b"\x00\x01\x00"),
+    "SUBSCRIBE with reserved flags 0": _packet(0x80, b"\x00\x01\x00" + _str("t") + b"\x01"),
+    "remaining length of 5 bytes": b"\x30\xff\xff\xff\xff\x7f",
+    "a second CONNECT": connect_packet("again"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_packet_closes_only_that_connection(embedded, case):
+    slug = case.replace(" ", "-")
+    with TestClient(embedded, f"bystander-{slug}") as bystander:
+        bystander.subscribe(f"bystander/{slug}")
+        raw = Raw(embedded).connect(f"malformed-{slug}")
+        raw.send(MALFORMED[case])
+        disconnect = raw.packet()
+        assert disconnect[0] == 0xE0 and disconnect[2] in (0x81, 0x82), disconnect
+        assert raw.closed_by_broker()
+        bystander.publish(f"bystander/{slug}", b"still here")
+        assert bystander.expect(f"bystander/{slug}").payload == b"still here"
+    roundtrip(embedded, f"after-{slug}")
+
+
+def test_old_protocols_and_garbage_are_refused(embedded):
+    # MQTT 3.1 (protocol level 3): CONNACK "unacceptable protocol version", then closed.
+    raw = Raw(embedded).send(connect_packet("v31", name="MQIsdp", level=3))
+    assert raw.packet() == b"\x20\x02\x00\x01" and raw.closed_by_broker()
+    # A future level: MQTT 5's 0x84 Unsupported Protocol Version.
+    raw = Raw(embedded).send(connect_packet("v6", level=6))
+    assert raw.packet() == b"\x20\x03\x00\x84\x00" and raw.closed_by_broker()
+    # Not MQTT at all: closed without an answer.
+    raw = Raw(embedded).send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    with pytest.raises(EOFError):
+        raw.packet()
+    roundtrip(embedded, "after-garbage")
+    assert embedded.running
+
+
+# ----------------------------------------------------------------------- the process
+def test_restart_keeps_port_retained_messages_and_persistent_sessions(make_embedded):
+    broker = make_embedded(sys_interval=0)
+    port, pid = broker.port, broker.pid
+    persistent = {"clean_start": False, "session_expiry": 3600}
+    device = TestClient(broker, "rs-device", **persistent)
+    device.connect()
+    device.subscribe("rs/bundle", qos=1)
+    device.disconnect()
+    with TestClient(broker, "rs-cloud") as cloud:
+        cloud.publish("rs/status", b"retained", qos=1, retain=True)
+        cloud.publish("rs/bundle", b"queued while offline", qos=1)
+    broker.restart()
+    assert broker.port == port and broker.pid != pid
+    assert "loaded 1 retained messages and 1 sessions (1 queued messages)" in broker.log_tail()
+    device = TestClient(broker, "rs-device", **persistent)
+    device.connect()
+    try:
+        assert device.session_present is True
+        message = device.expect("rs/bundle")
+        assert (message.payload, message.qos) == (b"queued while offline", 1)
+        device.subscribe("rs/status")
+        assert device.expect("rs/status").retain
+    finally:
+        device.disconnect()
+
+
+def test_start_on_a_taken_port_reports_the_log(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(BrokerError, match="Address already in use"):
+            EmbeddedBroker(tmp_path, port=port).start()
+
+
+# ----------------------------------------------------------------------- the real agent
+@pytest.fixture
+def cloud(tmp_path):
+    return Cloud(tmp_path / "cloud")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        # A base bundle applied, status retained, a rule request (response topic +
+        # correlation data) answered and its rules released.
+        agent_e2e.test_rule_request_answer_and_release,
+        # Restart of the broker (the session and queued bundles survive) and an offline agent.
+        agent_e2e.test_broker_restart_and_offline_agent_receive_what_was_missed,
+        # Manual acknowledgement after the commit; the last will on kill -9.
+        agent_e2e.test_acknowledged_bundles_are_not_redelivered_and_last_will_marks_offline,
+    ],
+    ids=lambda case: case.__name__.removeprefix("test_"),
+)
+def test_the_agent_end_to_end(case, tmp_path, make_embedded, cloud):
+    case(tmp_path, make_embedded, cloud)
