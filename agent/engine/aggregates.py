@@ -20,7 +20,7 @@ def aggregate_value(function: str, values: Sequence) -> tuple[object | None, int
     """
     if function == "count":
         return len(values), 0
-    numbers = [v for v in values if is_number(v)]
+    numbers = [v for v in values if v.__class__ is int or v.__class__ is float or is_number(v)]
     errors = len(values) - len(numbers)
     if not numbers:
         return None, errors
