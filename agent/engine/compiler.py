@@ -310,10 +310,11 @@ class _RuleGenerator:
 
     def emit_projection(self, columns: list[int]) -> list[str]:
         step = self.plan.steps[0]
-        names = ["D"] if step.delta else self.sources(step, "T")
-        lines = [f"    {name} = S[{step.position}][{j}].tuples" for j, name in enumerate(names)]
         if step.delta:
-            lines = []
+            names, lines = ["D"], []
+        else:
+            names = self.sources(step, "T")
+            lines = [f"    {name} = S[{step.position}][{j}].tuples" for j, name in enumerate(names)]
         identity = columns == list(range(step.atom.arity))
         for name in names:
             if identity:

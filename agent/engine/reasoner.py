@@ -182,9 +182,9 @@ class Reasoner:
                 added_ids.append(rule.id)
         structural = bool(added_ids or deleted_ids)
         graph = self._check_program(list(rules.values())) if structural else self.graph
-        additions = [self._encode_atom(atom) for atom in program.facts]
+        additions = [self.terms.encode_fact(atom) for atom in program.facts]
         if add_facts is not None:
-            additions += [self._encode_fact(f) for f in load_facts(add_facts)]
+            additions += [self.terms.encode_fact(f) for f in load_facts(add_facts)]
         deletions = [] if delete_facts is None else self._lookup_facts(load_facts(delete_facts))
 
         driver = UpdateDriver(
@@ -398,28 +398,8 @@ class Reasoner:
             union |= tuples
         return union
 
-    def _encode_fact(self, fact: FactInput) -> tuple[RelationKey, tuple[int, ...]]:
-        if isinstance(fact, Atom):
-            return self._encode_atom(fact)
-        if not isinstance(fact, tuple) or len(fact) < 2:
-            raise ZodiacError(f"a fact is a tuple (predicate, *arguments), got {fact!r}")
-        predicate, *args = fact
-        if not isinstance(predicate, str):
-            raise ZodiacError(f"a fact's predicate must be an IRI string, got {predicate!r}")
-        if predicate == RDF_TYPE and len(args) == 2:
-            subject, cls = args
-            if not isinstance(cls, str):
-                raise ZodiacError(f"a class must be an IRI string, got {cls!r} in {fact!r}")
-            return (cls, 1), (self.terms.encode(subject),)
-        return (predicate, len(args)), tuple(self.terms.encode(a) for a in args)
-
-    def _encode_atom(self, atom: Atom) -> tuple[RelationKey, tuple[int, ...]]:
-        if not atom.is_ground():
-            raise RuleError(f"a fact must be ground: {atom}")
-        return atom.relation, tuple(self.terms.encode(t.value) for t in atom.terms)
-
     def _lookup_fact(self, fact: FactInput) -> tuple[RelationKey | None, tuple[int, ...]]:
-        """Like _encode_fact but never adds terms to the dictionary."""
+        """Like TermDictionary.encode_fact but never adds terms to the dictionary."""
         if isinstance(fact, Atom):
             values = [t.value for t in fact.terms if isinstance(t, Constant)]
             key = fact.relation

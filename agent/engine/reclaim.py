@@ -28,6 +28,10 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .maintenance import Journal
+from .modules.base import Module, NodeState, StoreChanges
+from .store import DataStore, Relation
+
 __all__ = ["RECLAIMER", "Reclaimer"]
 
 
@@ -104,11 +108,6 @@ class Reclaimer:
 
 def _pieces(item: object) -> list:
     """Split a big container into parts freed one by one (none is mutated if shared)."""
-    # Late imports keep this module free of the engine's, which import it.
-    from .maintenance import Journal
-    from .modules.base import Module, NodeState, StoreChanges
-    from .store import DataStore, Relation
-
     if isinstance(item, NodeState):
         return [item.idb, item.module]
     if isinstance(item, DataStore):

@@ -77,9 +77,7 @@ class Relation:
         if self.tuples:
             return self.add_all(facts)
         self.tuples = facts
-        for bound, index in self._indexes.items():
-            index.clear()
-            _index_insert(index, self._getters[bound], facts)
+        self._drop_indexes()
         return facts
 
     def remove_all(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
@@ -91,8 +89,7 @@ class Relation:
         if gone:
             self.tuples -= gone
             if len(gone) >= len(self.tuples):
-                self._indexes.clear()
-                self._getters.clear()
+                self._drop_indexes()
                 return gone
             for bound, index in self._indexes.items():
                 key_of, value_of = self._getters[bound]
@@ -109,6 +106,10 @@ class Relation:
         facts then present, by the first plan that asks (a recomputed relation is refilled
         at once, and an index whose readers were deleted is never built again)."""
         self.tuples = set()
+        self._drop_indexes()
+
+    def _drop_indexes(self) -> None:
+        """Forget every index; `index` rebuilds one, from the facts then present, on demand."""
         self._indexes.clear()
         self._getters.clear()
 

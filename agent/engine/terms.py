@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-from .language import Literal, Value
+from .errors import RuleError, ZodiacError
+from .language import RDF_TYPE, Atom, Literal, Value
 
 
 def term_key(value: Value) -> tuple:
@@ -69,6 +70,27 @@ class TermDictionary:
         for expected, value in enumerate(values, start=len(self.values)):
             if self.encode(value) != expected:
                 raise ValueError(f"term {expected} ({value!r}) duplicates an earlier term")
+
+    def encode_fact(self, fact: tuple | Atom) -> tuple[tuple[str, int], tuple[int, ...]]:
+        """A fact as ``Reasoner.add_facts`` takes it -> ``(relation, ids)``, encoding its
+        terms: a tuple ``(predicate, *arguments)``, where ``(rdf:type, x, C)`` is the class
+        fact ``C(x)`` (relation ``(C, 1)``), or a ground Atom. The one place fact shapes are
+        checked, for the engine and the cloud's Spark job alike."""
+        if isinstance(fact, Atom):
+            if not fact.is_ground():
+                raise RuleError(f"a fact must be ground: {fact}")
+            return fact.relation, tuple(self.encode(t.value) for t in fact.terms)  # type: ignore[union-attr]
+        if not isinstance(fact, tuple) or len(fact) < 2:
+            raise ZodiacError(f"a fact is a tuple (predicate, *arguments), got {fact!r}")
+        predicate, *args = fact
+        if not isinstance(predicate, str):
+            raise ZodiacError(f"a fact's predicate must be an IRI string, got {predicate!r}")
+        if predicate == RDF_TYPE and len(args) == 2:
+            subject, cls = args
+            if not isinstance(cls, str):
+                raise ZodiacError(f"a class must be an IRI string, got {cls!r} in {fact!r}")
+            return (cls, 1), (self.encode(subject),)
+        return (predicate, len(args)), tuple(self.encode(a) for a in args)
 
     def lookup(self, value: Value) -> int | None:
         """The id of a value, or None if the dictionary has never seen it (no insertion)."""

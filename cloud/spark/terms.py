@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from agent.engine.errors import RuleError, ZodiacError
 from agent.engine.language import RDF_TYPE, Atom, Value
 from agent.engine.terms import TermDictionary
 
@@ -50,25 +49,9 @@ class TermSpace:
         return self.terms.values[term_id]
 
     def encode_fact(self, fact: tuple | Atom) -> tuple[RelationKey, tuple[int, ...]]:
-        """A fact as ``Reasoner.add_facts`` takes it -> ``(relation, ids)``.
-
-        ``(rdf:type, x, C)`` is the class fact ``C(x)``, i.e. relation ``(C, 1)``; an Atom must
-        be ground. Same shapes and errors as the engine's ``Reasoner._encode_fact``."""
-        if isinstance(fact, Atom):
-            if not fact.is_ground():
-                raise RuleError(f"a fact must be ground: {fact}")
-            return fact.relation, tuple(self.encode(t.value) for t in fact.terms)  # type: ignore[union-attr]
-        if not isinstance(fact, tuple) or len(fact) < 2:
-            raise ZodiacError(f"a fact is a tuple (predicate, *arguments), got {fact!r}")
-        predicate, *args = fact
-        if not isinstance(predicate, str):
-            raise ZodiacError(f"a fact's predicate must be an IRI string, got {predicate!r}")
-        if predicate == RDF_TYPE and len(args) == 2:
-            subject, cls = args
-            if not isinstance(cls, str):
-                raise ZodiacError(f"a class must be an IRI string, got {cls!r} in {fact!r}")
-            return (cls, 1), (self.encode(subject),)
-        return (predicate, len(args)), tuple(self.encode(a) for a in args)
+        """A fact as ``Reasoner.add_facts`` takes it -> ``(relation, ids)``; same shapes and
+        errors as the engine (``TermDictionary.encode_fact``)."""
+        return self.terms.encode_fact(fact)
 
     def encode_facts(self, facts: Iterable[tuple | Atom]) -> dict[RelationKey, set[tuple]]:
         grouped: dict[RelationKey, set[tuple]] = {}

@@ -150,9 +150,7 @@ def write_report(result: Result, directory: Path) -> Path:
         lines += ["", "## Notes", "", *(f"- {note}" for note in log.notes)]
     lines += ["", "## Plots", ""]
     lines += [f"![{name}]({path.name})" for name, path in plots.items()]
-    broker_files = (
-        f"; broker log: `{sim.broker.log_file}`" if getattr(sim, "broker", None) is not None else ""
-    )
+    broker_files = f"; broker log: `{sim.broker.log_file}`" if sim.broker is not None else ""
     lines += [
         "",
         f"Agent configs, SQLite files and logs: `{sim.directory / 'agents'}`{broker_files}.",
