@@ -170,3 +170,29 @@ def test_a_join_whose_inputs_are_mostly_new_is_recomputed_and_stays_exact():
     strategies = [n["strategy"] for n in reasoner.stats()["last_update"]["hyper_nodes"].values()]
     assert strategies == ["DRed^c"]
     assert ("p", 100, 7) in set(reasoner.facts("p"))
+
+
+def test_an_aggregate_recomputes_only_touched_groups_unless_most_are_touched():
+    reasoner = loaded(
+        "n(X, N) :- aggregate( p(X, Y) and w(Y, V) ) on X with sum(V) as N .",
+        [("p", f"g{g}", f"y{g}_{i}") for g in range(10) for i in range(3)]
+        + [("w", f"y{g}_{i}", g + i) for g in range(10) for i in range(3)],
+    )
+
+    def aggregate_strategy(report: dict) -> str:
+        (entry,) = report["hyper_nodes"].values()
+        return entry["strategy"]
+
+    # One group of ten touched: only it is evaluated again.
+    report = reasoner.update(add_facts=[("p", "g0", "y1_0")])
+    assert aggregate_strategy(report) == "groups"
+    assert set(reasoner.facts()) == fresh(reasoner)
+    # A value read by most groups: the whole aggregate is evaluated once instead.
+    shared = [("p", f"g{g}", "hub") for g in range(8)] + [("w", "hub", 100)]
+    report = reasoner.update(add_facts=shared)
+    assert aggregate_strategy(report) == "recompute (8 of 10 groups touched)"
+    assert set(reasoner.facts()) == fresh(reasoner)
+    # And the groups path stays exact after a recompute rebuilt the group bookkeeping.
+    report = reasoner.update(delete_facts=[("w", "y3_1", 4)])
+    assert aggregate_strategy(report) == "groups"
+    assert set(reasoner.facts()) == fresh(reasoner)

@@ -30,6 +30,8 @@ from .base import InputChanges, Module, NodeState, StoreChanges
 
 ROWS_PREDICATE = "zodiac:aggregate-rows"
 GROUPS_PREDICATE = "zodiac:aggregate-groups"
+# Share of the known groups above which a change recomputes the whole aggregate.
+RECOMPUTE_GROUP_SHARE = 0.5
 
 
 def substitution_variables(aggregate: Aggregate) -> tuple[Variable, ...]:
@@ -125,6 +127,14 @@ class AggregateModule(Module):
         result = StoreChanges()
         if not groups:
             return result
+        known = len(self.group_heads)
+        if len(groups) > RECOMPUTE_GROUP_SHARE * known:
+            # Evaluating the body once per touched group reads the same substitutions as the
+            # full evaluation, through index probes instead of one scan: when most groups
+            # are touched (RS1: a new turbine joins every turbine's neighbourhood), the
+            # full evaluation is the cheaper way to the same rows.
+            self.last_strategy = f"recompute ({len(groups)} of {known} groups touched)"
+            return self.recompute(node, executor)
         variables = substitution_variables(aggregate)
         group_atom = Atom(GROUPS_PREDICATE, aggregate.group_by)
         body = [group_atom, *aggregate.body]
