@@ -419,7 +419,8 @@ class UpdateDriver:
         of negated relations block) are a large part of what it reads, or when a deleted rule
         would have to be evaluated over more facts than the node holds, deriving the node again
         is cheaper."""
-        if node.module is not None and node.module.cheap_deletions and not transition.removed_rules:
+        module = node.module
+        if module is not None and not transition.removed_rules and module.handles(inputs):
             return None
         reads = self.input_size(node)
         negated = {rel for r in node.rules for rel, how in r.body_relations() if how != "positive"}

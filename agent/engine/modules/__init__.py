@@ -7,7 +7,9 @@ uses. ``choose_module`` picks one by rule pattern (``patterns.py``).
 
 from .aggregate import AggregateModule
 from .base import Module, NodeState
+from .composition import CompositionModule, composition_shape
 from .patterns import ClosurePattern, detect_closure
+from .renaming import RenamingModule, is_renaming_node
 from .seminaive import SeminaiveModule
 from .symmetric_transitive import SymmetricTransitiveModule
 from .transitive import TransitiveClosureModule
@@ -18,19 +20,29 @@ def choose_module(node: NodeState, use_modules: bool = True) -> Module:
     closure modules unless ``use_modules`` is off; everything else is seminaive."""
     if any(rule.aggregate() is not None for rule in node.rules):
         return AggregateModule()
-    pattern = detect_closure(node.rules) if use_modules else None
+    if not use_modules:
+        return SeminaiveModule()
+    pattern = detect_closure(node.rules)
     if pattern is not None:
         if pattern.kind == "transitive":
             return TransitiveClosureModule(pattern.relation, pattern.irreflexive)
         return SymmetricTransitiveModule(pattern.relation, pattern.irreflexive)
+    if is_renaming_node(node.rules):
+        return RenamingModule()
+    if len(node.rules) == 1:
+        composition = composition_shape(node.rules[0])
+        if composition is not None:
+            return CompositionModule(composition)
     return SeminaiveModule()
 
 
 __all__ = [
     "AggregateModule",
     "ClosurePattern",
+    "CompositionModule",
     "Module",
     "NodeState",
+    "RenamingModule",
     "SeminaiveModule",
     "SymmetricTransitiveModule",
     "TransitiveClosureModule",

@@ -143,6 +143,12 @@ class Module(ABC):
     # they affect (the closure modules): the driver then never recomputes it for large deletions.
     cheap_deletions: bool = False
 
+    def handles(self, changes: InputChanges) -> bool:
+        """Whether ``maintain`` applies this change at a cost set by what it affects, so the
+        driver should not recompute the node however large the change (a module with
+        ``cheap_deletions`` may still leave some changes to the driver's estimates)."""
+        return self.cheap_deletions
+
     @abstractmethod
     def materialise(self, node: NodeState, executor: Executor) -> None:
         """Compute the node's IDB from scratch (Add over an empty IDB)."""
