@@ -205,3 +205,15 @@ def test_composition_enumerates_few_deleted_derivations_and_scans_the_heads_for_
     # z10..z29.
     assert strategies(reasoner) == [f"composition (800 candidates, {599 + 200} gone)"]
     assert set(reasoner.facts()) == from_scratch(reasoner)
+
+
+def test_renaming_rules_added_to_a_cycle_extend_it_without_recomputing():
+    reasoner = Reasoner()
+    reasoner.add_facts([("p11", "a", "b"), ("p12", "c", "d"), ("p20", "e", "f")])
+    # Without r5 the chain p20 -> p21 -> p22 is three hyper-nodes; r5 closes the cycle, which
+    # merges them (Alg. 2) and only r5's new paths are followed.
+    reasoner.add_rules(RENAMING_PROGRAMS[0].replace("r5: p20(X, Y) :- p22(X, Y) .", ""))
+    reasoner.add_rules("r5: p20(X, Y) :- p22(X, Y) .")
+    assert strategies(reasoner) == ["merge + extend"]
+    assert ("p22", "d", "c") in set(reasoner.facts("p22"))
+    assert set(reasoner.facts()) == from_scratch(reasoner)

@@ -151,8 +151,21 @@ class RenamingModule(Module):
     def extend(
         self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]
     ) -> StoreChanges:
-        self.last_strategy = "recompute (rules added)"
-        return self.recompute(node, executor)
+        """ZodiacEdge Alg. 2 continuation: the IDB is complete for the other rules, so only
+        the sources reached through a new rule add facts (a path of old rules only was
+        already followed)."""
+        new_ids = {rule.id for rule in new_rules}
+        before = sources_of([rule for rule in node.rules if rule.id not in new_ids])
+        result = StoreChanges()
+        for head, pairs in self.sources(node).items():
+            out: set = set()
+            for source, permutation in pairs - before.get(head, set()):
+                images = mapper(permutation)
+                for facts in self.lower(node, source):
+                    out.update(facts if images is None else images(facts))
+            result.add(head, node.own(head).add_all(out))
+        self.last_strategy = "extend"
+        return result
 
     # ------------------------------------------------------------------ Del + Red + Add
     def maintain(
