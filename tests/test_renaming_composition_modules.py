@@ -177,7 +177,7 @@ def test_composition_module_equals_from_scratch_after_every_deletion(program: st
             reasoner.delete_facts(rng.sample(explicit, k=min(size, len(explicit))))
             seen.update(s.split(" (")[0] for s in strategies(reasoner))
             assert set(reasoner.facts()) == from_scratch(reasoner)
-        reasoner.add_facts(facts[: nodes])  # insertions go the seminaive way
+        reasoner.add_facts(facts[:nodes])  # insertions go the seminaive way
         assert set(reasoner.facts()) == from_scratch(reasoner)
     assert "composition" in seen
 

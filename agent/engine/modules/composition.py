@@ -86,30 +86,17 @@ def composition_shape(rule: Rule) -> CompositionPattern | None:
     return None
 
 
-def _buckets(relations: list[Relation], column: int) -> list[dict]:
-    """The index of every relation on ``column`` (built on first use, then maintained)."""
-    return [r.index((column,)) for r in relations if r.tuples]
-
-
-def _neighbours(indexes: list[dict], key: int) -> set | frozenset:
-    """The values the relations pair with ``key`` (read only: may be an index's own set)."""
+def _lookup(relations: list[Relation], column: int) -> Callable[[int], Set[int]]:
+    """``neighbours(key)``: the values the relations pair with ``key`` on ``column``, over their
+    indexes (built on first use, then maintained). With one relation holding facts (the usual
+    case) it returns the index's own set: read only."""
+    indexes = [r.index((column,)) for r in relations if r.tuples]
     if len(indexes) == 1:
-        return indexes[0].get(key, EMPTY)
-    found: set = set()
-    for index in indexes:
-        found.update(index.get(key, EMPTY))
-    return found
-
-
-def _lookup(relations: list[Relation], column: int) -> Callable[[int, frozenset], Set[int]]:
-    """``get(key, default)`` over the relations' indexes on ``column``: the index's own bound
-    method when one relation holds facts (the usual case, and the fastest), else a union."""
-    indexes = _buckets(relations, column)
-    if len(indexes) == 1:
-        return indexes[0].get
+        get = indexes[0].get
+        return lambda key: get(key, EMPTY)
     if not indexes:
-        return lambda _key, default: default
-    return lambda key, default: _neighbours(indexes, key) or default
+        return lambda _key: EMPTY
+    return lambda key: set().union(*(index.get(key, EMPTY) for index in indexes))
 
 
 def _by_column(facts: set, column: int) -> dict[int, set]:
@@ -173,7 +160,7 @@ class CompositionModule(SeminaiveModule):
         out_of = _lookup(node.view.relations(p.a), p.a_x)
         into = _lookup(node.view.relations(p.b), 1 - p.b_y)
         hx, hz = p.head_x, 1 - p.head_x
-        gone = {h for h in candidates if out_of(h[hx], EMPTY).isdisjoint(into(h[hz], EMPTY))}
+        gone = {h for h in candidates if out_of(h[hx]).isdisjoint(into(h[hz]))}
         result.remove(p.head, own.remove_all(gone), owned=True)
         self.last_strategy = f"composition ({len(candidates)} candidates, {len(gone)} gone)"
         return result
@@ -188,23 +175,23 @@ class CompositionModule(SeminaiveModule):
             return self.scan(own, lost_a, lost_b)
         lost_a_by_y = _by_column(lost_a, a_y)
         lost_b_by_y = _by_column(lost_b, p.b_y)
-        a_in = _buckets(node.view.relations(p.a), a_y)
-        b_out = _buckets(node.view.relations(p.b), p.b_y)
+        into_y = _lookup(node.view.relations(p.a), a_y)
+        out_of_y = _lookup(node.view.relations(p.b), p.b_y)
         # The old state is the new one plus the deleted facts (the change only deletes).
         work = 0
         for y, xs in lost_a_by_y.items():
-            work += len(xs) * (len(_neighbours(b_out, y)) + len(lost_b_by_y.get(y, ())))
+            work += len(xs) * (len(out_of_y(y)) + len(lost_b_by_y.get(y, ())))
         for y, zs in lost_b_by_y.items():
-            work += len(zs) * (len(_neighbours(a_in, y)) + len(lost_a_by_y.get(y, ())))
+            work += len(zs) * (len(into_y(y)) + len(lost_a_by_y.get(y, ())))
         if work > len(own.tuples):
             return self.scan(own, lost_a, lost_b)
         pairs: set = set()
         for y, xs in lost_a_by_y.items():
-            zs = set(_neighbours(b_out, y)) | lost_b_by_y.get(y, set())
+            zs = out_of_y(y) | lost_b_by_y.get(y, EMPTY)
             for x in xs:
                 pairs.update(zip(repeat(x), zs))
         for y, zs in lost_b_by_y.items():
-            xs = set(_neighbours(a_in, y)) | lost_a_by_y.get(y, set())
+            xs = into_y(y) | lost_a_by_y.get(y, EMPTY)
             for z in zs:
                 pairs.update(zip(xs, repeat(z)))
         if p.head_x == 0:
@@ -218,6 +205,3 @@ class CompositionModule(SeminaiveModule):
         zs = {fact[1 - p.b_y] for fact in lost_b}
         hx, hz = p.head_x, 1 - p.head_x
         return {h for h in own.tuples if h[hx] in xs or h[hz] in zs}
-
-    def describe(self) -> str:
-        return self.name

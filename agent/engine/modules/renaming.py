@@ -76,9 +76,7 @@ def invert(permutation: Permutation) -> Permutation:
 
 def mapper(permutation: Permutation) -> Callable[[Iterable[tuple]], set[tuple]] | None:
     """A function taking facts to their images, or None for the identity (use them as is)."""
-    if permutation == tuple(range(len(permutation))):
-        return None
-    if len(permutation) == 1:  # unreachable: a unary permutation is the identity
+    if permutation == tuple(range(len(permutation))):  # (every unary one)
         return None
     reorder = itemgetter(*permutation)
     return lambda facts: set(map(reorder, facts))
@@ -136,16 +134,20 @@ class RenamingModule(Module):
         own = node.idb.get(key)
         return [r.tuples for r in node.view.relations(key) if r is not own and r.tuples]
 
+    def images(self, node: NodeState, pairs: Iterable[tuple[RelationKey, Permutation]]) -> set:
+        """The lower facts of every source, each under its permutation."""
+        out: set = set()
+        for source, permutation in pairs:
+            forth = mapper(permutation)
+            for facts in self.lower(node, source):
+                out.update(facts if forth is None else forth(facts))
+        return out
+
     # ------------------------------------------------------------------ Add
     def materialise(self, node: NodeState, executor: Executor) -> None:
         started = time.perf_counter()
         for head, pairs in self.sources(node).items():
-            out: set = set()
-            for source, permutation in pairs:
-                images = mapper(permutation)
-                for facts in self.lower(node, source):
-                    out.update(facts if images is None else images(facts))
-            node.own(head).adopt(out)
+            node.own(head).adopt(self.images(node, pairs))
         node.stats.update(rounds=1, seconds=time.perf_counter() - started)
 
     def extend(
@@ -158,12 +160,8 @@ class RenamingModule(Module):
         before = sources_of([rule for rule in node.rules if rule.id not in new_ids])
         result = StoreChanges()
         for head, pairs in self.sources(node).items():
-            out: set = set()
-            for source, permutation in pairs - before.get(head, set()):
-                images = mapper(permutation)
-                for facts in self.lower(node, source):
-                    out.update(facts if images is None else images(facts))
-            result.add(head, node.own(head).add_all(out))
+            fresh = self.images(node, pairs - before.get(head, set()))
+            result.add(head, node.own(head).add_all(fresh))
         self.last_strategy = "extend"
         return result
 
@@ -231,6 +229,3 @@ class RenamingModule(Module):
                 result.add(head, own.add_all(gained))
         self.last_strategy = f"renaming ({checked} candidates checked)"
         return result
-
-    def describe(self) -> str:
-        return self.name
