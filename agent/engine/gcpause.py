@@ -30,7 +30,7 @@ from contextlib import contextmanager
 __all__ = ["FREEZE_AT", "collector_paused"]
 
 # New container objects left by an update above which they are frozen rather than walked.
-FREEZE_AT = 100_000
+FREEZE_AT = 10_000
 
 
 @contextmanager

@@ -250,6 +250,7 @@ class UpdateDriver:
         """Walk the plan; ``extend_merges`` (a pure rule insertion) lets merged hyper-nodes
         start from their parts' IDBs instead of being recomputed."""
         started = time.perf_counter()
+        self.drop_indexes_read_by(deleted)
         transitions = classify(self.old_nodes, self.graph, deleted)
         nodes = self.build_nodes(transitions, extend_merges)
         old_view = {id(n): n.view for n in self.old_nodes}
@@ -276,6 +277,30 @@ class UpdateDriver:
             self.update_node(nodes[index], transitions[index], old_view, extend_merges)
         self.report["seconds"] = time.perf_counter() - started
         return nodes
+
+    def drop_indexes_read_by(self, deleted: set[str]) -> None:
+        """Forget the indexes of every relation a deleted rule read, in every store.
+
+        Why: an index is kept up to date on every insertion and deletion for as long as it
+        exists, and nothing else tells it that its reader is gone: after deleting a join rule
+        (RS2's r17 reads p21 and p22) every later change to those relations would still pay
+        for the index, fact by fact. Which of the indexes other rules still use is decided by
+        their plans at run time, so all of the relation's indexes go: a remaining reader
+        rebuilds the one it needs, once, in a single pass over the facts, when it next runs."""
+        if not deleted:
+            return
+        keys = {
+            key
+            for node in self.old_nodes
+            for rule in node.rules
+            if rule.id in deleted
+            for key, _ in rule.body_relations()
+        }
+        for store in [self.edb, *(node.idb for node in self.old_nodes)]:
+            for key in keys:
+                relation = store.get(key)
+                if relation is not None:
+                    relation.drop_indexes()
 
     def changed_edb_keys(self) -> dict[RelationKey, set]:
         mine = self.log.changes.get(id(self.edb))

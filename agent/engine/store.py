@@ -65,10 +65,24 @@ class Relation:
         new = set(facts)
         new -= self.tuples
         if new:
-            self.tuples |= new
-            for bound, index in self._indexes.items():
-                _index_insert(index, self._getters[bound], new)
+            self._insert(new)
         return new
+
+    def add_absent(self, facts: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
+        """Insert a set of facts the caller knows are all absent (a closure module's new
+        pairs, a function of its state): `add_all` without the membership test per fact.
+        Returns ``facts``; a fact that was present after all is a bug, raised at once."""
+        if facts:
+            before = len(self.tuples)
+            self._insert(facts)
+            if len(self.tuples) != before + len(facts):
+                raise AssertionError(f"{self!r}: add_absent was given facts already present")
+        return facts
+
+    def _insert(self, new: set[tuple[int, ...]]) -> None:
+        self.tuples |= new
+        for bound, index in self._indexes.items():
+            _index_insert(index, self._getters[bound], new)
 
     def adopt(self, facts: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
         """Insert a set the caller hands over and will not use again: into an empty
@@ -77,7 +91,7 @@ class Relation:
         if self.tuples:
             return self.add_all(facts)
         self.tuples = facts
-        self._drop_indexes()
+        self.drop_indexes()
         return facts
 
     def remove_all(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
@@ -88,27 +102,42 @@ class Relation:
         gone = self.tuples.intersection(facts)
         if gone:
             self.tuples -= gone
-            if len(gone) >= len(self.tuples):
-                self._drop_indexes()
-                return gone
-            for bound, index in self._indexes.items():
-                key_of, value_of = self._getters[bound]
-                for fact in gone:
-                    key = key_of(fact)
-                    bucket = index[key]
-                    bucket.discard(value_of(fact))
-                    if not bucket:
-                        del index[key]
+            self._unindex(gone)
         return gone
+
+    def remove_present(self, facts: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
+        """Delete a set of facts the caller knows are all present (a closure module's lost
+        pairs): `remove_all` without the intersection, which costs a membership test per
+        fact. Returns ``facts``; a fact that was absent after all is a bug, raised at once."""
+        if facts:
+            before = len(self.tuples)
+            self.tuples -= facts
+            if len(self.tuples) != before - len(facts):
+                raise AssertionError(f"{self!r}: remove_present was given absent facts")
+            self._unindex(facts)
+        return facts
+
+    def _unindex(self, gone: set[tuple[int, ...]]) -> None:
+        if len(gone) >= len(self.tuples):
+            self.drop_indexes()
+            return
+        for bound, index in self._indexes.items():
+            key_of, value_of = self._getters[bound]
+            for fact in gone:
+                key = key_of(fact)
+                bucket = index[key]
+                bucket.discard(value_of(fact))
+                if not bucket:
+                    del index[key]
 
     def clear(self) -> None:
         """Empty the relation and drop its indexes: they are rebuilt, in one pass over the
         facts then present, by the first plan that asks (a recomputed relation is refilled
         at once, and an index whose readers were deleted is never built again)."""
         self.tuples = set()
-        self._drop_indexes()
+        self.drop_indexes()
 
-    def _drop_indexes(self) -> None:
+    def drop_indexes(self) -> None:
         """Forget every index; `index` rebuilds one, from the facts then present, on demand."""
         self._indexes.clear()
         self._getters.clear()

@@ -196,36 +196,60 @@ class RenamingModule(Module):
             return self.recompute(node, executor)
         result = StoreChanges()
         checked = 0
+        # Heads with the same sources hold the same facts (RS2's p20, p21 and p22 all copy
+        # p20's lower facts): their candidates are found and checked once.
+        settled: dict[frozenset, tuple[set, set]] = {}
         for head, pairs in sources.items():
-            lost: set = set()
-            gained: set = set()
-            for source, permutation in pairs:
-                images = mapper(permutation)
-                minus = changes.minus.get(source)
-                if minus:
-                    lost.update(minus if images is None else images(minus))
-                plus = changes.plus.get(source)
-                if plus:
-                    gained.update(plus if images is None else images(plus))
-            checked += len(lost)
             own = node.own(head)
+            key = frozenset(pairs)
+            found = settled.get(key)
+            if found is None:
+                lost, gained = self.candidates(changes, pairs)
+                checked += len(lost)
+                if lost:
+                    lost &= own.tuples
+                if lost:
+                    lost = self.unsupported(node, pairs, lost)
+                found = settled[key] = (lost, gained)
+            lost, gained = found
             if lost:
-                lost &= own.tuples
-            if lost:
-                # Red: a candidate stays while some source still holds its preimage.
-                # (``lost - facts`` costs the size of ``lost``; ``lost -= facts`` would cost
-                # the size of ``facts``.)
-                for source, permutation in pairs:
-                    forth, back = mapper(permutation), mapper(invert(permutation))
-                    for facts in self.lower(node, source):
-                        if forth is None or back is None:
-                            lost = lost - facts
-                        elif lost:
-                            lost = lost - forth(facts & back(lost))
-                    if not lost:
-                        break
-                result.remove(head, own.remove_all(lost), owned=True)
+                # (re-intersected: the set is shared with the other heads of these sources)
+                result.remove(head, own.remove_present(lost & own.tuples), owned=True)
             if gained:
                 result.add(head, own.add_all(gained))
         self.last_strategy = f"renaming ({checked} candidates checked)"
         return result
+
+    @staticmethod
+    def candidates(
+        changes: InputChanges, pairs: Iterable[tuple[RelationKey, Permutation]]
+    ) -> tuple[set, set]:
+        """The images of the deleted and of the added source facts: the only facts a head
+        with these sources can lose or gain."""
+        lost: set = set()
+        gained: set = set()
+        for source, permutation in pairs:
+            images = mapper(permutation)
+            minus = changes.minus.get(source)
+            if minus:
+                lost.update(minus if images is None else images(minus))
+            plus = changes.plus.get(source)
+            if plus:
+                gained.update(plus if images is None else images(plus))
+        return lost, gained
+
+    def unsupported(
+        self, node: NodeState, pairs: Iterable[tuple[RelationKey, Permutation]], lost: set
+    ) -> set:
+        """Red: the candidates no source still holds a preimage of. (``lost - facts`` costs
+        the size of ``lost``; ``lost -= facts`` would cost the size of ``facts``.)"""
+        for source, permutation in pairs:
+            forth, back = mapper(permutation), mapper(invert(permutation))
+            for facts in self.lower(node, source):
+                if forth is None or back is None:
+                    lost = lost - facts
+                elif lost:
+                    lost = lost - forth(facts & back(lost))
+            if not lost:
+                break
+        return lost

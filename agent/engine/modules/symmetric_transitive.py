@@ -114,8 +114,9 @@ class SymmetricTransitiveModule(ClosureModule):
             touched[id(members)] = members
         out, inn = self.succ, self.pred
         gone: set[tuple[int, int]] = set()
+        lost_loops = {u for u, v in facts if u == v}
         if self.irreflexive:
-            gone.update((u, u) for u, v in facts if u == v)
+            gone.update((u, u) for u in lost_loops)
         for old in touched.values():
             parts: list[set[int]] = []
             dropped: list[int] = []
@@ -138,7 +139,10 @@ class SymmetricTransitiveModule(ClosureModule):
                 gone.update(product(members, old - members))
             if dropped:
                 gone.update(product(dropped, old))
-        result.remove(self.relation, own.remove_all(gone))
+                if self.irreflexive:  # (d, d) was derived only from a loop, lost above
+                    gone.difference_update((d, d) for d in dropped if d not in lost_loops)
+        # Every pair in ``gone`` is derived now (the IDB is a function of X): no test needed.
+        result.remove(self.relation, own.remove_present(gone), owned=True)
 
     # ------------------------------------------------------------------ Add
     def insert(self, own: Relation, facts: set, result: StoreChanges) -> None:
@@ -168,4 +172,5 @@ class SymmetricTransitiveModule(ClosureModule):
             left |= right
             for w in right:
                 component[w] = left
-        result.add(self.relation, own.add_all(new))
+        # Every pair in ``new`` is underived now (the IDB is a function of X): no test needed.
+        result.add(self.relation, own.add_absent(new))
