@@ -356,6 +356,25 @@ def test_mixed_batch_reports_net_changes(kind, irreflexive):
     assert not (report.added.get(R, set()) & report.removed.get(R, set()))
 
 
+@pytest.mark.parametrize(("kind", "irreflexive"), VARIANTS, ids=IDS)
+def test_every_external_fact_deleted_empties_the_idb_then_rebuilds(kind, irreflexive):
+    """Deleting all of X (both stores) hands the whole IDB over without looking at a pair;
+    facts added in the same change, and later ones, are closed from the emptied state."""
+    harness = Harness(kind, irreflexive)
+    harness.materialise(edb=cycle(4) | {(6, 6)}, other=chain(3, start=4))
+    before = harness.facts()
+    report = harness.update(
+        edb_remove=cycle(4) | {(6, 6)}, other_remove=chain(3, start=4), edb_add=chain(3, start=7)
+    )
+    assert "emptied" in harness.module.last_strategy
+    assert report.removed.get(R, set()) == before - harness.facts()
+    assert harness.facts() == seminaive_idb(kind, irreflexive, chain(3, start=7))
+    harness.update(edb_remove=chain(3, start=7))
+    assert harness.facts() == set()
+    harness.update(edb_add=cycle(3), other_add={(2, 5)})
+    assert harness.facts() == seminaive_idb(kind, irreflexive, harness.external())
+
+
 def test_stc_clique_deletion_keeps_component():
     harness = Harness("stc", False)
     harness.materialise(edb=clique(range(6)))

@@ -62,3 +62,28 @@ def test_a_rule_deleted_after_a_freeze_leaves_no_uncollectable_cycle(unfrozen) -
     assert reasoner.executor.plans("r")
     function = reasoner.executor.plans("r")[0].function
     assert not any(obj is function for obj in function.__globals__.values())
+
+
+def test_a_block_marked_large_freezes_however_few_objects_it_made(unfrozen) -> None:
+    gc.unfreeze()
+    gc.collect()
+    with collector_paused():
+        pass
+    assert gc.get_freeze_count() == 0
+    with collector_paused() as pause:
+        pause.large = True
+    assert gc.get_freeze_count() > 0
+
+
+def test_an_update_changing_many_facts_freezes(unfrozen) -> None:
+    """Deleting one edge of a long chain under the TC rule removes many derived facts while
+    leaving few new objects alive: the update still counts as large."""
+    reasoner = Reasoner()
+    reasoner.add_facts([("edge", i, i + 1) for i in range(300)])
+    reasoner.add_rules("t: edge(X, Z) :- edge(X, Y) and edge(Y, Z) .")
+    gc.unfreeze()
+    gc.collect()
+    report = reasoner.update(delete_facts=[("edge", 150, 151)])
+    removed = sum(node["removed"] for node in report["hyper_nodes"].values())
+    assert removed > FREEZE_AT
+    assert gc.get_freeze_count() > 0

@@ -25,7 +25,7 @@ from .dependency import HyperGraph, build_hyper_graph
 from .errors import RuleError, UnknownRuleError, ZodiacError
 from .executor import Executor
 from .explain import Derivation, explain_fact
-from .gcpause import collector_paused
+from .gcpause import FREEZE_AT, collector_paused
 from .language import RDF_TYPE, Atom, Constant, Program, Rule, Value, Variable
 from .maintenance import Journal, UpdateDriver, new_node_state
 from .modules import NodeState
@@ -155,8 +155,13 @@ class Reasoner:
         counts, the directly impacted hyper-nodes, the plan and each hyper-node's strategy.
 
         Python's cyclic garbage collector is paused meanwhile (see ``gcpause``)."""
-        with collector_paused(), RECLAIMER.paused():
-            return self._update(add_rules, delete_rules, add_facts, delete_facts)
+        with collector_paused() as pause, RECLAIMER.paused():
+            report = self._update(add_rules, delete_rules, add_facts, delete_facts)
+            changed = sum(
+                node["added"] + node["removed"] for node in report["hyper_nodes"].values()
+            )
+            pause.large = changed + report["facts_added"] + report["facts_deleted"] > FREEZE_AT
+            return report
 
     def _update(
         self,

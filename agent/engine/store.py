@@ -60,6 +60,10 @@ class Relation:
             self._indexes[bound] = index
         return index
 
+    def existing_index(self, bound: tuple[int, ...]) -> dict | None:
+        """The index on these bound columns if it exists; never builds one."""
+        return self._indexes.get(bound)
+
     def add_all(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
         """Insert facts; returns those that were not already present."""
         new = set(facts)

@@ -57,6 +57,10 @@ class SymmetricTransitiveModule(ClosureModule):
         self.loops: set[int] = set()
         self.component: dict[int, set[int]] = {}
 
+    def reset(self) -> None:
+        super().reset()
+        self.loops, self.component = set(), {}
+
     # ------------------------------------------------------------------ helpers
     def _link(self, u: int, v: int) -> None:
         super()._link(u, v)
@@ -83,7 +87,7 @@ class SymmetricTransitiveModule(ClosureModule):
 
     # ------------------------------------------------------------------ materialise
     def build(self, external: list[Relation]) -> set[tuple[int, int]]:
-        self.succ, self.pred, self.loops, self.component = {}, {}, set(), {}
+        self.reset()
         link = self._link
         for relation in external:
             for u, v in relation.tuples:

@@ -175,12 +175,27 @@ class ClosureModule(Module):
             return self.recompute(node, executor)
         own = node.own(self.relation)
         result = StoreChanges()
+        if minus and len(minus) == sum(map(len, self.succ.values())):
+            # Every external fact goes (RS2 deleting r4 empties p12's input): the IDB is
+            # empty whatever the variant; handed over whole, no pair is looked at.
+            emptied = len(minus)
+            result.remove(self.relation, own.tuples, owned=True)
+            own.clear()
+            self.reset()
+            minus = set()
+        else:
+            emptied = 0
         if minus:
             self.delete(own, minus, result)
         if plus:
             self.insert(own, plus, result)
         self._remember(node)
-        self.last_strategy = f"closure (-{len(minus)} +{len(plus)} external facts)"
+        if emptied:
+            self.last_strategy = f"closure (all {emptied} external facts deleted: emptied)"
+            if plus:
+                self.last_strategy += f", then +{len(plus)}"
+        else:
+            self.last_strategy = f"closure (-{len(minus)} +{len(plus)} external facts)"
         return result
 
     def extend(
@@ -194,6 +209,10 @@ class ClosureModule(Module):
             return StoreChanges()
         self.last_strategy = "recompute (extend)"
         return self.recompute(node, executor)
+
+    def reset(self) -> None:
+        """Forget every external fact (and the state derived from them)."""
+        self.succ, self.pred = {}, {}
 
     def _remember(self, node: NodeState) -> None:
         self._idb = node.idb
@@ -219,6 +238,10 @@ class TransitiveClosureModule(ClosureModule):
         super().__init__(relation, irreflexive)
         self.reach: dict[int, set[int]] = {}  # only vertices with successors
         self.lonely: dict[int, int] = {}  # irreflexive: partner in a loop-free 2-vertex SCC
+
+    def reset(self) -> None:
+        super().reset()
+        self.reach, self.lonely = {}, {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -295,7 +318,7 @@ class TransitiveClosureModule(ClosureModule):
 
     # ------------------------------------------------------------------ materialise
     def build(self, external: list[Relation]) -> set[tuple[int, int]]:
-        self.succ, self.pred, self.reach, self.lonely = {}, {}, {}, {}
+        self.reset()
         link = self._link
         for relation in external:
             for u, v in relation.tuples:
