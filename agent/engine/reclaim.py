@@ -48,15 +48,11 @@ class Reclaimer:
         self._thread: threading.Thread | None = None
         self.seconds = 0.0  # time spent freeing, for benchmarks
         self.freed = 0  # pieces freed
-        self._last_update_end = 0.0  # time.monotonic() when the last update finished
-        self._waiting_since = 0.0  # when the oldest pending piece was handed over
 
     # ------------------------------------------------------------------ for updates
     def discard(self, *objects: object) -> None:
         """Take over references to objects nobody will read again; they are freed later."""
         with self._lock:
-            if not self._pending:
-                self._waiting_since = time.monotonic()
             self._pending.extend(o for o in objects if o is not None)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -75,7 +71,6 @@ class Reclaimer:
         finally:
             with self._lock:
                 self._updates -= 1
-                self._last_update_end = time.monotonic()
                 self._wake.notify()
 
     def drain(self, timeout: float = 60.0) -> bool:
@@ -97,10 +92,10 @@ class Reclaimer:
     def _run(self) -> None:
         while True:
             with self._lock:
-                while (delay := self._delay()) != 0.0:
+                while not self._pending or self._updates:
                     self._working = False
                     self._idle.notify_all()
-                    self._wake.wait(delay)
+                    self._wake.wait(0.05 if self._updates else None)
                 self._working = True
                 item = self._pending.popleft()
             started = time.perf_counter()
@@ -109,31 +104,6 @@ class Reclaimer:
             self.seconds += time.perf_counter() - started
             self.freed += 1
             time.sleep(0)  # let a waiting thread take the interpreter lock
-
-
-    def _delay(self) -> float | None:
-        """How long to wait before freeing the next piece (0: now; None: until woken).
-
-        Nothing is freed during an update, nor within ``QUIET`` seconds of one ending: the
-        caller usually goes on at once (answers a query, applies the next message), and a piece
-        being freed holds the interpreter lock until it is done, so freeing at that moment
-        would delay exactly what the reclaimer is meant to keep fast. Pieces that have waited
-        ``MAX_DEFERRAL`` are freed at the first moment no update runs, so back-to-back updates
-        cannot make memory grow without bound. Called with the lock held."""
-        if not self._pending:
-            return None
-        if self._updates:
-            return 0.05
-        now = time.monotonic()
-        quiet = QUIET - (now - self._last_update_end)
-        if quiet > 0 and now - self._waiting_since < MAX_DEFERRAL:
-            return quiet
-        return 0.0
-
-
-# Seconds without an update before freeing starts, and the longest a piece waits for them.
-QUIET = 0.05
-MAX_DEFERRAL = 1.0
 
 
 def _pieces(item: object) -> list:
