@@ -207,13 +207,11 @@ class RenamingModule(Module):
                 lost, gained = self.candidates(changes, pairs)
                 checked += len(lost)
                 if lost:
-                    lost &= own.tuples
-                if lost:
                     lost = self.unsupported(node, pairs, lost)
                 found = settled[key] = (lost, gained)
             lost, gained = found
             if lost:
-                # (re-intersected: the set is shared with the other heads of these sources)
+                # (intersected per head: the set is shared with the other heads)
                 result.remove(head, own.remove_present(lost & own.tuples), owned=True)
             if gained:
                 result.add(head, own.add_all(gained))

@@ -175,7 +175,9 @@ class ClosureModule(Module):
             return self.recompute(node, executor)
         own = node.own(self.relation)
         result = StoreChanges()
-        if minus and len(minus) == sum(map(len, self.succ.values())):
+        # (X holds at least one fact per vertex with successors: the sum is rarely taken)
+        lost = len(minus)
+        if lost and lost >= len(self.succ) and lost == sum(map(len, self.succ.values())):
             # Every external fact goes (RS2 deleting r4 empties p12's input): the IDB is
             # empty whatever the variant; handed over whole, no pair is looked at.
             emptied = len(minus)
