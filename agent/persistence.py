@@ -491,7 +491,7 @@ class AgentState:
             )
             row = int(cursor.lastrowid)  # type: ignore[arg-type]
             self._node_rows[id(node.idb)] = (node.idb, row)
-            everything = {key: rel.tuples for key, rel in node.idb.relations.items() if rel.tuples}
+            everything = {key: rel.tuples for key, rel in node.idb.relations.items() if len(rel)}
             self._write_derived(row, everything, delete=False)
 
     def _write_derived(self, row: int, facts: dict[RelationKey, set], *, delete: bool) -> None:

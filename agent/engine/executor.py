@@ -43,9 +43,9 @@ class Executor:
         found: list[list[Relation]] = []
         for item in body:
             if isinstance(item, Atom):
-                found.append([r for r in view.relations(item.relation) if r.tuples])
+                found.append([r for r in view.relations(item.relation) if len(r)])
             elif isinstance(item, Negation):
-                found.append([r for r in view.relations(item.atom.relation) if r.tuples])
+                found.append([r for r in view.relations(item.atom.relation) if len(r)])
             else:
                 found.append([])
         return found

@@ -94,15 +94,15 @@ class _Search:
 
     def explicit(self, key: RelationKey, args: tuple[int, ...]) -> bool:
         relation = self.reasoner.edb.get(key)
-        return relation is not None and args in relation.tuples
+        return relation is not None and args in relation
 
     def holders(self, key: RelationKey):
         relation = self.reasoner.edb.get(key)
-        if relation is not None and relation.tuples:
+        if relation is not None and len(relation):
             yield relation
         for node in self.reasoner.nodes:
             relation = node.idb.get(key)
-            if relation is not None and relation.tuples:
+            if relation is not None and len(relation):
                 yield relation
 
     def prove(self, key: RelationKey, args: tuple[int, ...], height: int) -> Derivation | None:
@@ -130,7 +130,7 @@ class _Search:
         if aggregate is not None:
             for node in self.reasoner.nodes:
                 relation = node.idb.get(key)
-                if rule in node.rules and relation is not None and args in relation.tuples:
+                if rule in node.rules and relation is not None and args in relation:
                     return Derivation(
                         self.external(key, args),
                         rule.id,
@@ -234,7 +234,7 @@ class _Search:
         if not bound_columns or len(bound_columns) == relation.arity:
             if len(bound_columns) == relation.arity:
                 fact = tuple(wanted)
-                return [fact] if fact in relation.tuples else []
+                return [fact] if fact in relation else []
             return relation.tuples
         index = relation.index(tuple(bound_columns))
         key = wanted[0] if len(wanted) == 1 else tuple(wanted)

@@ -88,7 +88,7 @@ class StoreLog:
         if id(store) in self.created:
             return set()
         relation = store.relations.get(key)
-        present = candidates & relation.tuples if relation is not None else set()
+        present = relation.present(candidates) if relation is not None else set()
         mine = self.changes.get(id(store))
         if mine is None:
             return present
@@ -105,7 +105,7 @@ class StoreLog:
         if id(store) in self.dropped:
             return set()
         relation = store.relations.get(key)
-        return candidates & relation.tuples if relation is not None else set()
+        return relation.present(candidates) if relation is not None else set()
 
 
 @dataclass
@@ -581,11 +581,11 @@ class UpdateDriver:
             plus, minus = after - before, before - after
             for store in steady:
                 relation = store.relations.get(key)
-                if relation is not None and relation.tuples:
+                if relation is not None and len(relation):
                     if plus:
-                        plus = plus - relation.tuples
+                        plus = relation.absent(plus)
                     if minus:
-                        minus = minus - relation.tuples
+                        minus = relation.absent(minus)
             if plus:
                 changes.plus[key] = plus
             if minus:

@@ -382,19 +382,19 @@ class Reasoner:
 
     # ------------------------------------------------------------------ internals
     def _all_keys(self) -> set[RelationKey]:
-        keys = {k for k, r in self.edb.relations.items() if r.tuples}
+        keys = {k for k, r in self.edb.relations.items() if len(r)}
         for node in self.nodes:
-            keys.update(k for k, r in node.idb.relations.items() if r.tuples)
+            keys.update(k for k, r in node.idb.relations.items() if len(r))
         return keys
 
     def _visible(self, key: RelationKey) -> set[tuple[int, ...]]:
         holders = []
         relation = self.edb.get(key)
-        if relation is not None and relation.tuples:
+        if relation is not None and len(relation):
             holders.append(relation.tuples)
         for node in self.nodes:
             relation = node.idb.get(key)
-            if relation is not None and relation.tuples:
+            if relation is not None and len(relation):
                 holders.append(relation.tuples)
         if len(holders) == 1:
             return holders[0]

@@ -115,7 +115,7 @@ def _pieces(item: object) -> list:
     if isinstance(item, Module):
         return list(getattr(item, "__dict__", {}).values())
     if isinstance(item, Relation):
-        return [item.tuples, *item._indexes.values()]
+        return [item._rows, *item._indexes.values()]
     if isinstance(item, Journal):
         return [item.edb, *item.changes.values()]
     if isinstance(item, StoreChanges):

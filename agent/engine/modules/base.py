@@ -126,7 +126,7 @@ class NodeState:
                 added.setdefault(key, set()).update(new)
             for relation in self.view.relations(key):
                 if relation is not own and new:
-                    new = new - relation.tuples
+                    new = relation.absent(new)
             if new:
                 visible[key] = new
         return visible

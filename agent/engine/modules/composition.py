@@ -91,7 +91,7 @@ def _lookup(relations: list[Relation], column: int) -> Callable[[int], Set[int]]
     """``neighbours(key)``: the values the relations pair with ``key`` on ``column``, over their
     indexes (built on first use, then maintained). With one relation holding facts (the usual
     case) it returns the index's own set: read only."""
-    indexes = [r.index((column,)) for r in relations if r.tuples]
+    indexes = [r.index((column,)) for r in relations if len(r)]
     if len(indexes) == 1:
         get = indexes[0].get
         return lambda key: get(key, EMPTY)
@@ -105,7 +105,7 @@ def _keys_in(relations: list[Relation], column: int, keys: set[int]) -> set[int]
     else by one C-level pass over its facts (cheaper than building an index to ask once)."""
     found: set[int] = set()
     for relation in relations:
-        if not relation.tuples or not keys:
+        if not len(relation) or not keys:
             continue
         index = relation.existing_index((column,))
         if index is not None:
@@ -161,7 +161,7 @@ class CompositionModule(SeminaiveModule):
         lost_b = changes.minus.get(p.b, set())
         own = node.own(p.head)
         result = StoreChanges()
-        if not own.tuples or not (lost_a or lost_b):
+        if not len(own) or not (lost_a or lost_b):
             self.last_strategy = "composition (nothing to check)"
             return result
         remaining = sum(map(len, node.view.relations(p.a)))
@@ -199,7 +199,7 @@ class CompositionModule(SeminaiveModule):
         head relation keeping the facts whose x or z a deleted fact mentions."""
         p = self.pattern
         a_y = 1 - p.a_x
-        if (len(lost_a) + len(lost_b)) * SCAN_AT_LOST_SHARE > len(own.tuples):
+        if (len(lost_a) + len(lost_b)) * SCAN_AT_LOST_SHARE > len(own):
             return self.scan(own, lost_a, lost_b)
         lost_a_by_y = _by_column(lost_a, a_y)
         lost_b_by_y = _by_column(lost_b, p.b_y)
@@ -211,7 +211,7 @@ class CompositionModule(SeminaiveModule):
             work += len(xs) * (len(out_of_y(y)) + len(lost_b_by_y.get(y, ())))
         for y, zs in lost_b_by_y.items():
             work += len(zs) * (len(into_y(y)) + len(lost_a_by_y.get(y, ())))
-        if work > len(own.tuples):
+        if work > len(own):
             return self.scan(own, lost_a, lost_b)
         pairs: set = set()
         for y, xs in lost_a_by_y.items():
@@ -224,7 +224,7 @@ class CompositionModule(SeminaiveModule):
                 pairs.update(zip(xs, repeat(z)))
         if p.head_x != 0:
             pairs = {(z, x) for x, z in pairs}
-        return pairs & own.tuples  # (each is an old derivation's head: held, unless a bug)
+        return own.present(pairs)  # (each is an old derivation's head: held, unless a bug)
 
     def scan(self, own: Relation, lost_a: set, lost_b: set) -> set:
         """The head facts whose x starts a deleted A fact or whose z ends a deleted B fact."""

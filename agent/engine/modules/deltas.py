@@ -46,12 +46,12 @@ def sources_for(
     found: list[list[Relation]] = []
     for item in body:
         if isinstance(item, Atom):
-            relations = [r for r in view.relations(item.relation) if r.tuples]
+            relations = [r for r in view.relations(item.relation) if len(r)]
             if extra and item.relation in extra:
                 relations.append(extra[item.relation])
             found.append(relations)
         elif isinstance(item, Negation):
-            found.append([r for r in view.relations(item.atom.relation) if r.tuples])
+            found.append([r for r in view.relations(item.atom.relation) if len(r)])
         else:
             found.append([])
     return found
@@ -177,7 +177,7 @@ def intersect(facts: Facts, store_of) -> Facts:
     for key, rows in facts.items():
         relation = store_of(key)
         if relation is not None and rows:
-            hit = rows & relation.tuples
+            hit = relation.present(rows)
             if hit:
                 kept[key] = hit
     return kept

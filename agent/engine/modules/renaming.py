@@ -132,7 +132,7 @@ class RenamingModule(Module):
     def lower(node: NodeState, key: RelationKey) -> list[set]:
         """The fact sets of ``key`` in the node's lower stores (not its own IDB)."""
         own = node.idb.get(key)
-        return [r.tuples for r in node.view.relations(key) if r is not own and r.tuples]
+        return [r.tuples for r in node.view.relations(key) if r is not own and len(r)]
 
     def images(self, node: NodeState, pairs: Iterable[tuple[RelationKey, Permutation]]) -> set:
         """The lower facts of every source, each under its permutation."""
@@ -212,7 +212,7 @@ class RenamingModule(Module):
             lost, gained = found
             if lost:
                 # (intersected per head: the set is shared with the other heads)
-                result.remove(head, own.remove_present(lost & own.tuples), owned=True)
+                result.remove(head, own.remove_present(own.present(lost)), owned=True)
             if gained:
                 result.add(head, own.add_all(gained))
         self.last_strategy = f"renaming ({checked} candidates checked)"

@@ -128,7 +128,7 @@ class SeminaiveModule(Module):
         self.add(node, executor, delta, added)
         result = StoreChanges()
         for key, rows in overdeleted.items():
-            result.remove(key, rows - node.own(key).tuples)
+            result.remove(key, node.own(key).absent(rows))
         for key, rows in added.items():
             result.add(key, rows - overdeleted.get(key, set()))
         return result

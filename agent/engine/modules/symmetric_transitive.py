@@ -90,7 +90,7 @@ class SymmetricTransitiveModule(ClosureModule):
         self.reset()
         link = self._link
         for relation in external:
-            for u, v in relation.tuples:
+            for u, v in relation:
                 link(u, v)
         component = self.component
         pairs: set[tuple[int, int]] = set()

@@ -140,16 +140,19 @@ class ClosureModule(Module):
     def external(self, node: NodeState) -> list[Relation]:
         """The relations of the view holding external R facts (every one but the node's own)."""
         own = node.own(self.relation)
-        return [r for r in node.view.relations(self.relation) if r is not own and r.tuples]
+        return [r for r in node.view.relations(self.relation) if r is not own and len(r)]
 
     # ------------------------------------------------------------------ interface
     def materialise(self, node: NodeState, executor: Executor) -> None:
         started = time.perf_counter()
         own = node.own(self.relation)
-        pairs = self.build(self.external(node))
-        if own.tuples:
+        built = self.build(self.external(node))
+        if len(own):
             own.clear()
-        own.adopt(pairs)
+        if isinstance(built, dict):
+            own.adopt_subjects(built)
+        else:
+            own.adopt(built)
         self._remember(node)
         node.stats.update(rounds=1, seconds=time.perf_counter() - started)
 
@@ -221,7 +224,9 @@ class ClosureModule(Module):
         self._size = len(node.own(self.relation))
 
     # ------------------------------------------------------------------ per module
-    def build(self, external: list[Relation]) -> set[tuple[int, int]]:
+    def build(self, external: list[Relation]) -> set[tuple[int, int]] | dict[int, set[int]]:
+        """Materialise into a fresh state; the IDB as a set of pairs, or as subject ->
+        objects sets (stored without building the pairs)."""
         raise NotImplementedError
 
     def delete(self, own: Relation, facts: set, result: StoreChanges) -> None:
@@ -319,22 +324,29 @@ class TransitiveClosureModule(ClosureModule):
         return not any(u in reach.get(y, EMPTY) for y in (su | sw) if y != u and y != w)
 
     # ------------------------------------------------------------------ materialise
-    def build(self, external: list[Relation]) -> set[tuple[int, int]]:
+    def build(self, external: list[Relation]) -> dict[int, set[int]]:
+        """The IDB as subject -> objects (P2 per vertex, see the module docstring): stored as
+        such (`Relation.adopt_subjects`), its 456k tuples on DAG-R are never built unless a
+        reader scans them."""
         self.reset()
         link = self._link
         for relation in external:
-            for u, v in relation.tuples:
+            for u, v in relation:
                 link(u, v)
         vertices = list(self.succ.keys() | self.pred.keys())
-        pairs: set[tuple[int, int]] = set()
+        reach, lonely = self.reach, self.lonely
+        subjects: dict[int, set[int]] = {}
         for u, got in self._close(vertices, None).items():
-            pairs.update(pairs_from(u, got))
-        if self.irreflexive:
-            for u in self.succ:
-                pairs.discard((u, u))
-            for u, w in self.lonely.items():
-                pairs.discard((u, w))
-        return pairs
+            if got is reach[u]:  # a cyclic SCC's set, shared with the state
+                got = set(got)
+            if self.irreflexive:
+                got.discard(u)
+                w = lonely.get(u)
+                if w is not None:
+                    got.discard(w)
+            if got:
+                subjects[u] = got
+        return subjects
 
     # ------------------------------------------------------------------ Del + Red
     def delete(self, own: Relation, facts: set, result: StoreChanges) -> None:

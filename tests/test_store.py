@@ -1,0 +1,117 @@
+"""Relation storage: a relation kept by subject only (`Relation.adopt_subjects`, a closure
+module's output) must behave exactly like one kept as a set of tuples, through every read and
+every update, whether or not a reader has made it build its tuples."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.engine.store import Relation, by_subject
+
+KEY = ("edge", 2)
+pairs = st.tuples(st.integers(0, 5), st.integers(0, 5))
+pair_sets = st.sets(pairs, max_size=12)
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["add_all", "remove_all", "add_absent", "remove_present", "index0", "index1", "scan"]
+        ),
+        pair_sets,
+    ),
+    max_size=12,
+)
+
+
+def plain_relation(rows: set) -> Relation:
+    relation = Relation(KEY)
+    relation.add_all(rows)
+    return relation
+
+
+def subject_relation(rows: set) -> Relation:
+    relation = Relation(KEY)
+    relation.adopt_subjects(by_subject(rows))
+    return relation
+
+
+def same_contents(relation: Relation, expected: set) -> None:
+    assert len(relation) == len(expected)
+    assert set(relation) == expected
+    for fact in expected:
+        assert fact in relation
+    assert (9, 9) not in relation
+    assert relation.present(expected | {(9, 9)}) == expected
+    assert relation.absent(expected | {(9, 9)}) == {(9, 9)}
+    assert relation.index((0,)) == by_subject(expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=pair_sets, steps=operations)
+def test_subject_storage_behaves_like_tuple_storage(start, steps):
+    expected = set(start)
+    plain, subjects = plain_relation(start), subject_relation(start)
+    assert not subjects.rows_built or not start
+    for operation, facts in steps:
+        if operation == "add_all":
+            assert subjects.add_all(facts) == plain.add_all(facts) == facts - expected
+            expected |= facts
+        elif operation == "remove_all":
+            assert subjects.remove_all(facts) == plain.remove_all(facts) == facts & expected
+            expected -= facts
+        elif operation == "add_absent":
+            facts = facts - expected
+            subjects.add_absent(facts)
+            plain.add_absent(facts)
+            expected |= facts
+        elif operation == "remove_present":
+            facts = facts & expected
+            subjects.remove_present(facts)
+            plain.remove_present(facts)
+            expected -= facts
+        elif operation == "index0":
+            assert subjects.index((0,)) == plain.index((0,))
+        elif operation == "index1":  # needs the tuples: built here, then kept up to date
+            assert subjects.index((1,)) == plain.index((1,))
+        else:
+            assert subjects.tuples == plain.tuples == expected
+        same_contents(subjects, expected)
+        same_contents(plain, expected)
+
+
+def test_tuples_are_built_once_on_first_read_and_the_subject_index_kept():
+    relation = subject_relation({(1, 2), (1, 3), (2, 3)})
+    assert not relation.rows_built
+    assert relation.index((0,)) == {1: {2, 3}, 2: {3}}
+    assert not relation.rows_built  # the subject index is the storage: no tuples needed
+    assert relation.tuples == {(1, 2), (1, 3), (2, 3)}
+    assert relation.rows_built
+    relation.remove_all({(1, 2)})
+    assert relation.index((0,)) == {1: {3}, 2: {3}}
+    assert relation.tuples == {(1, 3), (2, 3)}
+
+
+def test_dropping_indexes_keeps_the_facts_of_subject_storage():
+    relation = subject_relation({(1, 2), (2, 3)})
+    relation.drop_indexes()
+    assert set(relation) == {(1, 2), (2, 3)}
+    relation.clear()
+    assert len(relation) == 0 and relation.tuples == set()
+
+
+def test_the_size_checks_hold_for_subject_storage():
+    relation = subject_relation({(1, 2)})
+    with pytest.raises(AssertionError):
+        relation.add_absent({(1, 2)})
+    relation = subject_relation({(1, 2)})
+    with pytest.raises(AssertionError):
+        relation.remove_present({(5, 6)})
+
+
+def test_adopt_subjects_needs_an_empty_binary_relation():
+    with pytest.raises(ValueError):
+        Relation(("p", 3)).adopt_subjects({1: {2}})
+    filled = plain_relation({(1, 2)})
+    with pytest.raises(ValueError):
+        filled.adopt_subjects({3: {4}})
