@@ -19,15 +19,17 @@ substitution and counts, see docs/semantics.md).
 
 The innermost atom is emitted as a C-level ``zip``/set operation when its only new variable
 flows straight to the head (possibly minus ``!=`` exclusions): on closure rules that is where
-nearly all the time goes.
+nearly all the time goes. Whole rules of two shapes need no Python loop at all: projections
+(one atom copied, permuted or projected) and semi-joins (one atom's facts filtered by key
+lookups in the others, with ``compress``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from itertools import repeat
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import and_, itemgetter, not_
 
 from .language import (
     Atom,
@@ -39,7 +41,7 @@ from .language import (
     Term,
     Variable,
 )
-from .planner import BindStep, FilterStep, NegationStep, Plan, ScanStep
+from .planner import BindStep, FilterStep, NegationStep, Plan, ScanStep, Step
 from .terms import TermDictionary, term_key
 
 
@@ -124,6 +126,9 @@ RUNTIME = {
     "ONCE": (None,),
     "repeat": repeat,
     "COLUMN": itemgetter,
+    "compress": compress,
+    "NOT": not_,
+    "AND": and_,
     "EVAL_ERRORS": EVAL_ERRORS,
     "ADD": _add,
     "SUB": _sub,
@@ -269,6 +274,9 @@ class _RuleGenerator:
         projection = self.projection_columns()
         if projection is not None:
             return "\n".join(header + self.emit_projection(projection)) + "\n"
+        semijoin = self.semijoin_parts()
+        if semijoin is not None:
+            return "\n".join(header + self.emit_semijoin(*semijoin)) + "\n"
         self.emit_preamble()
         out.line("for _once in ONCE:")
         out.indent()
@@ -321,6 +329,99 @@ class _RuleGenerator:
                 lines.append(f"    out.update({name})")
             else:
                 maps = ", ".join(f"map(COLUMN({c}), {name})" for c in columns)
+                lines.append(f"    out.update(zip({maps}))")
+        return lines
+
+    # -- semi-joins: one relation filtered by the keys of others, in C ----------------------
+    def semijoin_parts(self) -> tuple[ScanStep, list[tuple[Step, list[int], list[int]]]] | None:
+        """For a rule whose head takes its variables from one atom M (distinct variables,
+        the delta atom if there is one) and whose other atoms only test that some (positive)
+        or no (negated) fact matches M's values (``p31(X, Y) :- p25(X, Y), p26(Y, Z)``,
+        ``p(X) :- q(X, Y), not r(Y)``): M and, per other atom, its columns holding M's
+        variables and the M columns giving them; else None.
+
+        Every other atom's remaining variables must be its own (distinct, nowhere else), and
+        the body has no comparison or bind. Then each head is one of M's facts kept or not by
+        key lookups, which ``compress`` over ``map`` does in C: no Python loop per fact, and
+        with the head equal to M no new tuple either (RS2's r18: 40k facts, 20 ms -> 2 ms)."""
+        steps = self.plan.steps
+        head = self.head_terms
+        if len(steps) < 2 or not head or not all(isinstance(t, Variable) for t in head):
+            return None
+        if not all(isinstance(step, (ScanStep, NegationStep)) for step in steps):
+            return None
+        wanted = set(self.head_terms)
+        mains = [
+            step
+            for step in steps
+            if isinstance(step, ScanStep)
+            and (self.plan.delta_position is None or step.delta)
+            and wanted <= set(step.atom.terms)
+        ]
+        if not mains:
+            return None
+        main = mains[0]
+        terms = main.atom.terms
+        if not all(isinstance(t, Variable) for t in terms) or len(set(terms)) != len(terms):
+            return None
+        seen: set[Term] = set(terms)
+        filters = []
+        for step in steps:
+            if step is main:
+                continue
+            others = step.atom.terms
+            if not all(isinstance(t, Variable) for t in others) or len(set(others)) != len(others):
+                return None
+            own = [t for t in others if t not in terms]
+            if any(t in seen for t in own):
+                return None  # a variable shared with another filter: a real join
+            seen.update(own)
+            columns = [c for c, t in enumerate(others) if t in terms]
+            if not columns:
+                return None
+            filters.append((step, columns, [terms.index(others[c]) for c in columns]))
+        return main, filters
+
+    def emit_semijoin(
+        self, main: ScanStep, filters: list[tuple[Step, list[int], list[int]]]
+    ) -> list[str]:
+        lines = [f"    # semi-join: {main.atom} kept by key lookups in the other atoms"]
+        tests = []
+        for n, (step, columns, main_columns) in enumerate(filters):
+            count = self.counts.get(step.position, 0)
+            negated = isinstance(step, NegationStep)
+            if count == 0:  # (a positive atom with no store returned early in generate)
+                continue  # nothing holds the negated relation: always true
+            relations = [f"S[{step.position}][{j}]" for j in range(count)]
+            arity = step.atom.arity
+            if len(columns) < arity:
+                keys = [f"{r}.index({tuple(columns)!r})" for r in relations]
+            elif arity == 1:
+                keys = [f"set(map(COLUMN(0), {r}.tuples))" for r in relations]
+            else:
+                keys = [f"{r}.tuples" for r in relations]
+            union = keys[0] if len(keys) == 1 else f"set().union({', '.join(keys)})"
+            lines.append(f"    K{n} = {union}")
+            getter = ", ".join(map(str, main_columns))
+            test = f"map(K{n}.__contains__, map(COLUMN({getter}), T))"
+            tests.append(f"map(NOT, {test})" if negated else test)
+        if main.delta:
+            tables = ["D"]
+        else:
+            tables = [f"S[{main.position}][{j}].tuples" for j in range(self.counts[main.position])]
+        selector = tests[0] if tests else None
+        for test in tests[1:]:
+            selector = f"map(AND, {selector}, {test})"
+        head = [main.atom.terms.index(t) for t in self.head_terms]
+        identity = head == list(range(main.atom.arity))
+        for table in tables:
+            lines.append(f"    T = {table}")
+            kept = f"compress(T, {selector})" if selector else "T"
+            if identity:
+                lines.append(f"    out.update({kept})")
+            else:
+                maps = ", ".join(f"map(COLUMN({c}), R)" for c in head)
+                lines.append(f"    R = list({kept})")
                 lines.append(f"    out.update(zip({maps}))")
         return lines
 
