@@ -191,8 +191,8 @@ class Relation:
         fact: rebuilding one from what remains, when a plan next asks, costs no more."""
         if self._rows is None:
             facts = facts if isinstance(facts, set) else set(facts)
-            if len(facts) < self._count:
-                gone = {f for f in facts if f in self}
+            if len(facts) < self._count:  # (else `present` would build the tuples anyway)
+                gone = self.present(facts)
                 self._unindex(gone)
                 return gone
         rows = self.tuples
