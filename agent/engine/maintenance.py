@@ -100,6 +100,25 @@ class StoreLog:
             present |= candidates & removed
         return present
 
+    def in_place(self, store: DataStore, old_ids: set[int], new_ids: set[int]) -> bool:
+        """Whether ``store`` was below a node both before and after the update, and neither
+        appeared nor disappeared in it: then its net changes are exact (see net_changes)."""
+        return (
+            id(store) in old_ids
+            and id(store) in new_ids
+            and id(store) not in self.created
+            and id(store) not in self.dropped
+        )
+
+    def net_changes(self, store: DataStore, key: RelationKey) -> tuple[set, set]:
+        """Copies of what ``store`` gained and lost of ``key`` in this update. StoreChanges
+        records net changes (a fact removed then re-added is neither), so these are exactly
+        the facts held after and not before, and before and not after."""
+        mine = self.changes.get(id(store))
+        if mine is None:
+            return set(), set()
+        return set(mine.added.get(key, ())), set(mine.removed.get(key, ()))
+
     def held_after(self, store: DataStore, key: RelationKey, candidates: set) -> set:
         """The candidates ``store`` holds after the update."""
         if id(store) in self.dropped:
@@ -531,26 +550,16 @@ class UpdateDriver:
 
         Candidates are the facts some lower store gained or lost (all facts of a store that
         appeared, disappeared, or entered or left the node's lower set); their membership
-        before and after is decided with set operations, store by store."""
+        before and after is decided with set operations, store by store. The common case
+        skips all that: when one store alone changed a relation and stayed below the node,
+        its net changes are the difference (the copies cost far less than the membership
+        tests: RS2's p20 -> p30 when r3 is added passes 119,400 facts on)."""
         new_lower = node.lower_stores()
         old_ids = {id(s) for s in old_lower}
         new_ids = {id(s) for s in new_lower}
         everyone = list({id(s): s for s in [*old_lower, *new_lower]}.values())
         changes = InputChanges()
         for key in node.logical.reads:
-            candidates: set = set()
-            for store in everyone:
-                whole = (
-                    (id(store) in old_ids) != (id(store) in new_ids)
-                    or id(store) in self.log.created
-                    or id(store) in self.log.dropped
-                )
-                relation = store.relations.get(key)
-                if whole and relation is not None:
-                    candidates |= relation.tuples
-                candidates |= self.log.touched(store, key)
-            if not candidates:
-                continue
             # A store below the node both before and after, unchanged for this key, holds the
             # same candidates before and after: it cannot make one appear or disappear, only
             # hide a change of another store. So it is subtracted from the changes (cost: the
@@ -564,21 +573,34 @@ class UpdateDriver:
                 and not self.log.changed(s, key)
             ]
             steady_ids = {id(s) for s in steady}
-            before = set().union(
-                *(
-                    self.log.held_before(s, key, candidates)
-                    for s in old_lower
-                    if id(s) not in steady_ids
+            moving = [
+                s
+                for s in everyone
+                if id(s) not in steady_ids and (key in s.relations or self.log.changed(s, key))
+            ]
+            if not moving:
+                continue
+            if len(moving) == 1 and self.log.in_place(moving[0], old_ids, new_ids):
+                # One store changed and it stayed below the node: its net changes are the
+                # visible ones, up to what the steady stores hide (no membership tests).
+                plus, minus = self.log.net_changes(moving[0], key)
+            else:
+                candidates: set = set()
+                for store in moving:
+                    whole = (
+                        (id(store) in old_ids) != (id(store) in new_ids)
+                        or id(store) in self.log.created
+                        or id(store) in self.log.dropped
+                    )
+                    relation = store.relations.get(key)
+                    if whole and relation is not None:
+                        candidates |= relation.tuples
+                    candidates |= self.log.touched(store, key)
+                if not candidates:
+                    continue
+                plus, minus = self.changed_membership(
+                    key, candidates, old_lower, new_lower, steady_ids
                 )
-            )
-            after = set().union(
-                *(
-                    self.log.held_after(s, key, candidates)
-                    for s in new_lower
-                    if id(s) not in steady_ids
-                )
-            )
-            plus, minus = after - before, before - after
             for store in steady:
                 relation = store.relations.get(key)
                 if relation is not None and len(relation):
@@ -591,3 +613,25 @@ class UpdateDriver:
             if minus:
                 changes.minus[key] = minus
         return changes
+
+    def changed_membership(
+        self,
+        key: RelationKey,
+        candidates: set,
+        old_lower: list[DataStore],
+        new_lower: list[DataStore],
+        steady_ids: set[int],
+    ) -> tuple[set, set]:
+        """The candidates visible after but not before, and before but not after, through the
+        stores that are not steady (decided store by store with set operations)."""
+        before = set().union(
+            *(
+                self.log.held_before(s, key, candidates)
+                for s in old_lower
+                if id(s) not in steady_ids
+            )
+        )
+        after = set().union(
+            *(self.log.held_after(s, key, candidates) for s in new_lower if id(s) not in steady_ids)
+        )
+        return after - before, before - after
