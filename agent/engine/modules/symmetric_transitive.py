@@ -177,4 +177,4 @@ class SymmetricTransitiveModule(ClosureModule):
             for w in right:
                 component[w] = left
         # Every pair in ``new`` is underived now (the IDB is a function of X): no test needed.
-        result.add(self.relation, own.add_absent(new))
+        result.add(self.relation, own.add_absent(new), owned=True)

@@ -447,7 +447,7 @@ class TransitiveClosureModule(ClosureModule):
                     got.discard(w)
         for x, got in candidates.items():
             added.update(pairs_from(x, got))
-        result.add(self.relation, own.add_all(added))
+        result.add(self.relation, own.add_all(added), owned=True)
 
     def _relonely(self, facts: set) -> set[tuple[int, int]]:
         """Irreflexive: update the lonely pairs after insertions; returns the pairs of those
