@@ -34,7 +34,7 @@ from operator import itemgetter
 from ..executor import Executor
 from ..language import Atom, Rule, Variable
 from ..store import DataStoreBag, RelationKey
-from .base import InputChanges, Module, NodeState, StoreChanges
+from .base import InputChanges, Module, NodeState, StoreChanges, difference
 
 # Changed source facts (counted once per path that copies them), times this, above the number
 # of facts copying the sources afresh would read: recompute instead.
@@ -143,12 +143,46 @@ class RenamingModule(Module):
                 out.update(facts if forth is None else forth(facts))
         return out
 
+    def head_groups(self, node: NodeState) -> list[tuple[frozenset, list[RelationKey]]]:
+        """The heads grouped by their sources: heads with the same sources hold the same
+        facts (RS2's p20, p21 and p22 all copy p11, p12 and p13), so each group's facts are
+        computed once and copied (a C-level copy costs a fraction of computing them)."""
+        groups: dict[frozenset, list[RelationKey]] = {}
+        for head, pairs in self.sources(node).items():
+            groups.setdefault(frozenset(pairs), []).append(head)
+        return list(groups.items())
+
     # ------------------------------------------------------------------ Add
     def materialise(self, node: NodeState, executor: Executor) -> None:
         started = time.perf_counter()
-        for head, pairs in self.sources(node).items():
-            node.own(head).adopt(self.images(node, pairs))
+        for pairs, heads in self.head_groups(node):
+            facts = self.images(node, pairs)
+            for head in heads[1:]:
+                node.own(head).adopt(set(facts))
+            node.own(heads[0]).adopt(facts)
         node.stats.update(rounds=1, seconds=time.perf_counter() - started)
+
+    def recompute(self, node: NodeState, executor: Executor) -> StoreChanges:
+        """`Module.recompute`, with the difference computed once per group of heads that
+        held, and hold, the same facts (see `head_groups`)."""
+        before = self.rematerialise(node, executor)
+        result = StoreChanges()
+        for _, (first, *rest) in self.head_groups(node):
+            size = len(before.get(first, ()))
+            added, removed = difference(before.pop(first, set()), node.own(first).tuples)
+            for head in rest:
+                old = before.pop(head, set())
+                if len(old) == size:  # (always, if this module built the IDB)
+                    mine = (set(added), set(removed))
+                else:
+                    mine = difference(old, node.own(head).tuples)
+                result.add(head, mine[0], owned=True)
+                result.remove(head, mine[1], owned=True)
+            result.add(first, added, owned=True)
+            result.remove(first, removed, owned=True)
+        for key, old in before.items():  # heads no rule derives any more
+            result.remove(key, old, owned=True)
+        return result
 
     def extend(
         self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]
