@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
-from itertools import repeat
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import and_, itemgetter, or_
 
 from ..executor import Executor
 from ..language import Atom, Rule, Variable
@@ -98,6 +98,31 @@ def _lookup(relations: list[Relation], column: int) -> Callable[[int], Set[int]]
     if not indexes:
         return lambda _key: EMPTY
     return lambda key: set().union(*(index.get(key, EMPTY) for index in indexes))
+
+
+def _lookup_some(
+    relations: list[Relation], column: int, keys: set[int]
+) -> Callable[[int], Set[int]]:
+    """`_lookup` for a few known ``keys``: through an index a relation already has, else by
+    one C-level pass keeping the facts whose ``column`` is a key (the deletion that asks has
+    usually left a few hundred heads to test, and a full index costs a Python step per fact)."""
+    if all(r.existing_index((column,)) is not None for r in relations if len(r)):
+        return _lookup(relations, column)
+    found: dict[int, set[int]] = {}
+    other = 1 - column
+    for relation in relations:
+        index = relation.existing_index((column,))
+        if index is not None:
+            for key in keys:
+                values = index.get(key)
+                if values:
+                    found.setdefault(key, set()).update(values)
+            continue
+        rows = relation.tuples
+        for fact in compress(rows, map(keys.__contains__, map(itemgetter(column), rows))):
+            found.setdefault(fact[column], set()).add(fact[other])
+    get = found.get
+    return lambda key: get(key, EMPTY)
 
 
 def _keys_in(relations: list[Relation], column: int, keys: set[int]) -> set[int]:
@@ -181,11 +206,20 @@ class CompositionModule(SeminaiveModule):
         a_relations, b_relations = node.view.relations(p.a), node.view.relations(p.b)
         live_x = _keys_in(a_relations, p.a_x, set(map(itemgetter(hx), candidates)))
         live_z = _keys_in(b_relations, 1 - p.b_y, set(map(itemgetter(hz), candidates)))
-        gone = {h for h in candidates if h[hx] not in live_x or h[hz] not in live_z}
-        rest = candidates - gone
+        rest = set(
+            compress(
+                candidates,
+                map(
+                    and_,
+                    map(live_x.__contains__, map(itemgetter(hx), candidates)),
+                    map(live_z.__contains__, map(itemgetter(hz), candidates)),
+                ),
+            )
+        )
+        gone = candidates - rest
         if rest:
-            out_of = _lookup(a_relations, p.a_x)
-            into = _lookup(b_relations, 1 - p.b_y)
+            out_of = _lookup_some(a_relations, p.a_x, set(map(itemgetter(hx), rest)))
+            into = _lookup_some(b_relations, 1 - p.b_y, set(map(itemgetter(hz), rest)))
             gone.update(h for h in rest if out_of(h[hx]).isdisjoint(into(h[hz])))
         # Every candidate is a head fact (the scan reads them, the enumeration keeps only
         # those held): ``gone`` is present, no membership test needed.
@@ -232,4 +266,10 @@ class CompositionModule(SeminaiveModule):
         xs = {fact[p.a_x] for fact in lost_a}
         zs = {fact[1 - p.b_y] for fact in lost_b}
         hx, hz = p.head_x, 1 - p.head_x
-        return {h for h in own.tuples if h[hx] in xs or h[hz] in zs}
+        rows = own.tuples
+        # (C-level filters, as the compiler's semi-joins: no Python loop per head fact)
+        starts = map(xs.__contains__, map(itemgetter(hx), rows))
+        if not zs:
+            return set(compress(rows, starts))
+        ends = map(zs.__contains__, map(itemgetter(hz), rows))
+        return set(compress(rows, map(or_, starts, ends) if xs else ends))
