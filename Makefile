@@ -27,8 +27,11 @@ $(STAMP): pyproject.toml Makefile
 demo: venv
 	$(BIN)/python -m simulations.windfarm
 
+# Two pytest-xdist workers (the CI machines have two cores): much of the suite waits on
+# brokers, agent processes and Spark. Every test using the Spark fixture stays on one worker
+# (tests/conftest.py). `pytest -n 0` (or plain `pytest`) runs serially.
 test: venv
-	$(BIN)/ruff check . && $(BIN)/python -m pytest
+	$(BIN)/ruff check . && $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 bench: venv
 	$(BIN)/python -m simulations.bench.materialise

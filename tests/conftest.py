@@ -97,3 +97,11 @@ def spark() -> Iterator[object]:
     session = local_session("local[2]", app_name="zodiac-cloud-tests", shuffle_partitions=4)
     yield session
     session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n 2 --dist loadgroup``), every test that uses the ``spark``
+    fixture runs on one worker: one JVM for the whole suite, as when run serially."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("spark"))

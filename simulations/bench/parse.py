@@ -1,0 +1,59 @@
+"""Benchmark: parsing a large rule bundle.
+
+    python -m simulations.bench.parse [--rules N]
+
+A bundle of ``N`` rules (10,000 by default), each with a label, a join, COMP, BIND with
+arithmetic, a comparison and an existential negation, is parsed and validated into a Program.
+Printed in one run: the time per rule, and the ratio to merely tokenizing the same text (the
+floor any parser of this grammar pays), because absolute times on shared machines are noisy.
+This replaces a wall-clock bound in the unit tests: speed is measured here, never by timed tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+
+from agent.engine.parser import parse_program, tokenize
+
+
+def bundle_text(count: int) -> str:
+    """``count`` distinct rules of the shape above, one per line."""
+    return "\n".join(
+        f"r{i}: <p{i % 50}>(X, Y) :- <p11>(X, Z) and <q{i}>(Z, Y) and COMP(X, !=, Y) "
+        f"and bind(abs(Z - 1) * 2 as W) and W > {i} and not <n>(Y, _) ."
+        for i in range(count)
+    )
+
+
+def best_of(repeat: int, action) -> float:
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        started = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rules", type=int, default=10_000, help="rules in the bundle")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per side; the best counts")
+    args = parser.parse_args(argv)
+
+    text = bundle_text(args.rules)
+    program = parse_program(text)
+    assert len(program.rules) == args.rules
+    parse = best_of(args.repeat, lambda: parse_program(text))
+    scan = best_of(args.repeat, lambda: tokenize(text))
+    print(f"{args.rules:,} rules, {len(text) / 1e6:.1f} MB of text")
+    print(f"  parse + validate  {parse:8.3f} s  ({parse / args.rules * 1e6:6.0f} us per rule)")
+    print(f"  tokenize only     {scan:8.3f} s  ({scan / args.rules * 1e6:6.0f} us per rule)")
+    print(f"  parse / tokenize  {parse / scan:8.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
