@@ -8,7 +8,8 @@ Hypothesis profiles:
   ``HYPOTHESIS_PROFILE=thorough make test``.
 
 Fixtures: private MQTT brokers (``broker``, ``make_broker``) and the one SparkSession of the
-pytest session (``spark``), shared by the Spark job's tests and the Spark benchmark's smoke test.
+pytest session (``spark``; one per pytest-xdist worker that needs it), shared by the Spark job's
+tests and the Spark benchmark's smoke test.
 """
 
 from __future__ import annotations
@@ -98,10 +99,3 @@ def spark() -> Iterator[object]:
     yield session
     session.stop()
 
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n 2 --dist loadgroup``), every test that uses the ``spark``
-    fixture runs on one worker: one JVM for the whole suite, as when run serially."""
-    for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("spark"))
