@@ -98,4 +98,3 @@ def spark() -> Iterator[object]:
     session = local_session("local[2]", app_name="zodiac-cloud-tests", shuffle_partitions=4)
     yield session
     session.stop()
-
