@@ -50,6 +50,7 @@ from collections.abc import Mapping
 from typing import NoReturn
 
 from agent.engine.errors import ParseError, RuleError, UnsafeRuleError
+from agent.engine.gcpause import collector_paused
 from agent.engine.language import (
     AGGREGATE_FUNCTIONS,
     FUNCTIONS,
@@ -93,8 +94,13 @@ PREDEFINED_PREFIXES: Mapping[str, str] = {
 
 
 def parse_program(text: str, source: str = "<text>") -> Program:
-    """Parse rule text (rules, facts and prefix directives) into a checked Program."""
-    return _Parser(text, source).program()
+    """Parse rule text (rules, facts and prefix directives) into a checked Program.
+
+    The cyclic collector is paused meanwhile (`collector_paused`): a bundle of 10,000 rules makes
+    570,000 tokens and the AST, and the collector's passes over them found nothing (no cycles)
+    while taking about half the parse time."""
+    with collector_paused():
+        return _Parser(text, source).program()
 
 
 def parse_file(path: str | os.PathLike[str]) -> Program:
@@ -223,39 +229,45 @@ class _LexError(Exception):
 
 def tokenize(text: str) -> list[Token]:
     """Split ``text`` into tokens ending with EOF. A lexical error becomes an ERROR token (then
-    EOF), so the parser reports errors in text order, whichever phase finds them."""
+    EOF), so the parser reports errors in text order, whichever phase finds them.
+
+    One ``finditer`` pass (the last alternative of ``_TOKEN`` matches any character, so matches
+    are contiguous); the frequent kinds are built inline, since this loop runs once per token of
+    a bundle (10,000 rules: 570,000 tokens)."""
     tokens: list[Token] = []
-    match = _TOKEN.match
-    pos, end, last_end = 0, len(text), 0
-    while pos < end:
-        found = match(text, pos)
-        assert found is not None  # the last alternative matches any character
-        kind, lexeme = found.lastgroup, found.group()
+    append = tokens.append
+    last_end = 0
+    for found in _TOKEN.finditer(text):
+        kind = found.lastgroup
         if kind == "skip":
-            pos = found.end()
             continue
-        if kind == "number" and lexeme[0] == "-" and tokens and _ends_operand(tokens[-1]):
-            tokens.append(Token(PUNCT, "-", pos))
-            pos = last_end = pos + 1
-            continue
-        try:
-            token = _make_token(kind, lexeme, pos)
-        except _LexError as err:
-            tokens.append(Token(ERROR, lexeme, err.pos, err.message))
-            last_end = err.pos
-            break
-        tokens.append(token)
-        pos = last_end = found.end()
+        lexeme, pos = found.group(), found.start()
+        if kind == "word":
+            if lexeme == "_":
+                append(Token(ANON, lexeme, pos))
+            else:
+                first = lexeme[0]
+                append(Token(VAR if first == "_" or first.isupper() else NAME, lexeme, pos))
+        elif kind == "punct":
+            append(Token(PUNCT, lexeme, pos))
+        elif kind == "number" and lexeme[0] == "-" and tokens and _ends_operand(tokens[-1]):
+            # A binary minus (``Z-1``): the sign is an operator, the rest a number.
+            append(Token(PUNCT, "-", pos))
+            append(_make_token(kind, lexeme[1:], pos + 1))
+        else:
+            try:
+                append(_make_token(kind, lexeme, pos))
+            except _LexError as err:
+                append(Token(ERROR, lexeme, err.pos, err.message))
+                last_end = err.pos
+                break
+        last_end = found.end()
     tokens.append(Token(EOF, "", last_end))
     return tokens
 
 
 def _make_token(kind: str | None, lexeme: str, pos: int) -> Token:
-    if kind == "word":
-        if lexeme == "_":
-            return Token(ANON, lexeme, pos)
-        first = lexeme[0]
-        return Token(VAR if first == "_" or first.isupper() else NAME, lexeme, pos)
+    """The token of a kind other than word and punct (built inline by `tokenize`)."""
     if kind == "number":
         is_float = "." in lexeme or "e" in lexeme or "E" in lexeme
         return Token(NUMBER, lexeme, pos, float(lexeme) if is_float else int(lexeme))
