@@ -46,9 +46,7 @@ DS2 is generated with its p5 facts (``ds2(w)``), so the negations on p5 in r15 a
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +57,7 @@ from agent.engine import Program, Reasoner, Rule
 from agent.engine.parser import parse_file
 from agent.engine.reclaim import RECLAIMER
 from simulations.bench.datasets import NEIGHBOUR, Fact, ds1, ds2, turbine
+from simulations.bench.timing import timed as stopwatch
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
@@ -342,10 +341,7 @@ def timed(action: Callable[[], object]) -> float:
     """Seconds taken by ``action``, after a full collection and after the engine's background
     reclaimer has freed what earlier sections dropped, so neither is charged to this one."""
     RECLAIMER.drain()
-    gc.collect()
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
+    return stopwatch(action)
 
 
 def freed_later() -> float:

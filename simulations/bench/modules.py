@@ -18,15 +18,14 @@ times on shared machines are noisy.
 from __future__ import annotations
 
 import argparse
-import gc
 import random
 import sys
-import time
 from pathlib import Path
 
 from agent.engine import Reasoner
 from simulations.bench.datasets import ds1, ds2
 from simulations.bench.materialise import store_time
+from simulations.bench.timing import timed
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 STC_RULES = """
@@ -34,13 +33,6 @@ r1: <hasNeighbour>(X, Y) :- <hasNeighbour>(Y, X) .
 r2: <hasNeighbour>(X, Y) :- <hasNeighbour>(X, Z) and <hasNeighbour>(Z, Y) and COMP(X, !=, Y) .
 """
 TC_RULE = "t: <edge>(X, Z) :- <edge>(X, Y) and <edge>(Y, Z) ."
-
-
-def timed(action) -> float:
-    gc.collect()
-    started = time.perf_counter()
-    action()
-    return time.perf_counter() - started
 
 
 def materialise(rules, facts, modules: bool) -> tuple[Reasoner, float]:

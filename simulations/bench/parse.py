@@ -12,11 +12,10 @@ This replaces a wall-clock bound in the unit tests: speed is measured here, neve
 from __future__ import annotations
 
 import argparse
-import gc
-import time
 
 from agent.engine.gcpause import collector_paused
 from agent.engine.parser import parse_program, tokenize
+from simulations.bench.timing import timed
 
 
 def bundle_text(count: int) -> str:
@@ -35,13 +34,7 @@ def scan_only(text: str) -> None:
 
 
 def best_of(repeat: int, action) -> float:
-    times = []
-    for _ in range(repeat):
-        gc.collect()
-        started = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - started)
-    return min(times)
+    return min(timed(action) for _ in range(repeat))
 
 
 def main(argv: list[str] | None = None) -> int:
