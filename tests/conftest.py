@@ -6,6 +6,8 @@ Hypothesis profiles:
   and no ``too_slow`` health check (engine-sized examples are legitimately slow to generate).
 * ``thorough``: ten times the examples, for hunting bugs locally:
   ``HYPOTHESIS_PROFILE=thorough make test``.
+* ``long``: 120 times the examples, for one file at a time, outside CI:
+  ``HYPOTHESIS_PROFILE=long pytest tests/test_incremental_differential.py``.
 
 Fixtures: private MQTT brokers (``broker``, ``make_broker``) and the one SparkSession of the
 pytest session (``spark``; one per pytest-xdist worker that needs it), shared by the Spark job's
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.broker import Broker, mosquitto_available
+from tests.broker import Broker, DeployedBroker, mosquitto_available
 
 settings.register_profile(
     "ci",
@@ -30,6 +32,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("thorough", parent=settings.get_profile("ci"), max_examples=1000)
+# For a long hunt outside CI (hours): the stateful machines then run 3,600-7,200 examples each.
+settings.register_profile("long", parent=settings.get_profile("ci"), max_examples=12000)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 
 
@@ -62,11 +66,19 @@ def make_broker(
 ) -> Iterator[Callable[..., Broker]]:
     """Factory for started private brokers with special settings, all stopped at teardown.
 
-    ``make_broker(users={"dev1": "pw"}, acl=device_acl("farm1"))`` accepts `Broker`'s keyword
+    ``make_broker(users={"dev1": "pw"}, persistence=False)`` accepts `Broker`'s keyword
     arguments; each broker gets its own directory under the test's ``tmp_path``.
     """
     _require_mosquitto()
     yield from started_brokers(Broker, tmp_path, "broker")
+
+
+@pytest.fixture
+def make_deployed_broker(tmp_path: Path) -> Iterator[Callable[..., DeployedBroker]]:
+    """Like ``make_broker``, for brokers of the shipped configuration (``deploy/mosquitto/``):
+    ``make_deployed_broker(farms={"farm1": ["t1", "t2"]})`` (`DeployedBroker`)."""
+    _require_mosquitto()
+    yield from started_brokers(DeployedBroker, tmp_path, "deployed")
 
 
 def started_brokers(kind, tmp_path: Path, prefix: str) -> Iterator[Callable[..., object]]:

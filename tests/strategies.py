@@ -574,6 +574,35 @@ def incremental_programs() -> st.SearchStrategy[Program]:
     return st.one_of(motif_programs(), programs(), motif_programs())
 
 
+# --- Labels: rules as the cloud sends them ------------------------------------------------------
+#
+# Bundles name their rules (``hot: ...``) and replace a rule by deleting its label and adding a
+# new body under the same label in one update. A pool relabelled by :func:`labelled` gives some
+# rules a label from a small set, so that several bodies compete for one label (a replacement,
+# or a label deleted and later re-added with another body), and now and then gives one body a
+# second label (two names for one rule: deleting one name keeps the rule).
+
+LABELS = ("r1", "r2", "r3", "r4")
+
+
+@st.composite
+def labelled(draw: st.DrawFn, pools: st.SearchStrategy[Program]) -> Program:
+    """A pool from ``pools`` in which about half the rules carry a label from ``LABELS`` and
+    a few carry two (the same rule twice, under two labels)."""
+    rules: list[Rule] = []
+    for rule in draw(pools).rules:
+        roll = draw(st.integers(0, 7))
+        if roll < 4:
+            rules.append(rule)
+            continue
+        first = draw(st.sampled_from(LABELS))
+        rules.append(Rule(rule.head, rule.body, first))
+        if roll == 7:
+            second = draw(st.sampled_from([name for name in LABELS if name != first]))
+            rules.append(Rule(rule.head, rule.body, second))
+    return Program(tuple(dict.fromkeys(rules)))
+
+
 def _relation_kinds(program: Program) -> tuple[dict, dict]:
     """Column kinds of the EDB relations the program reads and of its derived relations."""
     edb = {name: EDB[name] for name in edb_relations(program)}

@@ -59,8 +59,8 @@ def test_a_rule_deleted_after_a_freeze_leaves_no_uncollectable_cycle(unfrozen) -
     reasoner.add_facts([("edge", i, i + 1) for i in range(50)])
     # (a filter, so the rule is compiled: a plain copy would go to the renaming module)
     reasoner.add_rules("r: <path>(X, Y) :- <edge>(X, Y) and COMP(X, !=, 7) .")
-    assert reasoner.executor.plans("r")
-    function = reasoner.executor.plans("r")[0].function
+    assert reasoner.plans("r")
+    function = reasoner.plans("r")[0].function
     assert not any(obj is function for obj in function.__globals__.values())
 
 

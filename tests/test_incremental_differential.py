@@ -31,8 +31,11 @@ Budget: ``max_examples`` is 60% of the active profile's (60 in CI, 600 with
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, event, note, settings
@@ -46,8 +49,10 @@ from hypothesis.stateful import (
 )
 
 from agent.engine import RDF_TYPE, Reasoner, UnknownRuleError
+from agent.engine.errors import RuleError
 from agent.engine.language import Aggregate, Negation, Program, Rule
 from agent.engine.parser import parse_program
+from agent.persistence import AgentState
 from tests.reference import evaluate, fire, from_external, to_external
 from tests.strategies import (
     CLOSURE_DERIVED_EDGES,
@@ -55,6 +60,7 @@ from tests.strategies import (
     TEMPERATURES,
     closure_pools,
     incremental_programs,
+    labelled,
     pool_facts,
 )
 
@@ -69,6 +75,9 @@ MACHINE_SETTINGS = settings(
     ],
 )
 CLOSURE_SETTINGS = settings(MACHINE_SETTINGS, stateful_step_count=30)
+PERSISTENT_SETTINGS = settings(
+    MACHINE_SETTINGS, max_examples=max(1, settings.default.max_examples * 3 // 10)
+)
 
 COVERAGE: Counter[str] = Counter()  # every event() of the machines, counted over all runs
 
@@ -113,9 +122,15 @@ def has_negation(rule: Rule) -> bool:
 
 def hyper_nodes(rules: Iterable[Rule]) -> dict[frozenset[str], bool]:
     """Strongly connected components of the rule dependency graph (rule i -> rule j when j reads
-    i's head relation, in any way), each with whether it is recursive. Computed here, apart from
-    the engine's ``dependency.py``."""
-    rules = list(rules)
+    i's head relation, in any way), each with whether it is recursive, as sets of rule names.
+    Rules with one content (``Rule.key``) are one rule of the program, known by all its names.
+    Computed here, apart from the engine's ``dependency.py``."""
+    names: dict[str, set[str]] = defaultdict(set)
+    unique: dict[str, Rule] = {}
+    for r in rules:
+        names[r.key].add(r.id)
+        unique.setdefault(r.key, r)
+    rules = list(unique.values())
     reads = [{rel for rel, _ in r.body_relations()} for r in rules]
     successors = [
         [j for j in range(len(rules)) if rules[i].head.relation in reads[j]]
@@ -132,11 +147,9 @@ def hyper_nodes(rules: Iterable[Rule]) -> dict[frozenset[str], bool]:
                 todo.extend(successors[j])
         reach.append(seen)
     nodes: dict[frozenset[str], bool] = {}
-    for i, rule_i in enumerate(rules):
-        members = frozenset(
-            [rule_i.id] + [rules[j].id for j in reach[i] if j != i and i in reach[j]]
-        )
-        nodes[members] = i in reach[i]
+    for i in range(len(rules)):
+        members = [i] + [j for j in reach[i] if j != i and i in reach[j]]
+        nodes[frozenset(name for j in members for name in names[rules[j].key])] = i in reach[i]
     return nodes
 
 
@@ -145,12 +158,14 @@ def engine_hyper_nodes(reasoner: Reasoner) -> set[frozenset[str]]:
 
 
 def round_trips(rule: Rule) -> bool:
-    """Whether the rule's text parses back to the same rule (``_`` does not: the parser names
-    it ``_1``), so that it can be added or deleted by text."""
+    """Whether the rule's text parses back to the same rule (same label, same content: an
+    anonymous ``_`` built by hand is named ``_1`` by the parser, which changes no content),
+    so that it can be added or deleted by text."""
     try:
-        return parse_program(rule.text()).rules == (rule,)
+        (parsed,) = parse_program(str(rule)).rules
     except Exception:  # noqa: BLE001 - any parse failure means "not by text"
         return False
+    return parsed.key == rule.key and parsed.label == rule.label
 
 
 def by_relation(facts: Iterable[tuple]) -> dict:
@@ -160,25 +175,57 @@ def by_relation(facts: Iterable[tuple]) -> dict:
     return grouped
 
 
+# How a rule deletion names its rule: by name (label, or key when unlabelled), by content key,
+# by text with its label (that name only), by text without label (every name of the content).
+DELETE_BY = ("name", "key", "text", "bare text")
+
+
 # ---------------------------------------------------------------------------------- the model
 class OracleMachine(RuleBasedStateMachine):
-    """The model (rules and explicit facts), the update operations applied to both model and
-    engine, and the invariant. Subclasses draw the pool and the updates."""
+    """The model (rules by name, and explicit facts), the update operations applied to both
+    model and engine, and the invariant. Subclasses draw the pool and the updates.
+
+    With ``persistent``, the engine is an :class:`AgentState` (a real SQLite file): every
+    change is committed through it, and a ``restart`` step reopens the file, so that the next
+    steps run on a reasoner loaded from disk."""
 
     reasoner_class: type[Reasoner] = Reasoner  # a sabotaged subclass must make the test fail
+    persistent = False
 
     def __init__(self) -> None:
         super().__init__()
         self.pool: list[Rule] = []
-        self.textual: set[str] = set()  # ids of pool rules that can be written as text
-        self.rules: dict[str, Rule] = {}  # the model: current rules by id ...
+        self.textual: set[Rule] = set()  # pool rules that can be written as text
+        self.rules: dict[str, Rule] = {}  # the model: current rules by name ...
         self.explicit: set[tuple] = set()  # ... and current explicit facts (logical form)
-        self.reasoner = self.reasoner_class()
+        self.state: AgentState | None = None
+        self.directory: Path | None = None
+        if self.persistent:
+            self.directory = Path(tempfile.mkdtemp(prefix="zodiac-machine-"))
+            self.state = AgentState(self.directory / "agent.db", synchronous="OFF")
+        else:
+            self._reasoner = self.reasoner_class()
         self.logical: set[tuple] = set()  # the oracle's materialisation after the last check
         self.operation = "start"  # kind of the last step, for the coverage events
         self.deleted_explicit: set[tuple] = set()  # explicit facts the last step deleted
         self.deleted_rule_facts: set[tuple] = set()  # facts the rules it deleted derived
         self.steps = 0
+
+    @property
+    def reasoner(self) -> Reasoner:
+        return self.state.reasoner if self.state is not None else self._reasoner
+
+    def teardown(self) -> None:
+        if self.state is not None:
+            self.state.close()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def apply(self, **change) -> dict:
+        """One change, through the agent's state (committed to SQLite) or the reasoner."""
+        if self.state is not None:
+            return self.state.apply(**change)
+        return self.reasoner.update(**change)
 
     # ------------------------------------------------------------------ set-up and logging
     def log(self, text: str) -> None:
@@ -188,9 +235,10 @@ class OracleMachine(RuleBasedStateMachine):
 
     def start(self, pool: Program, rules: list[Rule], facts: list[tuple], rules_first: bool):
         self.pool = list(pool.rules)
-        self.textual = {r.id for r in self.pool if round_trips(r)}
+        self.textual = {r for r in self.pool if round_trips(r)}
         COVERAGE["(runs)"] += 1
         note("rule pool:\n" + "\n".join(f"  [{r.id}] {r.text()}" for r in self.pool))
+        rules = self.addable(rules)
         if rules_first:
             self.add_rules(rules, as_text=False)
             self.add_facts(facts)
@@ -202,13 +250,48 @@ class OracleMachine(RuleBasedStateMachine):
     def name(self, rule: Rule) -> str:
         return f"[{rule.id}] {rule.text()}"
 
+    def addable(self, rules: list[Rule], present: dict[str, Rule] | None = None) -> list[Rule]:
+        """The rules that can be added together to ``present`` (the model by default): at
+        most one rule per name, and none whose name is taken by a different content."""
+        taken = dict(self.rules if present is None else present)
+        chosen: list[Rule] = []
+        for r in rules:
+            known = taken.get(r.id)
+            if known is None or known.key == r.key:
+                taken[r.id] = r
+                chosen.append(r)
+        return chosen
+
+    def deleted_names(self, rules: list[Rule], how: list[str]) -> tuple[list[str], set[str]]:
+        """What to pass to ``delete_rules`` for ``rules`` named ``how`` (see DELETE_BY), and
+        the names the model loses: a key or a bare text names every name of that content."""
+        items: list[str] = []
+        names: set[str] = set()
+        for given, by in zip(rules, how, strict=True):
+            items.append(
+                {"name": given.id, "key": given.key, "text": str(given), "bare text": given.text()}[
+                    by
+                ]
+            )
+            if by == "name" or (by == "text" and given.label):
+                names.add(given.id)
+            else:
+                names |= {n for n, r in self.rules.items() if r.key == given.key}
+        return items, names
+
+    def draw_how(self, data: st.DataObject, rule: Rule) -> str:
+        return data.draw(st.sampled_from(DELETE_BY if rule in self.textual else DELETE_BY[:2]))
+
     # ------------------------------------------------------------------ operations
     def add_facts(self, facts: list[tuple]) -> None:
         self.log(f"add_facts {show(facts)}")
         new = len(set(facts) - self.explicit)
         if any(f[0] in self.heads() for f in facts):
             record("explicit fact of a derived relation added")
-        added = self.reasoner.add_facts(external(facts))
+        if self.state is not None:
+            added = self.apply(add_facts=external(facts))["facts_added"]
+        else:
+            added = self.reasoner.add_facts(external(facts))
         self.explicit |= set(facts)
         self.operation = "insert"
         assert added == new, f"add_facts returned {added}, but {new} facts were new"
@@ -218,7 +301,10 @@ class OracleMachine(RuleBasedStateMachine):
         gone = set(facts) & self.explicit
         if set(facts) - self.explicit:
             record("delete_facts with facts that are not explicit")
-        removed = self.reasoner.delete_facts(external(facts))
+        if self.state is not None:
+            removed = self.apply(delete_facts=external(facts))["facts_deleted"]
+        else:
+            removed = self.reasoner.delete_facts(external(facts))
         self.explicit -= gone
         self.operation = "delete"
         self.deleted_explicit = gone
@@ -230,32 +316,48 @@ class OracleMachine(RuleBasedStateMachine):
         how = "as text" if as_text else "as AST"
         self.log(f"add_rules {how}:\n" + "\n".join(f"    {self.name(r)}" for r in rules))
         before = hyper_nodes(self.rules.values())
-        source = "\n".join(r.text() for r in rules) if as_text else Program(tuple(rules))
-        ids = self.reasoner.add_rules(source)
-        assert ids == [r.id for r in rules], f"add_rules returned {ids}"
+        source = "\n".join(map(str, rules)) if as_text else Program(tuple(rules))
+        if self.state is not None:
+            report = self.apply(add_rules=source)
+            new = list(dict.fromkeys(r.id for r in rules if r.id not in self.rules))
+            assert report["rules_added"] == new, f"rules_added is {report['rules_added']}"
+        else:
+            ids = self.reasoner.add_rules(source)
+            assert ids == [r.id for r in rules], f"add_rules returned {ids}"
         if all(r.id in self.rules for r in rules):
             record("add_rules of rules already present")
+        if any(r.label for r in rules):
+            record("labelled rule added")
+        if any(r.id not in self.rules and r.key in self.program_keys() for r in rules):
+            record("second name for a rule already present")
         self.rules.update((r.id, r) for r in rules)
         self.operation = "insert"
         self.count_graph_changes(before)
 
-    def delete_rules(self, rules: list[Rule], by_text: list[bool]) -> None:
+    def delete_rules(self, rules: list[Rule], how: list[str]) -> None:
+        items, names = self.deleted_names(rules, how)
         self.log(
             "delete_rules:\n"
-            + "\n".join(
-                f"    by {'text' if t else 'id'} {self.name(r)}"
-                for r, t in zip(rules, by_text, strict=True)
-            )
+            + "\n".join(f"    by {b} {self.name(r)}" for r, b in zip(rules, how, strict=True))
         )
         before = hyper_nodes(self.rules.values())
-        deleted = self.reasoner.delete_rules(
-            [r.text() if t else r.id for r, t in zip(rules, by_text, strict=True)]
-        )
-        assert sorted(deleted) == sorted(r.id for r in rules), f"delete_rules returned {deleted}"
+        if self.state is not None:
+            deleted = self.apply(delete_rules=items)["rules_deleted"]
+        else:
+            deleted = self.reasoner.delete_rules(items)
+        assert sorted(deleted) == sorted(names), f"delete_rules returned {deleted}"
+        for by in how:
+            record(f"rule deleted by {by}")
         old = by_relation(self.logical)
-        self.deleted_rule_facts = set().union(*(fire(r, 0, old, set()) for r in rules))
-        for r in rules:
-            del self.rules[r.id]
+        gone_keys = {self.rules[n].key for n in names} - {
+            r.key for n, r in self.rules.items() if n not in names
+        }
+        if {self.rules[n].key for n in names} - gone_keys:
+            record("a name deleted, the rule kept under another name")
+        gone = [r for r in self.rules.values() if r.key in gone_keys]
+        self.deleted_rule_facts = set().union(*(fire(r, 0, old, set()) for r in gone))
+        for n in names:
+            del self.rules[n]
         self.operation = "delete"
         self.count_graph_changes(before)
 
@@ -265,7 +367,18 @@ class OracleMachine(RuleBasedStateMachine):
         items = [r.id for r in known] + unknown
         self.log(f"delete_rules (must fail) {items}")
         with pytest.raises(UnknownRuleError):
-            self.reasoner.delete_rules(items)
+            if self.state is not None:
+                self.apply(delete_rules=items)
+            else:
+                self.reasoner.delete_rules(items)
+        self.operation = "none"
+
+    def add_conflicting_rule(self, rule: Rule) -> None:
+        """A rule whose label names a different rule already: refused, nothing changes."""
+        self.log(f"add_rules (must fail: label taken by {self.rules[rule.id]}) {self.name(rule)}")
+        with pytest.raises(RuleError, match="already used by a different rule"):
+            self.apply(add_rules=Program((rule,)))
+        record("label taken by another body refused")
         self.operation = "none"
 
     def update(
@@ -274,32 +387,54 @@ class OracleMachine(RuleBasedStateMachine):
         delete_rules: list[Rule],
         add_facts: list[tuple],
         delete_facts: list[tuple],
+        how: list[str] | None = None,
     ) -> None:
+        how = how or ["name"] * len(delete_rules)
+        items, names = self.deleted_names(delete_rules, how)
         self.log(
             "update:\n"
             + "".join(f"    + {self.name(r)}\n" for r in add_rules)
-            + "".join(f"    - {self.name(r)}\n" for r in delete_rules)
+            + "".join(
+                f"    - by {b} {self.name(r)}\n" for r, b in zip(delete_rules, how, strict=True)
+            )
             + f"    + facts {show(add_facts)}\n    - facts {show(delete_facts)}"
         )
         before = hyper_nodes(self.rules.values())
-        self.reasoner.update(
+        replaced = {r.id for r in add_rules if r.id in names and r.key != self.rules[r.id].key}
+        self.apply(
             add_rules=Program(tuple(add_rules)),
-            delete_rules=[r.id for r in delete_rules],
+            delete_rules=items,
             add_facts=external(add_facts),
             delete_facts=external(delete_facts),
         )
-        for r in delete_rules:
-            del self.rules[r.id]
+        for n in names:
+            del self.rules[n]
         self.rules.update((r.id, r) for r in add_rules)
         self.explicit -= set(delete_facts)
         self.explicit |= set(add_facts)
         self.operation = "update"
         record("mixed update")
+        if replaced:
+            record("labelled rule replaced in one update")
         self.count_graph_changes(before)
+
+    def restart(self) -> None:
+        """Close the SQLite state and open it again: the reasoner is loaded, not recomputed."""
+        assert self.state is not None and self.directory is not None
+        self.log("restart from SQLite")
+        self.state.close()
+        self.state = AgentState(self.directory / "agent.db", synchronous="OFF")
+        assert self.state.load_report.how == "loaded", self.state.load_report.how
+        assert set(self.reasoner.rules) == set(self.rules)
+        record("restarted from SQLite")
+        self.operation = "none"
 
     # ------------------------------------------------------------------ coverage
     def heads(self) -> set[str]:
         return {r.head.predicate for r in self.rules.values()}
+
+    def program_keys(self) -> set[str]:
+        return {r.key for r in self.rules.values()}
 
     def count_graph_changes(self, before: dict[frozenset[str], bool]) -> None:
         after = hyper_nodes(self.rules.values())
@@ -349,7 +484,8 @@ class OracleMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ the invariant
     @invariant()
     def agrees_with_oracle_and_fresh_engine(self) -> None:
-        program = Program(tuple(self.rules.values()))
+        # The program has one rule per content: two names for one rule are one rule.
+        program = Program(tuple({r.key: r for r in self.rules.values()}.values()))
         logical = evaluate(program, self.explicit).facts
         wanted = {to_external(f) for f in logical}
         self.count_changes(self.logical, logical)
@@ -358,7 +494,7 @@ class OracleMachine(RuleBasedStateMachine):
         assert_same(actual, wanted, f"after step {self.steps}, engine vs reference evaluator")
 
         fresh = self.reasoner_class()
-        fresh.add_rules(program)
+        fresh.add_rules(Program(tuple(self.rules.values())))
         fresh.add_facts(external(self.explicit))
         assert_same(actual, engine_facts(fresh), f"after step {self.steps}, engine vs fresh engine")
 
@@ -380,7 +516,7 @@ class OracleMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ shared steps
     def absent_pool_rules(self) -> list[Rule]:
-        return [r for r in self.pool if r.id not in self.rules]
+        return [r for r in self.pool if self.rules.get(r.id) != r]
 
     def draw_rules(self, data: st.DataObject, rules: list[Rule], most: int) -> list[Rule]:
         if not rules:
@@ -389,8 +525,10 @@ class OracleMachine(RuleBasedStateMachine):
 
     def fail_to_delete_rules(self, data: st.DataObject) -> None:
         """Delete absent rules (some maybe with present ones): an error, nothing changes."""
-        absent = self.absent_pool_rules()
-        choices = [r.id for r in absent] + [r.text() for r in absent if r.id in self.textual]
+        keys = self.program_keys()
+        absent = [r for r in self.absent_pool_rules() if r.key not in keys]
+        choices = [r.id for r in absent if r.id not in self.rules]
+        choices += [r.text() for r in absent if r in self.textual]
         choices += ["h000000000000", "<nothing>(X) :- <nowhere>(X) ."]
         unknown = data.draw(st.lists(st.sampled_from(choices), min_size=1, max_size=2))
         known = self.draw_rules(data, list(self.rules.values()), 2)
@@ -411,15 +549,37 @@ class OracleMachine(RuleBasedStateMachine):
                 found.append(r)
         return found
 
+    def replacements(self) -> list[tuple[Rule, Rule]]:
+        """(present rule, pool rule with the same label and another content) pairs."""
+        return [
+            (present, other)
+            for present in self.rules.values()
+            if present.label
+            for other in self.pool
+            if other.label == present.label and other.key != present.key
+        ]
+
     @precondition(lambda self: hasattr(self.reasoner_class, "update"))
     @rule(data=st.data())
     def mixed_update(self, data: st.DataObject) -> None:
         """Rules and facts inserted and deleted in one ``update`` call. Now and then a rule or a
-        fact is both deleted and inserted: deletions apply first, so it stays."""
+        fact is both deleted and inserted: deletions apply first, so it stays. Half the time
+        when the pool allows it, a labelled rule is replaced: its label deleted and another
+        body added under it."""
         present = list(self.rules.values())
-        delete_rules = self.draw_rules(data, present, 2) if data.draw(st.booleans()) else []
-        candidates = self.absent_pool_rules() if data.draw(st.integers(0, 3)) else self.pool
-        add_rules = self.draw_rules(data, candidates, 2) if data.draw(st.booleans()) else []
+        replacements = self.replacements()
+        if replacements and data.draw(st.booleans()):
+            old, new = data.draw(st.sampled_from(replacements))
+            delete_rules = [old]
+            add_rules = [new]
+        else:
+            delete_rules = self.draw_rules(data, present, 2) if data.draw(st.booleans()) else []
+            candidates = self.absent_pool_rules() if data.draw(st.integers(0, 3)) else self.pool
+            add_rules = self.draw_rules(data, candidates, 2) if data.draw(st.booleans()) else []
+        how = [self.draw_how(data, r) for r in delete_rules]
+        _, gone = self.deleted_names(delete_rules, how)
+        remaining = {n: r for n, r in self.rules.items() if n not in gone}
+        add_rules = self.addable(add_rules, remaining)
         add_facts = data.draw(st.lists(self.fact_strategy(), max_size=4))
         explicit = sorted(self.explicit, key=repr)
         delete_facts = (
@@ -427,7 +587,15 @@ class OracleMachine(RuleBasedStateMachine):
         )
         if add_facts and data.draw(st.integers(0, 3)) == 0:
             delete_facts.append(data.draw(st.sampled_from(add_facts)))
-        self.update(add_rules, delete_rules, add_facts, delete_facts)
+        self.update(add_rules, delete_rules, add_facts, delete_facts, how)
+
+    @rule(data=st.data())
+    def refuse_taken_label(self, data: st.DataObject) -> None:
+        """Adding a body under a label that names another body (without deleting it in the
+        same update) is refused and changes nothing."""
+        replacements = self.replacements()
+        if replacements:
+            self.add_conflicting_rule(data.draw(st.sampled_from(replacements))[1])
 
     def fact_strategy(self) -> st.SearchStrategy[tuple]:
         raise NotImplementedError
@@ -439,7 +607,7 @@ class RulePoolMachine(OracleMachine):
     (plus ``mixed_update``), each choosing what to do with even odds, so that insertions and
     deletions stay balanced."""
 
-    @initialize(pool=incremental_programs(), data=st.data())
+    @initialize(pool=labelled(incremental_programs()), data=st.data())
     def setup(self, pool: Program, data: st.DataObject) -> None:
         self.pool_program = pool
         rules = [r for r in pool.rules if data.draw(st.integers(0, 3)) < 3]  # 0: simplest
@@ -477,8 +645,8 @@ class RulePoolMachine(OracleMachine):
         text; now and then a deletion of absent rules, which must fail."""
         structural = self.structural_rules()
         if data.draw(st.sampled_from(["insert", "delete"])) == "insert":
-            absent = self.absent_pool_rules()
-            merging = [r for r in structural if r.id not in self.rules]
+            absent = self.addable(self.absent_pool_rules())
+            merging = self.addable([r for r in structural if r.id not in self.rules])
             if merging and data.draw(st.booleans()):
                 rules = [data.draw(st.sampled_from(merging))]
                 rules += self.draw_rules(data, absent, 1) if data.draw(st.booleans()) else []
@@ -487,23 +655,38 @@ class RulePoolMachine(OracleMachine):
                 rules = self.draw_rules(data, absent, 2)
             else:  # present ones too: a no-op for them
                 rules = self.draw_rules(data, self.pool, 2)
-            as_text = all(r.id in self.textual for r in rules) and data.draw(st.booleans())
+            rules = self.addable(rules)
+            as_text = all(r in self.textual for r in rules) and data.draw(st.booleans())
             self.add_rules(rules, as_text)
             return
         if not self.rules or data.draw(st.integers(0, 5)) == 0:
             self.fail_to_delete_rules(data)
             return
-        splitting = [r for r in structural if r.id in self.rules]
+        splitting = [r for r in structural if self.rules.get(r.id) == r]
         if splitting and data.draw(st.booleans()):
             rules = [data.draw(st.sampled_from(splitting))]
         else:
             rules = self.draw_rules(data, list(self.rules.values()), 2)
-        by_text = [r.id in self.textual and data.draw(st.booleans()) for r in rules]
-        self.delete_rules(rules, by_text)
+        self.delete_rules(rules, [self.draw_how(data, r) for r in rules])
 
 
 TestRulePoolMachine = RulePoolMachine.TestCase
 TestRulePoolMachine.settings = MACHINE_SETTINGS
+
+
+class PersistentRulePoolMachine(RulePoolMachine):
+    """The rule-pool machine with every change committed to a real SQLite file through the
+    agent's :class:`AgentState`, and restarts from that file between steps."""
+
+    persistent = True
+
+    @rule()
+    def restart_from_disk(self) -> None:
+        self.restart()
+
+
+TestPersistentRulePoolMachine = PersistentRulePoolMachine.TestCase
+TestPersistentRulePoolMachine.settings = PERSISTENT_SETTINGS
 
 
 # ---------------------------------------------------------------------------------- machine 2
@@ -511,7 +694,7 @@ class ClosureMachine(OracleMachine):
     """Closure programs (RS1/RS2/RS3-like, transitive closure, rules bridging them) over 5-8
     nodes; mostly edge insertions and deletions, so that components merge and split."""
 
-    @initialize(pool=closure_pools(), size=st.integers(5, 8), data=st.data())
+    @initialize(pool=labelled(closure_pools()), size=st.integers(5, 8), data=st.data())
     def setup(self, pool: Program, size: int, data: st.DataObject) -> None:
         self.nodes = [f"w{i}" for i in range(size)]
         read = {rel for r in pool.rules for rel, _ in r.body_relations()}
@@ -648,11 +831,13 @@ class ClosureMachine(OracleMachine):
             chosen = data.draw(st.sampled_from(structural))
         else:
             chosen = data.draw(st.sampled_from(self.pool))
-        textual = chosen.id in self.textual and data.draw(st.booleans())
-        if chosen.id in self.rules:
-            self.delete_rules([chosen], [textual])
-        else:
+        if self.rules.get(chosen.id) == chosen:
+            self.delete_rules([chosen], [self.draw_how(data, chosen)])
+        elif self.addable([chosen]):
+            textual = chosen in self.textual and data.draw(st.booleans())
             self.add_rules([chosen], as_text=textual)
+        else:  # its label names another body: replace that one in one update
+            self.update([chosen], [self.rules[chosen.id]], [], [])
 
 
 TestClosureMachine = ClosureMachine.TestCase

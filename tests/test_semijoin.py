@@ -53,7 +53,7 @@ def test_semijoin_shapes_equal_the_reference(rule, semijoin, q, r, u, s, t, gone
     reasoner.add_rules(text)
     check(reasoner, text, facts)
     # (a plan with a positive atom that has no facts is compiled to a bare return)
-    sources = [entry.source for entry in reasoner.executor.plans("h1")]
+    sources = [entry.source for entry in reasoner.plans("h1")]
     compiled = [source for source in sources if "return" not in source]
     if compiled:
         assert any("semi-join" in source for source in compiled) is semijoin, compiled

@@ -6,6 +6,7 @@ Layers, each knowing only the one below: ``parser`` (text -> ``language`` AST) -
 facade.
 """
 
+from .budget import Budget, BudgetExceeded
 from .errors import (
     ParseError,
     RuleError,
@@ -20,6 +21,8 @@ from .reasoner import Reasoner
 
 __all__ = [
     "RDF_TYPE",
+    "Budget",
+    "BudgetExceeded",
     "Derivation",
     "Literal",
     "ParseError",

@@ -2,7 +2,7 @@
 
 For one rule and one delta position the generated function looks like::
 
-    def rule(S, D, out, ERR):
+    def rule(S, D, out, ERR, GUARD):
         I1_0 = S[1][0].index((0,))
         for _once in ONCE:
             for v0, v1 in D:                      # Δ p11(X, Z)
@@ -13,9 +13,10 @@ For one rule and one delta position the generated function looks like::
 
 No dictionary of bindings per match: variables are Python locals holding term ids. ``S`` gives,
 per body position, the list of relations the atom reads (a DataStoreBag lookup done once per
-call), ``D`` the delta set when the plan has a delta atom, ``out`` the set receiving head tuples
-and ``ERR`` a one-element list counting run-time errors (a failing bind or comparison drops the
-substitution and counts, see docs/semantics.md).
+call), ``D`` the delta set when the plan has a delta atom, ``out`` the set receiving head tuples,
+``ERR`` a one-element list counting run-time errors (a failing bind or comparison drops the
+substitution and counts, see docs/semantics.md) and ``GUARD`` the update's budget guard: the
+outermost loop over facts starts with ``if len(out) > GUARD.cap: GUARD.pulse(out)`` (budget.py).
 
 The innermost atom is emitted as a C-level ``zip``/set operation when its only new variable
 flows straight to the head (possibly minus ``!=`` exclusions): on closure rules that is where
@@ -149,9 +150,13 @@ RUNTIME = {
     "NE": _ne,
 }
 _ARITH = {"+": "ADD", "-": "SUB", "*": "MUL", "/": "DIV"}
+# Python allows 20 statically nested blocks in a function: deeper plans are split into nested
+# functions (see ``_RuleGenerator.regenerate_segmented``).
+MAX_NESTING = 17
+SEGMENT_NESTING = 12
 _VALUE_COMPARE = {"<": "LT", "<=": "LE", ">": "GT", ">=": "GE", "=": "EQ", "!=": "NE"}
 
-CompiledRule = Callable[[Sequence[list], object, set, list], None]
+CompiledRule = Callable[[Sequence[list], object, set, list, object], None]
 
 
 class _Emitter:
@@ -261,9 +266,17 @@ class _RuleGenerator:
 
     # -- generation --------------------------------------------------------------------
     def generate(self, name: str) -> str:
+        source = self.generate_flat(name)
+        depth = max(len(line) - len(line.lstrip()) for line in source.splitlines()) // 4
+        if depth > MAX_NESTING:
+            lines = [f"def {name}(S, D, out, ERR, GUARD):", *self.regenerate_segmented()]
+            source = "\n".join(lines) + "\n"
+        return with_budget_pulse(source)
+
+    def generate_flat(self, name: str) -> str:
         steps = self.plan.steps
         out = self.out
-        header = [f"def {name}(S, D, out, ERR):"]
+        header = [f"def {name}(S, D, out, ERR, GUARD):"]
         for step in steps:
             if (
                 isinstance(step, ScanStep)
@@ -296,6 +309,40 @@ class _RuleGenerator:
             head = [self.term_id(t) for t in self.head_terms]
             out.line(f"out.add({self.tuple_code(head)})")
         return "\n".join(header + out.lines) + "\n"
+
+    # -- deep plans: loops nested in several functions ----------------------------------
+    def regenerate_segmented(self) -> list[str]:
+        """The plan again, its loops spread over nested functions ``_seg1``, ``_seg2``...,
+        each called from the innermost loop of the one before with the variables bound so
+        far. Python refuses more than 20 statically nested blocks in one function (and a
+        rule of 10 atoms over two stores each needs 21), so a plan deeper than
+        ``MAX_NESTING`` is cut every ``SEGMENT_NESTING`` levels. The C-level innermost step
+        is not used here: such rules are rare, and correctness is the point."""
+        self.names, self.temp, self.constant_values = {}, 0, []
+        self.out = _Emitter()
+        self.emit_preamble()
+        preamble = self.out.lines
+        main = _Emitter()
+        main.line("for _once in ONCE:")
+        main.indent()
+        self.out, current, segments = main, main, []
+        for step in self.plan.steps:
+            if current.depth >= SEGMENT_NESTING:
+                name = f"_seg{len(segments) + 1}"
+                params = ", ".join(self.names.values())
+                current.line(f"{name}({params})")
+                current = _Emitter()
+                current.line(f"def {name}({params}):")
+                current.indent()
+                current.line("for _once in ONCE:")
+                current.indent()
+                segments.append(current)
+                self.out = current
+            self.emit_steps([step])
+        head = [self.term_id(t) for t in self.head_terms]
+        current.line(f"out.add({self.tuple_code(head)})")
+        self.out = main
+        return preamble + [line for segment in segments for line in segment.lines] + main.lines
 
     # -- projections: a whole relation copied, permuted or projected in one C-level call -----
     def projection_columns(self) -> list[int] | None:
@@ -761,6 +808,24 @@ class _RuleGenerator:
             bucket if term == new else f"repeat({self.term_id(term)})" for term in self.head_terms
         ]
         out.line(f"out.update(zip({', '.join(columns)}))")
+
+
+def with_budget_pulse(source: str) -> str:
+    """Insert the budget check (agent/engine/budget.py) at the top of the outermost loop over
+    facts: the first ``for`` after ``for _once in ONCE:`` that is not a loop over a tuple of
+    sources. A rule with no such loop (C-level projections and semi-joins) produces at most
+    as many facts as one relation holds, and is checked before and after by its module."""
+    lines = source.split("\n")
+    started = False
+    for number, line in enumerate(lines):
+        text = line.strip()
+        if text == "for _once in ONCE:":
+            started = True
+        elif started and text.startswith("for ") and not text.endswith(",):"):
+            indent = len(line) - len(line.lstrip()) + 4
+            lines.insert(number + 1, " " * indent + "if len(out) > GUARD.cap: GUARD.pulse(out)")
+            break
+    return "\n".join(lines)
 
 
 def _is_term(expr: Expr) -> bool:

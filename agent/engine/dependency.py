@@ -18,8 +18,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .errors import RuleError, StratificationError
-from .language import Rule
-from .store import RelationKey
+from .language import RelationKey, Rule
 
 POSITIVE = "positive"
 NEGATIVE = "negative"
@@ -46,8 +45,9 @@ class HyperNode:
     name: str = ""
 
     @property
-    def rule_ids(self) -> frozenset[str]:
-        return frozenset(r.id for r in self.rules)
+    def rule_keys(self) -> frozenset[str]:
+        """The content keys of its rules: the hyper-node's identity (see ``Rule.key``)."""
+        return frozenset(r.key for r in self.rules)
 
     def __repr__(self) -> str:
         return f"HyperNode({self.name or '?'}: {', '.join(r.id for r in self.rules)})"
@@ -67,11 +67,11 @@ class HyperGraph:
     def predecessors(self, index: int) -> list[int]:
         return sorted({i for (i, j) in self.positive | self.negative if j == index})
 
-    def node_of_rule(self, rule_id: str) -> int:
+    def node_of_rule(self, rule_key: str) -> int:
         for index, node in enumerate(self.nodes):
-            if any(r.id == rule_id for r in node.rules):
+            if any(r.key == rule_key for r in node.rules):
                 return index
-        raise KeyError(rule_id)
+        raise KeyError(rule_key)
 
 
 def rule_edges(rules: Sequence[Rule]) -> list[RuleEdge]:

@@ -8,14 +8,34 @@ planner for an order (using those relations' sizes), compiles the plan once per
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import enum
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+from .budget import NO_GUARD, BudgetGuard
 from .compiler import CompiledRule, RuleCompiler
 from .language import Atom, Negation, Rule, Term
 from .planner import Plan, plan_rule
 from .store import DataStoreBag, Relation
 from .terms import TermDictionary
+
+
+class Variant(enum.Enum):
+    """Which form of a rule a compiled plan evaluates. Modules evaluate a rule in several
+    forms besides the rule itself (see ``modules/deltas.py``); each is cached apart, under the
+    rule's content key, so forgetting a rule forgets every form of it."""
+
+    RULE = "rule"  # the rule as written
+    OVERDELETE = "overdelete"  # over the old state, negations dropped (overdeletion seeds)
+    ENABLE = "enable"  # a negated atom matched against facts deleted from its relation
+    CHECK = "check"  # head bound: does a candidate still have a derivation?
+    REMOVED = "removed"  # a deleted rule over the old state (what it used to derive)
+    AGGREGATE_BODY = "aggregate body"  # an aggregate's substitutions
+    AGGREGATE_GROUPS = "aggregate groups"  # the substitutions of some groups only
+    AGGREGATE_HEAD = "aggregate head"  # the head built from aggregated rows
+
+
+CacheKey = tuple[str, Variant, Hashable, int | None, tuple[int, ...]]
 
 
 @dataclass
@@ -29,8 +49,9 @@ class CompiledEntry:
 class Executor:
     terms: TermDictionary
     errors: list[int] = field(default_factory=lambda: [0])
+    guard: BudgetGuard = NO_GUARD  # the running update's budget (set by the update driver)
     _compiler: RuleCompiler | None = None
-    _cache: dict[tuple, CompiledEntry] = field(default_factory=dict)
+    _cache: dict[CacheKey, CompiledEntry] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._compiler = RuleCompiler(self.terms)
@@ -61,19 +82,22 @@ class Executor:
         body: Sequence | None = None,
         head_terms: Sequence[Term] | None = None,
         sources: list[list[Relation]] | None = None,
-        cache_key: str | None = None,
+        variant: Variant = Variant.RULE,
+        detail: Hashable = None,
         exists: bool = False,
     ) -> None:
-        """Evaluate ``rule`` (or ``body`` with ``head_terms``), adding head tuples to ``out``."""
+        """Evaluate ``rule`` (or ``body`` with ``head_terms``: the rule in another form, named
+        by ``variant`` and ``detail``), adding head tuples to ``out``."""
         items = rule.body if body is None else body
         if sources is None:
             sources = self.sources(items, view)
         counts = tuple(len(s) for s in sources)
-        key = (cache_key or rule.id, delta_position, counts)
+        key = (rule.key, variant, detail, delta_position, counts)
         entry = self._cache.get(key)
         if entry is None:
             entry = self.compile(rule, items, sources, delta_position, head_terms, key, exists)
-        entry.function(sources, delta, out, self.errors)
+        self.guard.tick()
+        entry.function(sources, delta, out, self.errors, self.guard)
 
     def compile(
         self,
@@ -82,7 +106,7 @@ class Executor:
         sources: list[list[Relation]],
         delta_position: int | None,
         head_terms: Sequence[Term] | None,
-        key: tuple,
+        key: CacheKey,
         exists: bool = False,
     ) -> CompiledEntry:
         def size_of(position: int) -> int:
@@ -95,17 +119,19 @@ class Executor:
         self._cache[key] = entry
         return entry
 
-    def forget(self, rule_ids: set[str] | None = None) -> None:
-        """Drop compiled plans (all, or those of some rules): plans embed store counts and
-        size-based orders, so they are rebuilt after the program changes."""
-        if rule_ids is None:
+    def forget(self, rule_keys: set[str] | None = None) -> None:
+        """Drop compiled plans (all, or every variant of some rules, by content key): plans
+        embed store counts and size-based orders, so they are rebuilt after the program
+        changes."""
+        if rule_keys is None:
             self._cache.clear()
             return
-        for key in [k for k in self._cache if k[0] in rule_ids]:
+        for key in [k for k in self._cache if k[0] in rule_keys]:
             del self._cache[key]
 
-    def plans(self, rule_id: str) -> list[CompiledEntry]:
-        return [entry for key, entry in self._cache.items() if key[0] == rule_id]
+    def plans(self, rule_key: str) -> list[CompiledEntry]:
+        """The compiled plans of one rule (by content key), every variant."""
+        return [entry for key, entry in self._cache.items() if key[0] == rule_key]
 
     @property
     def error_count(self) -> int:

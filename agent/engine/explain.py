@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .compiler import _ARITH, _VALUE_COMPARE, EVAL_ERRORS, RUNTIME
 from .errors import ZodiacError
 from .language import (
-    RDF_TYPE,
     Aggregate,
     Atom,
     BinaryOp,
@@ -32,9 +30,7 @@ from .language import (
 )
 from .planner import BindStep, FilterStep, NegationStep, ScanStep, plan_rule
 from .store import RelationKey
-
-if TYPE_CHECKING:
-    from .reasoner import Reasoner
+from .view import MaterialisedView
 
 SEARCH_BUDGET = 2_000_000
 
@@ -74,36 +70,17 @@ def _format_fact(fact: tuple) -> str:
 
 
 class _Search:
-    def __init__(self, reasoner: Reasoner) -> None:
-        self.reasoner = reasoner
-        self.values = reasoner.terms.values
+    def __init__(self, view: MaterialisedView) -> None:
+        self.view = view
+        self.terms = view.terms
+        self.values = view.terms.values
         self.proved: dict[tuple, Derivation] = {}
         self.failed: dict[tuple, int] = {}
         self.steps = 0
-        self.rules_by_head: dict[RelationKey, list[Rule]] = {}
-        for node in reasoner.nodes:
-            for rule in node.rules:
-                self.rules_by_head.setdefault(rule.head.relation, []).append(rule)
-
-    def external(self, key: RelationKey, args: tuple[int, ...]) -> tuple:
-        name, arity = key
-        decoded = tuple(self.values[a] for a in args)
-        if arity == 1:
-            return (RDF_TYPE, decoded[0], name)
-        return (name, *decoded)
-
-    def explicit(self, key: RelationKey, args: tuple[int, ...]) -> bool:
-        relation = self.reasoner.edb.get(key)
-        return relation is not None and args in relation
-
-    def holders(self, key: RelationKey):
-        relation = self.reasoner.edb.get(key)
-        if relation is not None and len(relation):
-            yield relation
-        for node in self.reasoner.nodes:
-            relation = node.idb.get(key)
-            if relation is not None and len(relation):
-                yield relation
+        self.rules_by_head = view.rules_by_head()
+        self.external = view.external
+        self.explicit = view.explicit
+        self.holders = view.holders
 
     def prove(self, key: RelationKey, args: tuple[int, ...], height: int) -> Derivation | None:
         fact = (key, args)
@@ -128,9 +105,10 @@ class _Search:
     ) -> Derivation | None:
         aggregate = rule.aggregate()
         if aggregate is not None:
-            for node in self.reasoner.nodes:
-                relation = node.idb.get(key)
-                if rule in node.rules and relation is not None and args in relation:
+            node = self.view.node_of(rule)
+            if node is not None:
+                relation = node.store.get(key)
+                if relation is not None and args in relation:
                     return Derivation(
                         self.external(key, args),
                         rule.id,
@@ -159,7 +137,7 @@ class _Search:
     def term_id(self, term, binding: dict[Variable, int]) -> int:
         if isinstance(term, Variable):
             return binding[term]
-        found = self.reasoner.terms.lookup(term.value)
+        found = self.terms.lookup(term.value)
         return -1 if found is None else found
 
     def describe_negated(self, atom: Atom, binding: dict[Variable, int]) -> str:
@@ -271,15 +249,15 @@ class _Search:
 
     def bind(self, bind: Bind, binding: dict[Variable, int]) -> int | None:
         try:
-            return self.reasoner.terms.encode(self.value(bind.expr, binding))
+            return self.terms.encode(self.value(bind.expr, binding))
         except EVAL_ERRORS:
             return None
 
 
-def explain_fact(reasoner: Reasoner, key: RelationKey, args: tuple[int, ...]) -> Derivation:
-    search = _Search(reasoner)
+def explain_fact(view: MaterialisedView, key: RelationKey, args: tuple[int, ...]) -> Derivation:
+    search = _Search(view)
     height = 1
-    limit = max(2, reasoner.count()) * 2
+    limit = max(2, view.count()) * 2
     while height <= limit:
         found = search.prove(key, args, height)
         if found is not None:

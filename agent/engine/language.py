@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
@@ -64,6 +65,7 @@ class Literal:
 
 
 Value = str | int | float | bool | Literal
+RelationKey = tuple[str, int]  # a relation: (predicate, arity)
 
 
 def is_number(value: object) -> bool:
@@ -243,6 +245,16 @@ class Aggregate:
 
 BodyItem = Atom | Negation | Comparison | Bind | Aggregate
 
+
+def atom_fact(atom: Atom) -> tuple:
+    """A ground atom as a fact tuple ``(predicate, *values)``; a unary (class) atom ``<C>(x)``
+    is the triple ``(rdf:type, x, C)``, as the reasoner reads and yields facts."""
+    values = tuple(term.value for term in atom.terms)  # type: ignore[union-attr]
+    if len(values) == 1:
+        return (RDF_TYPE, values[0], atom.predicate)
+    return (atom.predicate, *values)
+
+
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 
 
@@ -266,19 +278,46 @@ def item_variables(item: BodyItem) -> set[Variable]:
 class Rule:
     """``head :- body .`` with an optional label (``r3: head :- body .``).
 
-    ``id`` is stable: the label when one is given, otherwise a hash of the rule's canonical
-    text, so the same rule text always gets the same id on every device.
+    A rule has two names, for two different jobs:
+
+    * ``key`` is its identity: a hash of its canonical content (the text without the label,
+      variables renamed in order of first occurrence, every anonymous ``_`` a variable of its
+      own). Two rules with the same key derive the same facts, so the engine keeps one of
+      them; hyper-nodes, compiled plans and the saved state are keyed by it. Replacing the
+      body of a labelled rule therefore changes its key, and nothing cached for the old body
+      can be mistaken for the new one.
+    * ``id`` is what users see and name it by: the label when one is given, otherwise the key.
+      It is the same on every device for the same rule text.
     """
 
     head: Atom
     body: tuple[BodyItem, ...]
     label: str | None = field(default=None, compare=True)
+    # Caches, derived from the fields above (a Rule is immutable, so they never go stale).
+    _key: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    _checked: bool = field(default=False, init=False, repr=False, compare=False, hash=False)
 
     @property
     def id(self) -> str:
-        if self.label:
-            return self.label
-        return "h" + hashlib.sha1(self.text().encode()).hexdigest()[:12]
+        return self.label or self.key
+
+    @property
+    def key(self) -> str:
+        """The content key (see the class docstring), computed once."""
+        key = self._key
+        if key is None:
+            key = "h" + hashlib.sha1(canonical_rule(self).text().encode()).hexdigest()[:12]
+            object.__setattr__(self, "_key", key)
+        return key
+
+    def mark_checked(self) -> None:
+        """Remember that the rule passed validation (``validation.check_rule``), so that a
+        rule parsed from text is not checked again by the engine in the same update."""
+        object.__setattr__(self, "_checked", True)
+
+    @property
+    def checked(self) -> bool:
+        return self._checked
 
     def text(self) -> str:
         """The rule without its label, in canonical syntax."""
@@ -333,3 +372,97 @@ class Program:
 
 def is_valid_label(label: str) -> bool:
     return bool(_LABEL.fullmatch(label))
+
+
+# --- rewriting the terms of a rule --------------------------------------------------------------
+TermMap = Callable[[Term], Term]
+
+
+def map_expr(expr: Expr, fn: TermMap) -> Expr:
+    if isinstance(expr, (Variable, Constant)):
+        return fn(expr)
+    if isinstance(expr, BinaryOp):
+        return BinaryOp(expr.op, map_expr(expr.left, fn), map_expr(expr.right, fn))
+    return Call(expr.function, tuple(map_expr(arg, fn) for arg in expr.args))
+
+
+def map_atom(atom: Atom, fn: TermMap) -> Atom:
+    return Atom(atom.predicate, tuple(fn(term) for term in atom.terms))
+
+
+def map_item(item: BodyItem, fn: TermMap) -> BodyItem:
+    """``item`` with every term replaced by ``fn(term)``, visited in written order. ``fn`` must
+    map a variable in a binding position (a bind's target, a group-by or result variable) to
+    a variable."""
+    if isinstance(item, Atom):
+        return map_atom(item, fn)
+    if isinstance(item, Negation):
+        return Negation(map_atom(item.atom, fn))
+    if isinstance(item, Comparison):
+        return Comparison(map_expr(item.left, fn), item.op, map_expr(item.right, fn))
+    if isinstance(item, Bind):
+        return Bind(map_expr(item.expr, fn), fn(item.variable))  # type: ignore[arg-type]
+    body = tuple(map_item(inner, fn) for inner in item.body)
+    return Aggregate(
+        body,
+        tuple(fn(v) for v in item.group_by),  # type: ignore[misc]
+        item.function,
+        fn(item.argument),
+        fn(item.result),  # type: ignore[arg-type]
+    )
+
+
+def map_rule(rule: Rule, fn: TermMap) -> Rule:
+    """``rule`` (label kept) with every term replaced by ``fn(term)``, head first, then the
+    body in written order."""
+    head = map_atom(rule.head, fn)
+    return Rule(head, tuple(map_item(item, fn) for item in rule.body), rule.label)
+
+
+ANONYMOUS = "_"
+
+
+def canonical_rule(rule: Rule) -> Rule:
+    """The rule without its label, its variables renamed ``V0, V1, ...`` in order of first
+    occurrence and every anonymous ``_`` renamed to a variable of its own: two rules that
+    differ only in variable names (or in how an anonymous variable is spelled) have the same
+    canonical form, and so the same key."""
+    names: dict[str, Variable] = {}
+    count = 0
+
+    def rename(term: Term) -> Term:
+        nonlocal count
+        if not isinstance(term, Variable):
+            return term
+        found = names.get(term.name)
+        if found is None:
+            found = Variable(f"V{count}")
+            count += 1
+            if term.name != ANONYMOUS:  # each ``_`` is a variable of its own
+                names[term.name] = found
+        return found
+
+    renamed = map_rule(rule, rename)
+    return Rule(renamed.head, renamed.body)
+
+
+def name_anonymous_variables(rule: Rule) -> Rule:
+    """Give every anonymous ``_`` of a rule built as an AST its own name, exactly as the parser
+    does for rule text (``_1``, ``_2``, ... in written order, skipping names the rule uses),
+    so that the engine evaluates it like its text. A rule without ``_`` is returned as is."""
+    used = {v.name for item in rule.body for v in item_variables(item)}
+    if ANONYMOUS not in used:
+        return rule
+    counter = 0
+
+    def fresh(term: Term) -> Term:
+        nonlocal counter
+        if not (isinstance(term, Variable) and term.name == ANONYMOUS):
+            return term
+        while True:
+            counter += 1
+            name = f"_{counter}"
+            if name not in used:
+                return Variable(name)
+
+    return map_rule(rule, fresh)

@@ -21,18 +21,30 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from .budget import NO_GUARD, Budget, BudgetGuard
+from .changes import Journal
+from .costs import DEFAULT_COSTS, CostPolicy
 from .dependency import HyperGraph, build_hyper_graph
 from .errors import RuleError, UnknownRuleError, ZodiacError
 from .executor import Executor
 from .explain import Derivation, explain_fact
 from .gcpause import FREEZE_AT, collector_paused
-from .language import RDF_TYPE, Atom, Constant, Program, Rule, Value, Variable
-from .maintenance import Journal, UpdateDriver, new_node_state
+from .language import (
+    RDF_TYPE,
+    Atom,
+    Constant,
+    Program,
+    Rule,
+    Value,
+    name_anonymous_variables,
+)
+from .maintenance import UpdateDriver, new_node_state
 from .modules import NodeState
 from .reclaim import RECLAIMER
 from .store import DataStore, RelationKey
 from .terms import TermDictionary
 from .validation import check_rule
+from .view import MaterialisedView, NodeView
 
 FactInput = tuple
 ProgressCallback = Callable[[str, int, int], None]
@@ -50,13 +62,28 @@ class Reasoner:
     [('anc', 'a', 'b'), ('anc', 'a', 'c'), ('anc', 'b', 'c')]
     """
 
-    def __init__(self, *, modules: bool = True, progress: ProgressCallback | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        modules: bool = True,
+        progress: ProgressCallback | None = None,
+        budget: Budget | None = None,
+        costs: CostPolicy = DEFAULT_COSTS,
+    ) -> None:
         """``modules=False`` evaluates every hyper-node with plain seminaive evaluation
-        instead of the specialised closure modules (for comparison, and as a safety switch)."""
+        instead of the specialised closure modules (for comparison, and as a safety switch).
+        ``budget`` limits every update (derived facts held, memory, wall time; see budget.py):
+        an update over budget raises BudgetExceeded and leaves the reasoner as it was."""
         self.use_modules = modules
+        self.budget = budget
+        self.costs = costs  # the recompute thresholds of maintenance (costs.py)
         self.terms = TermDictionary()
         self.edb = DataStore("edb")
+        # Rules by name (label, or content key for an unlabelled rule): what users add and
+        # delete. Several names may denote one rule (the same content under two labels).
         self.rules: dict[str, Rule] = {}
+        # The program itself: one rule per content key (see ``Rule.key``), in insertion order.
+        self.program: dict[str, Rule] = {}
         self.graph = HyperGraph([], set(), set())
         self.nodes: list[NodeState] = []
         self.executor = Executor(self.terms)
@@ -78,8 +105,9 @@ class Reasoner:
         modules: bool = True,
         progress: ProgressCallback | None = None,
     ) -> Reasoner:
-        """A reasoner from a saved state, without recomputing: ``terms`` in id order, the rules,
-        the explicit facts and, per hyper-node (keyed by its rule ids), its name and IDB.
+        """A reasoner from a saved state, without recomputing: ``terms`` in id order, the rules
+        (each named by its ``id``), the explicit facts and, per hyper-node (keyed by its rules'
+        content keys), its name and IDB.
 
         The saved hyper-nodes must be exactly those of the rules' HRDG; if they are not (a
         state saved by a different engine version, say), everything is recomputed from the
@@ -89,16 +117,20 @@ class Reasoner:
         reasoner.terms.load(terms)
         for key, facts in edb.items():
             reasoner.edb.relation(key).add_all(facts)
-        graph = reasoner._check_program(rules)
-        if {logical.rule_ids for logical in graph.nodes} != set(nodes):
+        program = by_key(rules)
+        for rule in program.values():
+            check_rule(rule)
+        graph = build_hyper_graph(list(program.values()))
+        if {logical.rule_keys for logical in graph.nodes} != set(nodes):
             reasoner.update(add_rules=Program(rules=tuple(rules)))
             reasoner.restored = "recomputed (saved hyper-nodes do not match the rules)"
             return reasoner
         reasoner.graph = graph
         reasoner.rules = {rule.id: rule for rule in rules}
+        reasoner.program = program
         for index, logical in enumerate(graph.nodes):
-            name, facts = nodes[logical.rule_ids]
-            reasoner._node_names[logical.rule_ids] = name
+            name, facts = nodes[logical.rule_keys]
+            reasoner._node_names[logical.rule_keys] = name
             idb = DataStore(name)
             for key, rows in facts.items():
                 idb.relation(key).add_all(rows)
@@ -123,8 +155,9 @@ class Reasoner:
         return [rule.id for rule in program.rules]
 
     def delete_rules(self, rules: str | Iterable[str]) -> list[str]:
-        """Delete rules by id, or by rule text identical to a rule's. Returns the deleted ids;
-        an unknown id or text raises UnknownRuleError and changes nothing."""
+        """Delete rules by id (a label, or the content key of any rule), or by rule text with
+        the same content as a rule's. Returns the deleted ids; an unknown id or text raises
+        UnknownRuleError and changes nothing."""
         report = self.update(delete_rules=[rules] if isinstance(rules, str) else list(rules))
         return report["rules_deleted"]
 
@@ -146,6 +179,7 @@ class Reasoner:
         delete_rules: Iterable[str] = (),
         add_facts: str | os.PathLike | Iterable[FactInput] | None = None,
         delete_facts: str | os.PathLike | Iterable[FactInput] | None = None,
+        budget: Budget | None = None,
     ) -> dict:
         """Apply rule and fact insertions and deletions as one change, incrementally.
 
@@ -154,9 +188,13 @@ class Reasoner:
         on error nothing changes. Returns a report (also kept as ``stats()["last_update"]``):
         counts, the directly impacted hyper-nodes, the plan and each hyper-node's strategy.
 
+        ``budget`` (default: the reasoner's) limits the update; over it, BudgetExceeded is
+        raised and the reasoner is exactly as before.
+
         Python's cyclic garbage collector is paused meanwhile (see ``gcpause``)."""
+        guard = BudgetGuard(budget if budget is not None else self.budget)
         with collector_paused() as pause, RECLAIMER.paused():
-            report = self._update(add_rules, delete_rules, add_facts, delete_facts)
+            report = self._update(add_rules, delete_rules, add_facts, delete_facts, guard)
             changed = sum(
                 node["added"] + node["removed"] for node in report["hyper_nodes"].values()
             )
@@ -169,24 +207,36 @@ class Reasoner:
         delete_rules: Iterable[str],
         add_facts: str | os.PathLike | Iterable[FactInput] | None,
         delete_facts: str | os.PathLike | Iterable[FactInput] | None,
+        guard: BudgetGuard,
     ) -> dict:
         started = time.perf_counter()
         program = load_program(add_rules) if add_rules is not None else Program()
-        deleted_ids = self._resolve_rule_ids(delete_rules)
-        rules = {rid: rule for rid, rule in self.rules.items() if rid not in deleted_ids}
-        added_ids: list[str] = []
+        deleted_names = self.resolve_rule_names(delete_rules)
+        names = {name: rule for name, rule in self.rules.items() if name not in deleted_names}
+        added_names: list[str] = []
         for rule in program.rules:
-            existing = rules.get(rule.id)
-            if existing is not None and existing.text() != rule.text():
+            existing = names.get(rule.id)
+            if existing is not None and existing.key != rule.key:
                 raise RuleError(
-                    f"label {rule.id} is already used by a different rule: {existing}",
+                    f"label {rule.id} is already used by a different rule: {existing}; "
+                    "delete it in the same update to replace it",
                     rule=str(rule),
                 )
             if existing is None:
-                rules[rule.id] = rule
-                added_ids.append(rule.id)
-        structural = bool(added_ids or deleted_ids)
-        graph = self._check_program(list(rules.values())) if structural else self.graph
+                names[rule.id] = rule
+                added_names.append(rule.id)
+        # The program changes by content: a replaced body is a deleted key and a new one; a
+        # second name for a rule already present changes nothing.
+        rules = by_key(names.values())
+        deleted_keys = {key for key in self.program if key not in rules}
+        new_rules = [rule for key, rule in rules.items() if key not in self.program]
+        structural = bool(deleted_keys or new_rules)
+        if structural:
+            for rule in new_rules:  # each new rule once; parsed ones were checked already
+                check_rule(rule)
+            graph = build_hyper_graph(list(rules.values()))
+        else:
+            graph = self.graph
         additions = [self.terms.encode_fact(atom) for atom in program.facts]
         if add_facts is not None:
             additions += [self.terms.encode_fact(f) for f in load_facts(add_facts)]
@@ -200,6 +250,7 @@ class Reasoner:
             self._node_names,
             self.progress,
             self.use_modules,
+            self.costs,
         )
         added, removed = driver.apply_edb(_by_key(additions), _by_key(deletions))
         # The previous journal (and the facts it removed) and dropped hyper-nodes are freed
@@ -207,18 +258,29 @@ class Reasoner:
         RECLAIMER.discard(self.journal)
         self.journal = Journal()
         if structural or added or removed:
-            pure_insertion = not (deleted_ids or added or removed)
-            self.nodes = driver.run(deleted_ids, extend_merges=pure_insertion)
+            pure_insertion = not (deleted_keys or added or removed)
+            self.executor.guard = guard.start(lambda: sum(n.idb.size() for n in driver.nodes))
+            try:
+                self.nodes = driver.run(deleted_keys, extend_merges=pure_insertion)
+            except BaseException:
+                # Over budget, or a failure half way: back to the state before the update.
+                guard.stop()
+                driver.rollback()
+                raise
+            finally:
+                guard.stop()
+                self.executor.guard = NO_GUARD
             RECLAIMER.discard(*driver.dropped)
             self.graph = graph
-            self.rules = rules
-            if deleted_ids:
-                self.executor.forget(deleted_ids)
+            self.program = rules
+            if deleted_keys:
+                self.executor.forget(deleted_keys)
             self.journal = driver.journal()
+        self.rules = names
         report = {
-            "operation": _describe_operation(added_ids, deleted_ids, added, removed),
-            "rules_added": added_ids,
-            "rules_deleted": sorted(deleted_ids),
+            "operation": _describe_operation(added_names, deleted_names, added, removed),
+            "rules_added": added_names,
+            "rules_deleted": sorted(deleted_names),
             "facts_added": added,
             "facts_deleted": removed,
             "facts_ignored": len(additions) - added + len(deletions) - removed,
@@ -230,82 +292,73 @@ class Reasoner:
         self._last_update = report
         return report
 
-    def _resolve_rule_ids(self, wanted: Iterable[str]) -> set[str]:
-        """Rule ids from ids or rule texts; UnknownRuleError if any is not a current rule."""
-        ids: set[str] = set()
+    def resolve_rule_names(self, wanted: Iterable[str]) -> set[str]:
+        """The names of the rules to delete, from names, content keys or rule texts (a text
+        without a label matches every name of a rule with its content; with a label, that
+        name only). UnknownRuleError if any item matches no current rule."""
+        names: set[str] = set()
         for item in wanted:
             if item in self.rules:
-                ids.add(item)
+                names.add(item)
                 continue
-            program = load_program(item) if ":-" in item else None
-            matched = [
-                rid
-                for rule in (program.rules if program else ())
-                for rid, known in self.rules.items()
-                if known.text() == rule.text()
-            ]
+            matched = [name for name, rule in self.rules.items() if rule.key == item]
+            if not matched and ":-" in item:
+                for given in load_program(item).rules:
+                    matched += [
+                        name
+                        for name, rule in self.rules.items()
+                        if rule.key == given.key and given.label in (None, name)
+                    ]
             if not matched:
                 raise UnknownRuleError(f"no rule with id or text {item!r}")
-            ids.update(matched)
-        return ids
-
-    def _check_program(self, rules: list[Rule]) -> HyperGraph:
-        for rule in rules:
-            check_rule(rule)
-        return build_hyper_graph(rules)
+            names.update(matched)
+        return names
 
     def _lookup_facts(self, facts: Iterable[FactInput]) -> list[tuple[RelationKey, tuple]]:
         found = []
         for fact in facts:
-            key, args = self._lookup_fact(fact)
+            key, args = self.lookup_fact(fact)
             if key is not None:
                 found.append((key, args))
         return found
 
     # ------------------------------------------------------------------ reading
+    def view(self) -> MaterialisedView:
+        """A read-only view of the materialisation (what every reader below uses)."""
+        return MaterialisedView(
+            self.terms,
+            self.edb,
+            [
+                NodeView(
+                    node.name,
+                    node.rules,
+                    node.module.describe() if node.module else "",
+                    node.logical.recursive,
+                    node.idb,
+                )
+                for node in self.nodes
+            ],
+        )
+
     def facts(self, predicate: str | None = None) -> Iterator[tuple]:
         """Every fact (explicit and derived) as ``(predicate, *arguments)`` of Python values;
         a class fact ``C(x)`` is ``(rdf:type, x, C)``. ``predicate`` filters on the first
         element of those tuples."""
-        decode = self.terms.values
-        for key in sorted(self._all_keys()):
-            name, arity = key
-            if arity == 1:
-                if predicate is not None and predicate != RDF_TYPE:
-                    continue
-                for (x,) in self._visible(key):
-                    yield (RDF_TYPE, decode[x], name)
-            else:
-                if predicate is not None and predicate != name:
-                    continue
-                for args in self._visible(key):
-                    yield (name, *(decode[a] for a in args))
+        return self.view().facts(predicate)
 
     def facts_named(self, name: str) -> Iterator[tuple]:
         """Every fact whose relation is called ``name``, whatever its arity: for a class
         ``C`` the facts ``(rdf:type, x, C)``, for a predicate ``p`` the facts ``(p, ...)``.
         Reads only those relations (``facts(rdf:type)`` would decode every class fact)."""
-        decode = self.terms.values
-        for key in sorted(k for k in self._all_keys() if k[0] == name):
-            for args in self._visible(key):
-                if key[1] == 1:
-                    yield (RDF_TYPE, decode[args[0]], name)
-                else:
-                    yield (name, *(decode[a] for a in args))
+        return self.view().facts_named(name)
 
     def edb_facts(self) -> Iterator[tuple]:
         """The explicit facts only, in the same form as :meth:`facts`."""
-        decode = self.terms.values
-        for (name, arity), relation in sorted(self.edb.relations.items()):
-            for args in relation.tuples:
-                if arity == 1:
-                    yield (RDF_TYPE, decode[args[0]], name)
-                else:
-                    yield (name, *(decode[a] for a in args))
+        return self.view().edb_facts()
 
     def count(self) -> int:
         """Number of distinct facts, explicit and derived."""
-        return sum(len(self._visible(key)) for key in self._all_keys())
+        return self.view().count()
 
     def query(self, pattern: str | Atom) -> list[dict[str, Value]]:
         """Answers of one atom pattern such as ``<p11>(X, <windTurbine3>)`` or ``<C>(X)``:
@@ -313,50 +366,30 @@ class Reasoner:
         from .parser import parse_atom
 
         atom = parse_atom(pattern) if isinstance(pattern, str) else pattern
-        wanted: list[int | None] = []
-        for term in atom.terms:
-            if isinstance(term, Constant):
-                found = self.terms.lookup(term.value)
-                if found is None:
-                    return []
-                wanted.append(found)
-            else:
-                wanted.append(None)
-        answers: list[dict[str, Value]] = []
-        seen: set[tuple] = set()
-        decode = self.terms.values
-        for args in self._visible(atom.relation):
-            binding: dict[Variable, int] = {}
-            ok = True
-            for term, want, value in zip(atom.terms, wanted, args, strict=True):
-                if want is not None:
-                    ok = value == want
-                elif binding.setdefault(term, value) != value:
-                    ok = False
-                if not ok:
-                    break
-            if not ok:
-                continue
-            key = tuple(sorted((v.name, i) for v, i in binding.items()))
-            if key in seen:
-                continue
-            seen.add(key)
-            answers.append(
-                {v.name: decode[i] for v, i in binding.items() if not v.name.startswith("_")}
-            )
-        return answers
+        return self.view().query(atom)
 
     def explain(self, fact: FactInput) -> Derivation:
         """One derivation tree of a fact (raises KeyError if the fact does not hold)."""
-        key, args = self._lookup_fact(fact)
-        if key is None or not self._visible(key) or args not in self._visible(key):
+        key, args = self.lookup_fact(fact)
+        view = self.view()
+        if key is None or not view.holds(key, args):
             raise KeyError(f"{fact!r} is not a fact of the materialisation")
-        return explain_fact(self, key, args)
+        return explain_fact(view, key, args)
+
+    def plans(self, name: str) -> list:
+        """The compiled plans of the rule named ``name`` (label or content key), every variant
+        compiled so far (see ``Executor.plans``)."""
+        rule = self.rules.get(name)
+        return self.executor.plans(rule.key if rule is not None else name)
 
     def stats(self) -> dict:
         """Sizes, hyper-nodes (rules, module, facts, time) and the last update's timings."""
+        names: dict[str, list[str]] = {}
+        for name, rule in self.rules.items():
+            names.setdefault(rule.key, []).append(name)
+        view = self.view()
         per_predicate = {
-            f"{name}/{arity}": len(self._visible((name, arity))) for name, arity in self._all_keys()
+            f"{name}/{arity}": len(view.visible((name, arity))) for name, arity in view.relations()
         }
         return {
             "facts": sum(per_predicate.values()),
@@ -366,7 +399,7 @@ class Reasoner:
             "hyper_nodes": [
                 {
                     "name": node.name,
-                    "rules": [r.id for r in node.rules],
+                    "rules": [name for r in node.rules for name in names.get(r.key, [r.id])],
                     "module": node.module.describe() if node.module else "",
                     "recursive": node.logical.recursive,
                     "facts": node.size(),
@@ -381,29 +414,7 @@ class Reasoner:
         }
 
     # ------------------------------------------------------------------ internals
-    def _all_keys(self) -> set[RelationKey]:
-        keys = {k for k, r in self.edb.relations.items() if len(r)}
-        for node in self.nodes:
-            keys.update(k for k, r in node.idb.relations.items() if len(r))
-        return keys
-
-    def _visible(self, key: RelationKey) -> set[tuple[int, ...]]:
-        holders = []
-        relation = self.edb.get(key)
-        if relation is not None and len(relation):
-            holders.append(relation.tuples)
-        for node in self.nodes:
-            relation = node.idb.get(key)
-            if relation is not None and len(relation):
-                holders.append(relation.tuples)
-        if len(holders) == 1:
-            return holders[0]
-        union: set[tuple[int, ...]] = set()
-        for tuples in holders:
-            union |= tuples
-        return union
-
-    def _lookup_fact(self, fact: FactInput) -> tuple[RelationKey | None, tuple[int, ...]]:
+    def lookup_fact(self, fact: FactInput) -> tuple[RelationKey | None, tuple[int, ...]]:
         """Like TermDictionary.encode_fact but never adds terms to the dictionary."""
         if isinstance(fact, Atom):
             values = [t.value for t in fact.terms if isinstance(t, Constant)]
@@ -422,7 +433,7 @@ class Reasoner:
 def load_program(source: str | os.PathLike | Program | Iterable[Rule]) -> Program:
     """Rule text, a path to a rule file, a Program, or Rule objects -> Program."""
     if isinstance(source, Program):
-        return source
+        return Program(tuple(map(name_anonymous_variables, source.rules)), source.facts)
     from .parser import parse_file, parse_program
 
     if isinstance(source, os.PathLike):
@@ -431,7 +442,15 @@ def load_program(source: str | os.PathLike | Program | Iterable[Rule]) -> Progra
         if ":-" not in source and "\n" not in source and os.path.exists(source):
             return parse_file(source)
         return parse_program(source)
-    return Program(rules=tuple(source))
+    return Program(rules=tuple(map(name_anonymous_variables, source)))
+
+
+def by_key(rules: Iterable[Rule]) -> dict[str, Rule]:
+    """One rule per content key, the first of each, in order."""
+    unique: dict[str, Rule] = {}
+    for rule in rules:
+        unique.setdefault(rule.key, rule)
+    return unique
 
 
 def load_facts(source: str | os.PathLike | Iterable[FactInput]) -> Iterable[FactInput]:

@@ -28,8 +28,8 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .maintenance import Journal
-from .modules.base import Module, NodeState, StoreChanges
+from .changes import Journal, StoreChanges
+from .modules.base import Module, NodeState
 from .store import DataStore, Relation
 
 __all__ = ["RECLAIMER", "Reclaimer"]
@@ -117,7 +117,7 @@ def _pieces(item: object) -> list:
     if isinstance(item, Relation):
         return [item._rows, *item._indexes.values()]
     if isinstance(item, Journal):
-        return [item.edb, *item.changes.values()]
+        return [item.edb, *(node.changes for node in item.nodes.values())]
     if isinstance(item, StoreChanges):
         return [*item.added.values(), *item.removed.values()]
     return []

@@ -20,8 +20,8 @@ from itertools import chain, repeat
 from operator import itemgetter
 
 from .gcpause import FREEZE_AT, collector_paused
+from .language import RelationKey
 
-RelationKey = tuple[str, int]
 EMPTY: frozenset = frozenset()
 SUBJECT = (0,)  # the bound columns of a binary relation's index on its subject
 SUBJECT_GETTERS = (itemgetter(0), itemgetter(1))

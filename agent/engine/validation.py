@@ -1,9 +1,10 @@
 """Static checks on rules: safety, binds, aggregates, labels (see ``docs/semantics.md``).
 
 The parser calls :func:`check_rule` for every rule it reads, so rule text with an unsafe rule
-never becomes a :class:`~agent.engine.language.Program`; the engine calls it again for rules
-handed over as AST objects, which never went through the parser. Both paths therefore refuse
-exactly the same rules with exactly the same messages.
+never becomes a :class:`~agent.engine.language.Program`; the engine calls it for every rule an
+update adds, which covers rules handed over as AST objects. Both paths therefore refuse exactly
+the same rules with exactly the same messages. A rule remembers that it passed
+(``Rule.checked``), so a parsed rule is not checked a second time by the engine.
 
 Safety, in short: a variable is *bound* when a positive atom of the (top-level) body contains
 it, or when a ``bind`` computes it from bound variables (binds may be written in any order).
@@ -43,6 +44,9 @@ __all__ = ["check_label", "check_program", "check_rule", "function_arity_error"]
 Location = str | Callable[[], str] | None
 _UNARY_FUNCTIONS = frozenset({"abs", "round", "floor", "ceil", "sqrt"})
 _NOT_BOUND = "not bound by a positive atom"
+# Planning a body costs about the square of its size (each step ranks every remaining atom):
+# 500 items plan and compile in a fraction of a second; 10,000 took minutes.
+MAX_BODY_ITEMS = 500
 
 
 class _Problem(Exception):
@@ -62,6 +66,8 @@ def check_rule(rule: Rule, *, location: Location = None) -> None:
     counting lines is not free) is prepended to the message when the rule comes from text, so
     the user can find it.
     """
+    if rule.checked:  # immutable, and checked once already (by the parser, say)
+        return
     try:
         _check_shape(rule)
         aggregate = _single_aggregate(rule)
@@ -71,6 +77,7 @@ def check_rule(rule: Rule, *, location: Location = None) -> None:
             _check_aggregate_rule(rule, aggregate)
     except _Problem as problem:
         raise problem.error(_prefix(location) + problem.message, rule=str(rule)) from None
+    rule.mark_checked()
 
 
 def check_label(labels: dict[str, Rule], rule: Rule, *, location: Location = None) -> None:
@@ -82,7 +89,7 @@ def check_label(labels: dict[str, Rule], rule: Rule, *, location: Location = Non
     if not rule.label:
         return
     previous = labels.setdefault(rule.label, rule)
-    if previous is not rule and previous.text() != rule.text():
+    if previous is not rule and previous.key != rule.key:
         raise RuleError(
             f"{_prefix(location)}duplicate rule label '{rule.label}': already used by {previous}",
             rule=str(rule),
@@ -126,6 +133,13 @@ def _check_shape(rule: Rule) -> None:
     if not rule.body:
         raise _Problem(
             RuleError, "a rule needs a non-empty body; write a ground atom as a fact instead"
+        )
+    size = sum(1 + len(item.body) if isinstance(item, Aggregate) else 1 for item in rule.body)
+    if size > MAX_BODY_ITEMS:
+        raise _Problem(
+            RuleError,
+            f"a rule body has at most {MAX_BODY_ITEMS} items (atoms, comparisons, binds), this "
+            f"one has {size}: split it into several rules",
         )
     for item in rule.body:
         _check_item(item, inside_aggregate=False)

@@ -5,6 +5,7 @@ Add / Del / Diff / Red), so the update driver never needs to know which algorith
 uses. ``choose_module`` picks one by rule pattern (``patterns.py``).
 """
 
+from ..costs import DEFAULT_COSTS, CostPolicy
 from .aggregate import AggregateModule
 from .base import Module, NodeState
 from .composition import CompositionModule, composition_shape
@@ -15,7 +16,16 @@ from .symmetric_transitive import SymmetricTransitiveModule
 from .transitive import TransitiveClosureModule
 
 
-def choose_module(node: NodeState, use_modules: bool = True) -> Module:
+def choose_module(
+    node: NodeState, use_modules: bool = True, costs: CostPolicy = DEFAULT_COSTS
+) -> Module:
+    """The module for a hyper-node, deciding by the recompute thresholds of ``costs``."""
+    module = _module_for(node, use_modules)
+    module.costs = costs
+    return module
+
+
+def _module_for(node: NodeState, use_modules: bool) -> Module:
     """Aggregates have their own module. Unless ``use_modules`` is off: transitive and
     symmetric-transitive closures get the closure modules, hyper-nodes that only copy facts
     (columns possibly permuted) the renaming module, a lone rule ``H(x, z) :- A(x, y),

@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from operator import itemgetter
 
 from ..aggregates import aggregate_value
-from ..executor import Executor
+from ..changes import InputChanges
+from ..executor import Executor, Variant
 from ..language import Aggregate, Atom, Bind, Constant, Negation, Rule, Variable
 from ..store import DataStoreBag, Relation
 from . import deltas
-from .base import InputChanges, Module, NodeState, StoreChanges
+from .base import Maintained, Module, NodeState
 
 ROWS_PREDICATE = "zodiac:aggregate-rows"
 GROUPS_PREDICATE = "zodiac:aggregate-groups"
@@ -51,7 +52,6 @@ class AggregateModule(Module):
     def __init__(self) -> None:
         self.group_heads: dict[tuple, set] = {}
         self.head_groups: dict[tuple, int] = {}
-        self.last_strategy = ""
         self.stale = False  # IDB loaded from saved state: groups unknown until recomputed
 
     def adopt(self, node: NodeState) -> None:
@@ -75,7 +75,7 @@ class AggregateModule(Module):
                 substitutions,
                 body=aggregate.body,
                 head_terms=variables,
-                cache_key=f"{rule.id}#body",
+                variant=Variant.AGGREGATE_BODY,
             )
             rows = self.reduce(aggregate, variables, substitutions, executor)
             heads = self.heads_by_group(rule, aggregate, rows, node, executor)
@@ -115,26 +115,25 @@ class AggregateModule(Module):
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
         old_view: DataStoreBag | None = None,
-    ) -> StoreChanges:
+    ) -> Maintained:
         if self.stale:
-            self.last_strategy = "recompute (group state not restored)"
-            return self.recompute(node, executor)
-        self.last_strategy = "groups"
+            return self.recompute(node, executor, "recompute (group state not restored)")
         rule = node.rules[0]
         aggregate = rule.aggregate()
         assert aggregate is not None
         groups = self.affected_groups(rule, aggregate, node, executor, changes)
-        result = StoreChanges()
+        result = Maintained(strategy="groups")
         if not groups:
             return result
         known = len(self.group_heads)
-        if len(groups) > RECOMPUTE_GROUP_SHARE * known:
+        if len(groups) > self.costs.aggregate_recompute_group_share * known:
             # Evaluating the body once per touched group reads the same substitutions as the
             # full evaluation, through index probes instead of one scan: when most groups
             # are touched (RS1: a new turbine joins every turbine's neighbourhood), the
             # full evaluation is the cheaper way to the same rows.
-            self.last_strategy = f"recompute ({len(groups)} of {known} groups touched)"
-            return self.recompute(node, executor)
+            return self.recompute(
+                node, executor, f"recompute ({len(groups)} of {known} groups touched)"
+            )
         variables = substitution_variables(aggregate)
         group_atom = Atom(GROUPS_PREDICATE, aggregate.group_by)
         body = [group_atom, *aggregate.body]
@@ -148,7 +147,7 @@ class AggregateModule(Module):
             body=body,
             head_terms=variables,
             sources=[[], *deltas.sources_for(aggregate.body, node.view)],
-            cache_key=f"{rule.id}#groups",
+            variant=Variant.AGGREGATE_GROUPS,
         )
         rows = self.reduce(aggregate, variables, substitutions, executor)
         heads = self.heads_by_group(rule, aggregate, rows, node, executor)
@@ -266,7 +265,7 @@ class AggregateModule(Module):
             body=[row_atom, *post],
             head_terms=traced,
             sources=[[table]] + [[] for _ in post],
-            cache_key=f"{rule.id}#head",
+            variant=Variant.AGGREGATE_HEAD,
         )
         found: dict[tuple, set] = {}
         for fact in out:

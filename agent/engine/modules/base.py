@@ -13,94 +13,20 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..changes import Facts, InputChanges, StoreChanges, difference
+from ..costs import DEFAULT_COSTS, CostPolicy
 from ..dependency import HyperNode
 from ..executor import Executor
 from ..language import Rule
 from ..store import DataStore, DataStoreBag, Relation, RelationKey
 
-Facts = dict[RelationKey, set]
-
 
 @dataclass
-class InputChanges:
-    """How the facts a hyper-node reads from below (the EDB and its predecessors' IDBs, as one
-    union) changed: ``plus`` became visible, ``minus`` stopped being visible."""
+class Maintained(StoreChanges):
+    """What a module did to its hyper-node's IDB (the net changes), and how: the strategy it
+    chose, reported per hyper-node in ``Reasoner.stats()["last_update"]``."""
 
-    plus: Facts = field(default_factory=dict)
-    minus: Facts = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return any(self.plus.values()) or any(self.minus.values())
-
-    def size(self) -> int:
-        return sum(map(len, self.plus.values())) + sum(map(len, self.minus.values()))
-
-
-@dataclass
-class StoreChanges:
-    """What actually changed in one DataStore during an update."""
-
-    added: Facts = field(default_factory=dict)
-    removed: Facts = field(default_factory=dict)
-
-    def add(self, key: RelationKey, facts: set, *, owned: bool = False) -> None:
-        """Record insertions as net changes: re-adding a fact removed earlier in the same
-        update cancels the removal. ``owned``: as for `remove`."""
-        if not facts:
-            return
-        removed = self.removed.get(key)
-        if removed:
-            back = facts & removed
-            if back:
-                removed -= back
-                facts = facts - back
-                owned = True
-        if not facts:
-            return
-        known = self.added.get(key)
-        if known is None:
-            self.added[key] = facts if owned else set(facts)
-        else:
-            known.update(facts)
-
-    def remove(self, key: RelationKey, facts: set, *, owned: bool = False) -> None:
-        """Record deletions as net changes: removing a fact added earlier in the same update
-        cancels the insertion. ``owned``: the caller hands ``facts`` over (no copy is made;
-        it must not use the set again)."""
-        if not facts:
-            return
-        added = self.added.get(key)
-        if added:
-            gone = facts & added
-            if gone:
-                added -= gone
-                facts = facts - gone
-        if not facts:
-            return
-        known = self.removed.get(key)
-        if known is None and owned:
-            self.removed[key] = facts
-        elif known is None:
-            self.removed[key] = set(facts)
-        else:
-            known.update(facts)
-
-    def counts(self) -> tuple[int, int]:
-        return sum(map(len, self.added.values())), sum(map(len, self.removed.values()))
-
-
-def difference(old: set, new: set) -> tuple[set, set]:
-    """``(new - old, old - new)`` for an ``old`` set the caller hands over (it is reused).
-
-    Why not just the two expressions: CPython's ``a - b`` walks ``a`` and ``a -= b`` walks
-    ``b``. A recomputed node has either grown (RS2's p20 when r3 is added: 60,700 facts, 20,900
-    before) or shrunk (most of it lost). The lost part is computed with whichever walk is over
-    the smaller set, in place when that is ``new`` (no copy of what remains of ``old``)."""
-    added = new - old
-    if len(old) <= len(new):
-        return added, old - new
-    old -= new
-    return added, old
+    strategy: str = ""
 
 
 @dataclass
@@ -164,6 +90,8 @@ class Module(ABC):
     """How one hyper-node's rules are evaluated and maintained."""
 
     name: str = "module"
+    # The recompute thresholds (costs.py); choose_module sets the reasoner's policy.
+    costs: CostPolicy = DEFAULT_COSTS
     # True when the module's own maintenance handles deletions at a cost proportional to what
     # they affect (the closure modules): the driver then never recomputes it for large deletions.
     cheap_deletions: bool = False
@@ -186,23 +114,23 @@ class Module(ABC):
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
         old_view: DataStoreBag | None = None,
-    ) -> StoreChanges:
+    ) -> Maintained:
         """Bring the IDB up to date after the node's inputs changed (and, for a hyper-node that
         lost rules, after ``removed_rules`` were deleted from it; ``old_view`` is the view those
-        rules used to read). Returns what changed in the IDB."""
+        rules used to read). Returns what changed in the IDB and the strategy chosen."""
 
-    def extend(
-        self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]
-    ) -> StoreChanges:
+    def extend(self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]) -> Maintained:
         """Add the consequences of rules newly added to a hyper-node whose IDB is complete for
         its other rules (ZodiacEdge Alg. 2: seminaive over the new rules, then incremental).
         The default recomputes."""
-        return self.recompute(node, executor)
+        return self.recompute(node, executor, "recompute (extend)")
 
-    def recompute(self, node: NodeState, executor: Executor) -> StoreChanges:
+    def recompute(
+        self, node: NodeState, executor: Executor, strategy: str = "recompute"
+    ) -> Maintained:
         """Re-materialise from scratch and report the difference to the previous IDB."""
         before = self.rematerialise(node, executor)
-        changes = StoreChanges()
+        changes = Maintained(strategy=strategy)
         for key in set(before) | set(node.idb.relations):
             new = node.idb.relations[key].tuples if key in node.idb.relations else set()
             added, removed = difference(before.pop(key, set()), new)

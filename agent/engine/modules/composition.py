@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import and_, itemgetter, or_
 
+from ..changes import InputChanges
 from ..executor import Executor
 from ..language import Atom, Rule, Variable
 from ..store import EMPTY, DataStoreBag, Relation, RelationKey
-from .base import InputChanges, NodeState, StoreChanges
+from .base import Maintained, NodeState
 from .seminaive import SeminaiveModule
 
 
@@ -150,13 +151,6 @@ def _by_column(facts: set, column: int) -> dict[int, set]:
     return grouped
 
 
-# Deleted input facts, times this, above the head facts: scan the heads without estimating the
-# deleted derivations (each deleted fact usually takes part in at least a few).
-SCAN_AT_LOST_SHARE = 4
-# Deleted input facts above this share of the input facts that remain: recompute instead.
-RECOMPUTE_AT_LOST_SHARE = 1.0
-
-
 class CompositionModule(SeminaiveModule):
     name = "composition"
     # The driver still recomputes when a lower bound of the facts lost is most of the input
@@ -178,26 +172,27 @@ class CompositionModule(SeminaiveModule):
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
         old_view: DataStoreBag | None = None,
-    ) -> StoreChanges:
+    ) -> Maintained:
         if removed_rules or not self.handles(changes):
             return super().maintain(node, executor, changes, removed_rules, old_view)
         p = self.pattern
         lost_a = changes.minus.get(p.a, set())
         lost_b = changes.minus.get(p.b, set())
         own = node.own(p.head)
-        result = StoreChanges()
+        result = Maintained()
         if not len(own) or not (lost_a or lost_b):
-            self.last_strategy = "composition (nothing to check)"
+            result.strategy = "composition (nothing to check)"
             return result
         remaining = sum(map(len, node.view.relations(p.a)))
         if p.b != p.a:
             remaining += sum(map(len, node.view.relations(p.b)))
         lost = len(lost_a) + len(lost_b)
-        if lost > RECOMPUTE_AT_LOST_SHARE * remaining:
+        if lost > self.costs.composition_recompute_lost_share * remaining:
             # Most of the join's input is gone: evaluating it over what remains reads less
             # than checking every head that the lost facts reach.
-            self.last_strategy = f"recompute ({lost} input facts lost of {remaining})"
-            return self.recompute(node, executor)
+            return self.recompute(
+                node, executor, f"recompute ({lost} input facts lost of {remaining})"
+            )
         candidates = self.candidates(node, lost_a, lost_b, own)
         # Survivors still have a witness y over the new state: A.out(x) meets B.in(z). A
         # candidate whose x starts no A fact, or whose z ends no B fact, has none: a large
@@ -224,7 +219,7 @@ class CompositionModule(SeminaiveModule):
         # Every candidate is a head fact (the scan reads them, the enumeration keeps only
         # those held): ``gone`` is present, no membership test needed.
         result.remove(p.head, own.remove_present(gone), owned=True)
-        self.last_strategy = f"composition ({len(candidates)} candidates, {len(gone)} gone)"
+        result.strategy = f"composition ({len(candidates)} candidates, {len(gone)} gone)"
         return result
 
     def candidates(self, node: NodeState, lost_a: set, lost_b: set, own: Relation) -> set:
@@ -233,7 +228,7 @@ class CompositionModule(SeminaiveModule):
         head relation keeping the facts whose x or z a deleted fact mentions."""
         p = self.pattern
         a_y = 1 - p.a_x
-        if (len(lost_a) + len(lost_b)) * SCAN_AT_LOST_SHARE > len(own):
+        if (len(lost_a) + len(lost_b)) * self.costs.composition_scan_lost_share > len(own):
             return self.scan(own, lost_a, lost_b)
         lost_a_by_y = _by_column(lost_a, a_y)
         lost_b_by_y = _by_column(lost_b, p.b_y)

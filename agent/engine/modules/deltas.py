@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from ..executor import Executor
+from ..changes import Facts
+from ..executor import Executor, Variant
 from ..language import Atom, Negation, Rule, Variable, item_variables
 from ..store import DataStoreBag, Relation, RelationKey
-from .base import Facts
 
 HEAD_PREDICATE = "zodiac:head"
 
@@ -97,7 +97,8 @@ def overdeletion_candidates(
         body=items,
         head_terms=head_terms,
         sources=sources_for(items, view, old),
-        cache_key=f"{rule.id}#over{tag}{position}",
+        variant=Variant.OVERDELETE,
+        detail=(tag, position),
     )
 
 
@@ -125,7 +126,8 @@ def enabled_by_deletion(
         body=items,
         head_terms=head_terms,
         sources=sources_for(items, view),
-        cache_key=f"{rule.id}#enable{tag}{position}",
+        variant=Variant.ENABLE,
+        detail=(tag, position),
     )
 
 
@@ -165,7 +167,7 @@ def check(
             wanted,
             body=body,
             sources=[[], *sources_for(rule.body, view)],
-            cache_key=f"{rule.id}#check",
+            variant=Variant.CHECK,
             exists=True,
         )
     return found

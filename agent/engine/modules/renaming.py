@@ -31,14 +31,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 
+from ..changes import InputChanges, difference
 from ..executor import Executor
 from ..language import Atom, Rule, Variable
 from ..store import DataStoreBag, RelationKey
-from .base import InputChanges, Module, NodeState, StoreChanges, difference
+from .base import Maintained, Module, NodeState
 
-# Changed source facts (counted once per path that copies them), times this, above the number
-# of facts copying the sources afresh would read: recompute instead.
-RECOMPUTE_AT_CHANGED_SHARE = 2
 Permutation = tuple[int, ...]  # head column j takes the body's column permutation[j]
 
 
@@ -118,12 +116,11 @@ class RenamingModule(Module):
         return True
 
     def __init__(self) -> None:
-        self.last_strategy = ""
         self._sources: dict[RelationKey, set[tuple[RelationKey, Permutation]]] = {}
         self._rules: tuple[str, ...] = ()
 
     def sources(self, node: NodeState) -> dict[RelationKey, set[tuple[RelationKey, Permutation]]]:
-        ids = tuple(rule.id for rule in node.rules)
+        ids = tuple(rule.key for rule in node.rules)
         if ids != self._rules:
             self._sources, self._rules = sources_of(node.rules), ids
         return self._sources
@@ -162,11 +159,13 @@ class RenamingModule(Module):
             node.own(heads[0]).adopt(facts)
         node.stats.update(rounds=1, seconds=time.perf_counter() - started)
 
-    def recompute(self, node: NodeState, executor: Executor) -> StoreChanges:
+    def recompute(
+        self, node: NodeState, executor: Executor, strategy: str = "recompute"
+    ) -> Maintained:
         """`Module.recompute`, with the difference computed once per group of heads that
         held, and hold, the same facts (see `head_groups`)."""
         before = self.rematerialise(node, executor)
-        result = StoreChanges()
+        result = Maintained(strategy=strategy)
         for _, (first, *rest) in self.head_groups(node):
             size = len(before.get(first, ()))
             added, removed = difference(before.pop(first, set()), node.own(first).tuples)
@@ -184,19 +183,17 @@ class RenamingModule(Module):
             result.remove(key, old, owned=True)
         return result
 
-    def extend(
-        self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]
-    ) -> StoreChanges:
+    def extend(self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]) -> Maintained:
         """ZodiacEdge Alg. 2 continuation: the IDB is complete for the other rules, so only
         the sources reached through a new rule add facts (a path of old rules only was
         already followed)."""
-        new_ids = {rule.id for rule in new_rules}
-        before = sources_of([rule for rule in node.rules if rule.id not in new_ids])
-        result = StoreChanges()
+        new_keys = {rule.key for rule in new_rules}
+        before = sources_of([rule for rule in node.rules if rule.key not in new_keys])
+        result = Maintained()
         for head, pairs in self.sources(node).items():
             fresh = self.images(node, pairs - before.get(head, set()))
             result.add(head, node.own(head).add_all(fresh))
-        self.last_strategy = "extend"
+        result.strategy = "extend"
         return result
 
     # ------------------------------------------------------------------ Del + Red + Add
@@ -207,10 +204,9 @@ class RenamingModule(Module):
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
         old_view: DataStoreBag | None = None,
-    ) -> StoreChanges:
+    ) -> Maintained:
         if removed_rules:
-            self.last_strategy = "recompute (rules removed)"
-            return self.recompute(node, executor)
+            return self.recompute(node, executor, "recompute (rules removed)")
         sources = self.sources(node)
         changed = sum(
             len(changes.minus.get(source, ())) + len(changes.plus.get(source, ()))
@@ -223,12 +219,13 @@ class RenamingModule(Module):
             for source, _ in pairs
             for facts in self.lower(node, source)
         )
-        if changed * RECOMPUTE_AT_CHANGED_SHARE > output:
+        if changed * self.costs.renaming_recompute_changed_share > output:
             # Copying what the sources hold now is one C-level pass per source; checking
             # each changed image costs several, plus keeping the indexes up to date.
-            self.last_strategy = f"recompute ({changed} changed images, {output} to copy)"
-            return self.recompute(node, executor)
-        result = StoreChanges()
+            return self.recompute(
+                node, executor, f"recompute ({changed} changed images, {output} to copy)"
+            )
+        result = Maintained()
         checked = 0
         # Heads with the same sources hold the same facts (RS2's p20, p21 and p22 all copy
         # p20's lower facts): their candidates are found and checked once.
@@ -249,7 +246,7 @@ class RenamingModule(Module):
                 result.remove(head, own.remove_present(own.present(lost)), owned=True)
             if gained:
                 result.add(head, own.add_all(gained))
-        self.last_strategy = f"renaming ({checked} candidates checked)"
+        result.strategy = f"renaming ({checked} candidates checked)"
         return result
 
     @staticmethod

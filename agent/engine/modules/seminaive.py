@@ -29,20 +29,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..executor import Executor
+from ..changes import Facts, InputChanges
+from ..executor import Executor, Variant
 from ..language import Atom, Negation, Rule
 from ..store import DataStoreBag
 from . import deltas
-from .base import Facts, InputChanges, Module, NodeState, StoreChanges
-
-RECOMPUTE_FRACTION = 0.3
+from .base import Maintained, Module, NodeState
 
 
 class SeminaiveModule(Module):
     name = "seminaive"
-
-    def __init__(self) -> None:
-        self.last_strategy = ""
 
     # ------------------------------------------------------------------ Add
     def materialise(self, node: NodeState, executor: Executor) -> None:
@@ -78,18 +74,15 @@ class SeminaiveModule(Module):
             if isinstance(item, Atom) and item.relation in node.heads
         ]
 
-    def extend(
-        self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]
-    ) -> StoreChanges:
+    def extend(self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]) -> Maintained:
         """ZodiacEdge Alg. 2 continuation: the IDB is complete for the node's other rules, so
         evaluate the new rules over it and close the result seminaively."""
-        self.last_strategy = "extend"
         added: Facts = {}
         derived: Facts = {key: set() for key in node.heads}
         for rule in new_rules:
             executor.run(rule, node.view, derived[rule.head.relation])
         self.add(node, executor, node.absorb(derived, added), added)
-        return StoreChanges(added=added)
+        return Maintained(added=added, strategy="extend")
 
     # ------------------------------------------------------------------ maintenance
     def maintain(
@@ -99,7 +92,7 @@ class SeminaiveModule(Module):
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
         old_view: DataStoreBag | None = None,
-    ) -> StoreChanges:
+    ) -> Maintained:
         old_facts = deltas.temporary_relations(changes.minus)
         candidates = self.diff_removed(node, executor, changes, old_facts)
         for rule in removed_rules:
@@ -110,13 +103,11 @@ class SeminaiveModule(Module):
                 view,
                 out,
                 sources=deltas.sources_for(rule.body, view, old_facts),
-                cache_key=f"{rule.id}#removed",
+                variant=Variant.REMOVED,
             )
         overdeleted = self.delete(node, executor, candidates, old_facts)
         if overdeleted is None:
-            self.last_strategy = "recompute"
-            return self.recompute(node, executor)
-        self.last_strategy = "DRed^c"
+            return self.recompute(node, executor, "recompute")
         for key, rows in overdeleted.items():
             node.own(key).remove_all(rows)
         added: Facts = {}
@@ -126,7 +117,7 @@ class SeminaiveModule(Module):
         for key, rows in node.absorb(inserted, added).items():
             delta.setdefault(key, set()).update(rows)
         self.add(node, executor, delta, added)
-        result = StoreChanges()
+        result = Maintained(strategy="DRed^c")
         for key, rows in overdeleted.items():
             result.remove(key, node.own(key).absent(rows))
         for key, rows in added.items():
@@ -185,7 +176,7 @@ class SeminaiveModule(Module):
         if recursive and nonrecursive:
             frontier = self.without_nonrecursive_support(node, executor, nonrecursive, frontier)
         overdeleted: Facts = {}
-        limit = RECOMPUTE_FRACTION * max(1, node.size())
+        limit = self.costs.overdeletion_recompute_share * max(1, node.size())
         while frontier:
             for key, rows in frontier.items():
                 overdeleted.setdefault(key, set()).update(rows)

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 from itertools import chain, permutations, product
 
+from ..changes import StoreChanges
 from ..store import Relation, RelationKey
-from .base import StoreChanges
 from .transitive import EMPTY, ClosureModule
 
 
@@ -100,6 +100,9 @@ class SymmetricTransitiveModule(ClosureModule):
             members = self._search(start)
             for u in members:
                 component[u] = members
+            # A component's closure is made in one C call: its size is checked before.
+            if len(members) > 100:
+                self.guard.check(len(pairs) + len(members) ** 2)
             if self.irreflexive:
                 pairs.update(permutations(members, 2))
             else:

@@ -71,11 +71,13 @@ import time
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 
+from ..budget import NO_GUARD, BudgetGuard
+from ..changes import InputChanges, StoreChanges
 from ..dependency import strongly_connected_components
 from ..executor import Executor
 from ..language import Rule
 from ..store import DataStore, DataStoreBag, Relation, RelationKey
-from .base import InputChanges, Module, NodeState, StoreChanges
+from .base import Maintained, Module, NodeState
 
 EMPTY: frozenset = frozenset()
 
@@ -102,11 +104,11 @@ class ClosureModule(Module):
     def __init__(self, relation: RelationKey, irreflexive: bool = False) -> None:
         self.relation = relation
         self.irreflexive = irreflexive
-        self.last_strategy = ""
         self._idb: DataStore | None = None  # the IDB the state describes
         self._size = -1  # its size when the state was last brought up to date
         self.succ: dict[int, set[int]] = {}  # external facts, forwards
         self.pred: dict[int, set[int]] = {}  # and backwards
+        self.guard: BudgetGuard = NO_GUARD  # the running update's (set by materialise/maintain)
 
     def describe(self) -> str:
         return f"{self.name} (x != z)" if self.irreflexive else self.name
@@ -145,6 +147,7 @@ class ClosureModule(Module):
     # ------------------------------------------------------------------ interface
     def materialise(self, node: NodeState, executor: Executor) -> None:
         started = time.perf_counter()
+        self.guard = executor.guard
         own = node.own(self.relation)
         built = self.build(self.external(node))
         if len(own):
@@ -163,7 +166,8 @@ class ClosureModule(Module):
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
         old_view: DataStoreBag | None = None,
-    ) -> StoreChanges:
+    ) -> Maintained:
+        self.guard = executor.guard
         minus = changes.minus.get(self.relation) or set()
         plus = changes.plus.get(self.relation) or set()
         reason = None
@@ -174,10 +178,9 @@ class ClosureModule(Module):
         elif not all(self.holds(f) for f in minus) or any(self.holds(f) for f in plus):
             reason = "input changes disagree with the recorded external facts"
         if reason:
-            self.last_strategy = f"recompute ({reason})"
-            return self.recompute(node, executor)
+            return self.recompute(node, executor, f"recompute ({reason})")
         own = node.own(self.relation)
-        result = StoreChanges()
+        result = Maintained()
         # (X holds at least one fact per vertex with successors: the sum is rarely taken)
         lost = len(minus)
         if lost and lost >= len(self.succ) and lost == sum(map(len, self.succ.values())):
@@ -196,24 +199,20 @@ class ClosureModule(Module):
             self.insert(own, plus, result)
         self._remember(node)
         if emptied:
-            self.last_strategy = f"closure (all {emptied} external facts deleted: emptied)"
+            result.strategy = f"closure (all {emptied} external facts deleted: emptied)"
             if plus:
-                self.last_strategy += f", then +{len(plus)}"
+                result.strategy += f", then +{len(plus)}"
         else:
-            self.last_strategy = f"closure (-{len(minus)} +{len(plus)} external facts)"
+            result.strategy = f"closure (-{len(minus)} +{len(plus)} external facts)"
         return result
 
-    def extend(
-        self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]
-    ) -> StoreChanges:
+    def extend(self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]) -> Maintained:
         """The module was chosen for the node's whole rule set, so a state built for this IDB
         (a merged hyper-node maintained just before) already covers the new rules; without
         one (the IDB is the union of the merged parts' IDBs), recompute."""
         if self._idb is node.idb and len(node.own(self.relation)) == self._size:
-            self.last_strategy = "closure (extend: already complete)"
-            return StoreChanges()
-        self.last_strategy = "recompute (extend)"
-        return self.recompute(node, executor)
+            return Maintained(strategy="closure (extend: already complete)")
+        return self.recompute(node, executor, "recompute (extend)")
 
     def reset(self) -> None:
         """Forget every external fact (and the state derived from them)."""
@@ -277,7 +276,9 @@ class TransitiveClosureModule(ClosureModule):
 
         changed: set[int] = set()
         p2: dict[int, set[int]] = {}
+        tick = self.guard.tick
         for component in strongly_connected_components(vertices, successors):
+            tick()
             if irreflexive and len(component) == 2:
                 u, w = component
                 if u not in succ[u] and w not in succ[w]:

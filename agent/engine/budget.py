@@ -1,0 +1,172 @@
+"""Budgets: what one update may cost (derived facts held, memory, wall time), and the guard that
+checks them while the update runs.
+
+Why: a validly signed rule bundle can still explode (a cartesian product of two large relations,
+an unbounded ``num(X + 1) :- num(X)``). On a turbine's controller that is an out-of-memory kill
+or a watchdog restart, and then the same bundle again. With a budget the update stops at the
+next check, the reasoner rolls back to exactly the state before it (``maintenance.py``), and
+:class:`BudgetExceeded` says which limit was hit with the figures.
+
+Where the checks are (cheap, cooperative, never in the middle of a store mutation):
+
+* at every hyper-node and every seminaive round (``BudgetGuard.check``);
+* inside compiled join loops: the outermost loop of every compiled rule tests
+  ``len(out) > G.cap`` and calls ``G.pulse(out)`` when its output grew past the cap, so a join
+  that produces millions of facts stops after a few thousand more than allowed. The cap is
+  raised in steps of ``PULSE_STEP`` facts, so time and memory are looked at every step too.
+
+A loop that runs long without producing anything is seen only at its end; the agent's
+poison-bundle marker (agent/service.py) covers what no check sees (a kill by the kernel).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import ZodiacError
+
+PULSE_STEP = 20_000  # facts between two looks at the clock and the memory from compiled loops
+TICK_SECONDS = 0.01  # at most this often from code that runs often
+MEMORY_SLACK = 16 * 1024 * 1024  # growth within an update below which memory is not blamed
+UNLIMITED = sys.maxsize
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits for one update; None means no limit.
+
+    ``max_derived_facts`` bounds the derived facts the reasoner holds during and after the
+    update (all hyper-nodes together), ``max_memory_bytes`` the process's resident memory
+    (an update is stopped when the process is over it and has grown during the update),
+    ``max_seconds`` the update's wall time."""
+
+    max_derived_facts: int | None = None
+    max_memory_bytes: int | None = None
+    max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_derived_facts", "max_memory_bytes", "max_seconds"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+
+    @property
+    def limited(self) -> bool:
+        return any(
+            v is not None for v in (self.max_derived_facts, self.max_memory_bytes, self.max_seconds)
+        )
+
+
+class BudgetExceeded(ZodiacError):
+    """An update went over its budget; the reasoner is back to the state before it.
+
+    ``limit`` names the budget (``derived_facts``, ``memory_bytes``, ``seconds``), ``allowed``
+    and ``used`` are the figures at the check that stopped it."""
+
+    def __init__(self, limit: str, allowed: float, used: float) -> None:
+        self.limit = limit
+        self.allowed = allowed
+        self.used = used
+        units = {"derived_facts": "derived facts", "memory_bytes": "bytes of memory"}
+        unit = units.get(limit, "seconds")
+        super().__init__(
+            f"update stopped: it needed more than {_figure(allowed)} {unit} "
+            f"({_figure(used)} when stopped); the state is as before the update"
+        )
+
+    def figures(self) -> dict:
+        return {"limit": self.limit, "allowed": self.allowed, "used": self.used}
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:.2f}"
+
+
+def resident_memory() -> int | None:
+    """The process's resident set size in bytes (Linux), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class BudgetGuard:
+    """Checks one :class:`Budget` during one update (see the module docstring).
+
+    ``held`` counts the derived facts held now; the driver sets it to a function of the
+    hyper-nodes it is building. ``cap`` is what compiled loops compare their output size with."""
+
+    def __init__(self, budget: Budget | None = None) -> None:
+        self.budget = budget or Budget()
+        self.held: Callable[[], int] = lambda: 0
+        self.started = time.monotonic()
+        self.cap = UNLIMITED
+        self.active = False
+        self.last_tick = 0.0
+        self.memory_at_start = 0
+
+    def start(self, held: Callable[[], int]) -> BudgetGuard:
+        self.held = held
+        self.started = time.monotonic()
+        self.active = self.budget.limited
+        if self.budget.max_memory_bytes is not None:
+            self.memory_at_start = resident_memory() or 0
+        self.cap = PULSE_STEP if self.active else UNLIMITED
+        return self
+
+    def stop(self) -> None:
+        self.active = False
+        self.cap = UNLIMITED
+
+    def check(self, in_flight: int = 0) -> None:
+        """Raise BudgetExceeded if a limit is passed; ``in_flight`` facts are derived but not
+        yet stored (a compiled rule's output set)."""
+        if not self.active:
+            return
+        budget = self.budget
+        if budget.max_seconds is not None:
+            elapsed = time.monotonic() - self.started
+            if elapsed > budget.max_seconds:
+                self._exceeded("seconds", budget.max_seconds, elapsed)
+        if budget.max_derived_facts is not None:
+            held = self.held() + in_flight
+            if held > budget.max_derived_facts:
+                self._exceeded("derived_facts", budget.max_derived_facts, held)
+        if budget.max_memory_bytes is not None:
+            memory = resident_memory()
+            # Over the limit and grown in this update: memory an earlier (abandoned) update
+            # left to Python's allocator is reused without growing the process, so a device
+            # is never stuck refusing every change after one bad bundle.
+            if (
+                memory is not None
+                and memory > budget.max_memory_bytes
+                and memory - self.memory_at_start > MEMORY_SLACK
+            ):
+                self._exceeded("memory_bytes", budget.max_memory_bytes, memory)
+
+    def tick(self) -> None:
+        """A cheap check point for code that runs often (every compiled rule call, every
+        round): a full check at most every ``TICK_SECONDS``."""
+        if self.active:
+            now = time.monotonic()
+            if now - self.last_tick >= TICK_SECONDS:
+                self.last_tick = now
+                self.check()
+
+    def pulse(self, out: set) -> None:
+        """Called by compiled loops when ``len(out)`` passed ``cap``: check, then raise the
+        cap by another step."""
+        self.check(len(out))
+        self.cap = len(out) + PULSE_STEP
+
+    def _exceeded(self, limit: str, allowed: float, used: float) -> None:
+        self.stop()
+        raise BudgetExceeded(limit, allowed, used)
+
+
+NO_GUARD = BudgetGuard()  # never active: what compiled rules get outside a budgeted update

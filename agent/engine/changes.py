@@ -1,0 +1,287 @@
+"""What an update changed: per-store change sets, the update's change log, the journal a
+persistent copy reads, and the *visible* difference a hyper-node receives.
+
+* :class:`StoreChanges`: the net facts one store gained and lost (a fact removed then re-added
+  in the same update is neither).
+* :class:`ChangeLog`: every store's changes during one update, plus which stores the update
+  created and dropped; keyed by the store objects themselves.
+* :class:`Journal`: the update's changes as a persistent copy (the agent's SQLite file) needs
+  them: the explicit-fact changes, and per hyper-node, by its stable name, either "written in
+  full" or its net changes (and the name it had before, when a reduced hyper-node kept its IDB
+  under a new name).
+* :func:`visible_difference`: how the union of a hyper-node's lower stores changed. A fact
+  derived in two hyper-nodes disappears for a reader only when both lose it.
+
+Nothing here evaluates rules: these are functions of stores and change sets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .store import DataStore, RelationKey
+
+Facts = dict[RelationKey, set]
+
+
+@dataclass
+class InputChanges:
+    """How the facts a hyper-node reads from below (the EDB and its predecessors' IDBs, as one
+    union) changed: ``plus`` became visible, ``minus`` stopped being visible."""
+
+    plus: Facts = field(default_factory=dict)
+    minus: Facts = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return any(self.plus.values()) or any(self.minus.values())
+
+    def size(self) -> int:
+        return sum(map(len, self.plus.values())) + sum(map(len, self.minus.values()))
+
+
+@dataclass
+class StoreChanges:
+    """What actually changed in one DataStore during an update."""
+
+    added: Facts = field(default_factory=dict)
+    removed: Facts = field(default_factory=dict)
+
+    def add(self, key: RelationKey, facts: set, *, owned: bool = False) -> None:
+        """Record insertions as net changes: re-adding a fact removed earlier in the same
+        update cancels the removal. ``owned``: as for `remove`."""
+        if not facts:
+            return
+        removed = self.removed.get(key)
+        if removed:
+            back = facts & removed
+            if back:
+                removed -= back
+                facts = facts - back
+                owned = True
+        if not facts:
+            return
+        known = self.added.get(key)
+        if known is None:
+            self.added[key] = facts if owned else set(facts)
+        else:
+            known.update(facts)
+
+    def remove(self, key: RelationKey, facts: set, *, owned: bool = False) -> None:
+        """Record deletions as net changes: removing a fact added earlier in the same update
+        cancels the insertion. ``owned``: the caller hands ``facts`` over (no copy is made;
+        it must not use the set again)."""
+        if not facts:
+            return
+        added = self.added.get(key)
+        if added:
+            gone = facts & added
+            if gone:
+                added -= gone
+                facts = facts - gone
+        if not facts:
+            return
+        known = self.removed.get(key)
+        if known is None and owned:
+            self.removed[key] = facts
+        elif known is None:
+            self.removed[key] = set(facts)
+        else:
+            known.update(facts)
+
+    def merge(self, other: StoreChanges) -> None:
+        """Add ``other``'s changes to these (as net changes)."""
+        for key, rows in other.added.items():
+            self.add(key, rows)
+        for key, rows in other.removed.items():
+            self.remove(key, rows)
+
+    def counts(self) -> tuple[int, int]:
+        return sum(map(len, self.added.values())), sum(map(len, self.removed.values()))
+
+
+def difference(old: set, new: set) -> tuple[set, set]:
+    """``(new - old, old - new)`` for an ``old`` set the caller hands over (it is reused).
+
+    Why not just the two expressions: CPython's ``a - b`` walks ``a`` and ``a -= b`` walks
+    ``b``. A recomputed node has either grown or shrunk a lot; the lost part is computed with
+    whichever walk is over the smaller set, in place when that is ``new`` (no copy of what
+    remains of ``old``)."""
+    added = new - old
+    if len(old) <= len(new):
+        return added, old - new
+    old -= new
+    return added, old
+
+
+@dataclass
+class ChangeLog:
+    """Changes of every store during one update, to compute visible differences."""
+
+    changes: dict[DataStore, StoreChanges] = field(default_factory=dict)
+    created: set[DataStore] = field(default_factory=set)
+    dropped: set[DataStore] = field(default_factory=set)
+
+    def record(self, store: DataStore, changes: StoreChanges) -> None:
+        mine = self.changes.get(store)
+        if mine is None:
+            self.changes[store] = changes
+        else:
+            mine.merge(changes)
+
+    def of(self, store: DataStore) -> StoreChanges | None:
+        return self.changes.get(store)
+
+    def touched(self, store: DataStore, key: RelationKey) -> set:
+        mine = self.changes.get(store)
+        if mine is None:
+            return set()
+        return mine.added.get(key, set()) | mine.removed.get(key, set())
+
+    def changed(self, store: DataStore, key: RelationKey) -> bool:
+        """Whether ``store`` gained or lost facts of ``key`` in this update."""
+        mine = self.changes.get(store)
+        return mine is not None and bool(mine.added.get(key) or mine.removed.get(key))
+
+    def held_before(self, store: DataStore, key: RelationKey, candidates: set) -> set:
+        """The candidates ``store`` held before the update."""
+        if store in self.created:
+            return set()
+        relation = store.relations.get(key)
+        present = relation.present(candidates) if relation is not None else set()
+        mine = self.changes.get(store)
+        if mine is None:
+            return present
+        added = mine.added.get(key)
+        if added:
+            present -= added
+        removed = mine.removed.get(key)
+        if removed:
+            present |= candidates & removed
+        return present
+
+    def held_after(self, store: DataStore, key: RelationKey, candidates: set) -> set:
+        """The candidates ``store`` holds after the update."""
+        if store in self.dropped:
+            return set()
+        relation = store.relations.get(key)
+        return relation.present(candidates) if relation is not None else set()
+
+    def in_place(self, store: DataStore, before: set[DataStore], after: set[DataStore]) -> bool:
+        """Whether ``store`` was below a node both before and after the update, and neither
+        appeared nor disappeared in it: then its net changes are exact (see net_changes)."""
+        return (
+            store in before
+            and store in after
+            and store not in self.created
+            and store not in self.dropped
+        )
+
+    def net_changes(self, store: DataStore, key: RelationKey) -> tuple[set, set]:
+        """Copies of what ``store`` gained and lost of ``key`` in this update. StoreChanges
+        records net changes (a fact removed then re-added is neither), so these are exactly
+        the facts held after and not before, and before and not after."""
+        mine = self.changes.get(store)
+        if mine is None:
+            return set(), set()
+        return set(mine.added.get(key, ())), set(mine.removed.get(key, ()))
+
+
+@dataclass
+class NodeJournal:
+    """One hyper-node's part of a :class:`Journal`: ``created`` means its IDB is new (write it
+    in full), otherwise ``changes`` are its net changes; ``previous`` is the name the same IDB
+    had before the update (a hyper-node that lost rules keeps its IDB under a new name)."""
+
+    created: bool
+    changes: StoreChanges
+    previous: str | None = None
+
+
+@dataclass
+class Journal:
+    """What one update changed, for whoever keeps a copy of the state (the agent's SQLite
+    file): ``edb`` holds the net explicit-fact changes, ``nodes`` every hyper-node after the
+    update by its stable name. A hyper-node of before that is neither in ``nodes`` nor the
+    ``previous`` of one was dropped."""
+
+    edb: StoreChanges = field(default_factory=StoreChanges)
+    nodes: dict[str, NodeJournal] = field(default_factory=dict)
+
+
+def visible_difference(
+    reads: Iterable[RelationKey],
+    old_lower: list[DataStore],
+    new_lower: list[DataStore],
+    log: ChangeLog,
+) -> InputChanges:
+    """How the union of a node's lower stores changed, per relation it ``reads``, between
+    ``old_lower`` (the stores below it before the update) and ``new_lower`` (after).
+
+    Candidates are the facts some lower store gained or lost (all facts of a store that
+    appeared, disappeared, or entered or left the node's lower set); their membership before
+    and after is decided with set operations, store by store. The common case skips all that:
+    when one store alone changed a relation and stayed below the node, its net changes are the
+    difference (the copies cost far less than the membership tests)."""
+    before, after = set(old_lower), set(new_lower)
+    everyone = list(dict.fromkeys([*old_lower, *new_lower]))
+    # Stores below the node before and after, neither created nor dropped: the others count
+    # whole (every fact they hold appeared or disappeared for this node).
+    staying = [s for s in old_lower if log.in_place(s, before, after)]
+    changes = InputChanges()
+    for key in reads:
+        # A store staying below the node, unchanged for this key, holds the same candidates
+        # before and after: it cannot make one appear or disappear, only hide a change of
+        # another store. So it is subtracted from the changes (cost: the changes) instead of
+        # intersected with the candidates twice (cost: 2 x candidates).
+        steady = [s for s in staying if not log.changed(s, key)]
+        moving = [
+            s for s in everyone if s not in steady and (key in s.relations or log.changed(s, key))
+        ]
+        if not moving:
+            continue
+        if len(moving) == 1 and moving[0] in staying:
+            plus, minus = log.net_changes(moving[0], key)
+        else:
+            candidates: set = set()
+            for store in moving:
+                relation = store.relations.get(key)
+                if store not in staying and relation is not None:
+                    candidates |= relation.tuples
+                candidates |= log.touched(store, key)
+            if not candidates:
+                continue
+            plus, minus = changed_membership(
+                key, candidates, old_lower, new_lower, set(steady), log
+            )
+        for store in steady:
+            relation = store.relations.get(key)
+            if relation is not None and len(relation):
+                if plus:
+                    plus = relation.absent(plus)
+                if minus:
+                    minus = relation.absent(minus)
+        if plus:
+            changes.plus[key] = plus
+        if minus:
+            changes.minus[key] = minus
+    return changes
+
+
+def changed_membership(
+    key: RelationKey,
+    candidates: set,
+    old_lower: list[DataStore],
+    new_lower: list[DataStore],
+    steady: set[DataStore],
+    log: ChangeLog,
+) -> tuple[set, set]:
+    """The candidates visible after but not before, and before but not after, through the
+    stores that are not steady (decided store by store with set operations)."""
+    held_before = set().union(
+        *(log.held_before(s, key, candidates) for s in old_lower if s not in steady)
+    )
+    held_after = set().union(
+        *(log.held_after(s, key, candidates) for s in new_lower if s not in steady)
+    )
+    return held_after - held_before, held_before - held_after

@@ -1,0 +1,43 @@
+"""The cost policy: every threshold at which maintaining a hyper-node incrementally is judged
+dearer than computing it again, in one place.
+
+Incremental maintenance costs what a change affects; recomputing costs what the hyper-node
+reads. Each module and the update driver compare estimates of the two; the factors they compare
+them with live here, so that they can be tuned (and printed) together. ``Reasoner(costs=...)``
+takes another policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CostPolicy:
+    # Update driver: input facts a hyper-node loses (or that new facts of negated relations
+    # block), as a share of the facts it reads, above which it is recomputed (DRed's
+    # overdeletion and rederivation would touch most of it).
+    deletion_recompute_share: float = 0.3
+    # Update driver: summed shares of new facts in the atoms of a non-recursive join above
+    # which recomputing beats seminaive (which evaluates the rule once per atom with new facts,
+    # each time over that share of a full evaluation).
+    insertion_recompute_growth: float = 1.0
+    # Seminaive (DRed^c): overdeleted facts, as a share of the node's facts, above which the
+    # overdeletion stops and the node is recomputed.
+    overdeletion_recompute_share: float = 0.3
+    # Aggregates: touched groups, as a share of all groups, above which the whole rule is
+    # evaluated again (one scan instead of an index probe per group).
+    aggregate_recompute_group_share: float = 0.5
+    # Renaming: changed source facts (counted once per path that copies them), times this,
+    # above the number of facts copying the sources afresh would read: recompute.
+    renaming_recompute_changed_share: float = 2.0
+    # Composition: deleted input facts, times this, above the head facts: scan the heads
+    # without estimating the deleted derivations (each deleted fact usually takes part in at
+    # least a few).
+    composition_scan_lost_share: float = 4.0
+    # Composition: deleted input facts above this share of the input facts that remain:
+    # recompute.
+    composition_recompute_lost_share: float = 1.0
+
+
+DEFAULT_COSTS = CostPolicy()

@@ -1,0 +1,157 @@
+"""A read-only view of a materialisation: what ``facts``, ``query``, ``count``, ``stats``,
+``explain`` and the agent's persistence read, and nothing that could change it.
+
+The reasoner's state is the EDB store, the hyper-nodes' IDB stores and the term dictionary.
+Readers should not need to know how hyper-nodes split the facts between stores (a fact derived
+in two hyper-nodes is one fact), nor reach into the update machinery: this view answers with
+facts as term-id tuples or decoded values, holders per relation, and a summary of the
+hyper-nodes, and offers no method that writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from .language import RDF_TYPE, Atom, Constant, Rule, Value, Variable
+from .store import DataStore, Relation, RelationKey
+from .terms import TermDictionary
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What a reader may know of one hyper-node."""
+
+    name: str
+    rules: tuple[Rule, ...]
+    module: str
+    recursive: bool
+    store: DataStore  # its IDB: read it, never change it
+
+    def size(self) -> int:
+        return self.store.size()
+
+
+class MaterialisedView:
+    """Read-only access to one materialisation (see the module docstring)."""
+
+    def __init__(self, terms: TermDictionary, edb: DataStore, nodes: Sequence[NodeView]) -> None:
+        self.terms = terms
+        self.edb = edb
+        self.nodes = tuple(nodes)
+
+    # ------------------------------------------------------------------ by relation
+    def relations(self) -> set[RelationKey]:
+        """Every relation holding at least one fact, explicit or derived."""
+        keys = {k for k, r in self.edb.relations.items() if len(r)}
+        for node in self.nodes:
+            keys.update(k for k, r in node.store.relations.items() if len(r))
+        return keys
+
+    def holders(self, key: RelationKey) -> list[Relation]:
+        """The non-empty relations holding facts of ``key``: the EDB's, then the IDBs'."""
+        found = []
+        for store in (self.edb, *(node.store for node in self.nodes)):
+            relation = store.get(key)
+            if relation is not None and len(relation):
+                found.append(relation)
+        return found
+
+    def visible(self, key: RelationKey) -> set[tuple[int, ...]]:
+        """The facts of ``key`` as term-id tuples (may be a store's own set: do not change)."""
+        holders = [relation.tuples for relation in self.holders(key)]
+        if len(holders) == 1:
+            return holders[0]
+        union: set[tuple[int, ...]] = set()
+        for tuples in holders:
+            union |= tuples
+        return union
+
+    def holds(self, key: RelationKey, args: tuple[int, ...]) -> bool:
+        return any(args in relation for relation in self.holders(key))
+
+    def explicit(self, key: RelationKey, args: tuple[int, ...]) -> bool:
+        relation = self.edb.get(key)
+        return relation is not None and args in relation
+
+    def count(self) -> int:
+        """Number of distinct facts, explicit and derived."""
+        return sum(len(self.visible(key)) for key in self.relations())
+
+    # ------------------------------------------------------------------ decoded
+    def external(self, key: RelationKey, args: tuple[int, ...]) -> tuple:
+        """A fact as ``(predicate, *values)``; a class fact ``C(x)`` as ``(rdf:type, x, C)``."""
+        name, arity = key
+        decode = self.terms.values
+        if arity == 1:
+            return (RDF_TYPE, decode[args[0]], name)
+        return (name, *(decode[a] for a in args))
+
+    def facts(self, predicate: str | None = None) -> Iterator[tuple]:
+        for key in sorted(self.relations()):
+            name, arity = key
+            wanted = RDF_TYPE if arity == 1 else name
+            if predicate is not None and predicate != wanted:
+                continue
+            for args in self.visible(key):
+                yield self.external(key, args)
+
+    def facts_named(self, name: str) -> Iterator[tuple]:
+        for key in sorted(k for k in self.relations() if k[0] == name):
+            for args in self.visible(key):
+                yield self.external(key, args)
+
+    def edb_facts(self) -> Iterator[tuple]:
+        for key, relation in sorted(self.edb.relations.items()):
+            for args in relation.tuples:
+                yield self.external(key, args)
+
+    def query(self, atom: Atom) -> list[dict[str, Value]]:
+        """Answers of one atom pattern: one dict per distinct match, variable name -> value
+        (anonymous ``_`` variables left out)."""
+        wanted: list[int | None] = []
+        for term in atom.terms:
+            if isinstance(term, Constant):
+                found = self.terms.lookup(term.value)
+                if found is None:
+                    return []
+                wanted.append(found)
+            else:
+                wanted.append(None)
+        answers: list[dict[str, Value]] = []
+        seen: set[tuple] = set()
+        decode = self.terms.values
+        for args in self.visible(atom.relation):
+            binding: dict[Variable, int] = {}
+            ok = True
+            for term, want, value in zip(atom.terms, wanted, args, strict=True):
+                if want is not None:
+                    ok = value == want
+                elif binding.setdefault(term, value) != value:  # type: ignore[arg-type]
+                    ok = False
+                if not ok:
+                    break
+            if not ok:
+                continue
+            key = tuple(sorted((v.name, i) for v, i in binding.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            answers.append(
+                {v.name: decode[i] for v, i in binding.items() if not v.name.startswith("_")}
+            )
+        return answers
+
+    # ------------------------------------------------------------------ rules
+    def rules_by_head(self) -> dict[RelationKey, list[Rule]]:
+        found: dict[RelationKey, list[Rule]] = {}
+        for node in self.nodes:
+            for rule in node.rules:
+                found.setdefault(rule.head.relation, []).append(rule)
+        return found
+
+    def node_of(self, rule: Rule) -> NodeView | None:
+        for node in self.nodes:
+            if rule in node.rules:
+                return node
+        return None
