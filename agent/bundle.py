@@ -118,7 +118,20 @@ REASONS = (
     "expired",
     "bad_rule",
     "version_gap",
+    "wrong_audience",
+    "not_owner",
+    "budget_exceeded",
 )
+
+#: The audience ``device`` of a bundle for every device of its farm (the farm-wide topic
+#: ``zodiac/<farm>/all/bundle``); no device may be called so (agent/config.py).
+FARM_WIDE = "all"
+#: Sources of an agent's facts that are not bundle streams (agent/service.py): a bundle may not
+#: use their names, or it could delete a device's readings.
+RESERVED_STREAMS = ("local", "sensor")
+RESERVED_STREAM_PREFIXES = ("telemetry/",)
+#: How much of an unsigned, untrusted value an error message may repeat.
+ECHO_LIMIT = 80
 
 _STREAM = re.compile(r"[A-Za-z0-9._/-]+")
 # Device, farm and key names end up in MQTT topics and file names: no '/', '+', '#' or spaces.
@@ -230,10 +243,10 @@ def _fact_after(fact: list[Any]) -> list[Any]:
         raise ValueError("a fact is [predicate, arg1, ...] with at least one argument")
     predicate = fact[0]
     if not isinstance(predicate, str) or not predicate:
-        raise ValueError(f"a fact's predicate must be a non-empty IRI string, got {predicate!r}")
+        raise ValueError(f"a fact's predicate must be a non-empty IRI, got {clip(predicate)}")
     if predicate == RDF_TYPE and len(fact) == 3 and not isinstance(fact[2], str):
         # The engine stores class facts in the class's unary relation: C must be an IRI.
-        raise ValueError(f"the class of an rdf:type fact must be an IRI string, got {fact[2]!r}")
+        raise ValueError(f"the class of an rdf:type fact must be an IRI, got {clip(fact[2])}")
     return fact
 
 
@@ -264,8 +277,8 @@ def decode_term(obj: Any) -> Value:
         try:
             return LiteralTerm.model_validate(obj).value()
         except ValidationError as err:
-            raise BundleError("invalid", f"bad literal {obj!r}: {_summary(err)}") from None
-    raise BundleError("invalid", f"not a term: {obj!r}")
+            raise BundleError("invalid", f"bad literal {clip(obj)}: {_summary(err)}") from None
+    raise BundleError("invalid", f"not a term: {clip(obj)}")
 
 
 def encode_fact(fact: tuple[Value, ...]) -> list[Any]:
@@ -281,21 +294,30 @@ def fact_tuple(fact: list[Any]) -> tuple[Value, ...]:
 # --- operations ---------------------------------------------------------------------------
 
 
+def clip(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)``, cut to ``limit`` characters: error messages and the status repeat
+    input that nobody signed (a key id, a field of an invalid bundle), which may be huge."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _check_stream(value: str) -> str:
     if not _STREAM.fullmatch(value):
-        raise ValueError(f"a stream name is made of [A-Za-z0-9._/-], got {value!r}")
+        raise ValueError(f"a stream name is made of [A-Za-z0-9._/-], got {clip(value)}")
+    if value in RESERVED_STREAMS or value.startswith(RESERVED_STREAM_PREFIXES):
+        raise ValueError(f"stream name {value!r} is reserved for the device's own sources")
     return value
 
 
 def _check_name(value: str) -> str:
     if not _NAME.fullmatch(value):
-        raise ValueError(f"a device or farm name is made of [A-Za-z0-9._-], got {value!r}")
+        raise ValueError(f"a device or farm name is made of [A-Za-z0-9._-], got {clip(value)}")
     return value
 
 
 def _check_rule_id(value: str) -> str:
     if not is_valid_label(value):
-        raise ValueError(f"a rule id must be a valid rule label, got {value!r}")
+        raise ValueError(f"a rule id must be a valid rule label, got {clip(value)}")
     return value
 
 
@@ -382,16 +404,56 @@ Operation = Annotated[AddRules | DeleteRules | AddFacts | DeleteFacts, Field(dis
 # --- models -------------------------------------------------------------------------------
 
 
-class Bundle(_Frozen):
-    """A versioned batch of operations on one stream (see the module docstring)."""
+def source_name(stream: str, *, farm_wide: bool) -> str:
+    """See :attr:`Bundle.source`. ``:`` is not allowed in stream names, so the two kinds of
+    sources never collide."""
+    return f"{FARM_WIDE}:{stream}" if farm_wide else stream
 
-    bundle_id: Annotated[str, Field(min_length=1)]
+
+def _check_source(value: str) -> str:
+    prefix, colon, stream = value.partition(":")
+    _check_stream(stream if colon and prefix == FARM_WIDE else value)
+    return value
+
+
+SourceName = Annotated[str, AfterValidator(_check_source)]
+
+
+class Bundle(_Frozen):
+    """A versioned batch of operations on one stream (see the module docstring).
+
+    The audience is part of the signed body: ``farm`` and ``device`` (a device id, or
+    :data:`FARM_WIDE` for every device of the farm). A device applies only bundles addressed to
+    it or to its farm as a whole, so a bundle captured from another device's topic, or replayed
+    to another farm, is refused (``wrong_audience``). Farm-wide and per-device bundles of the
+    same stream name are two sequences of versions, and two sources of rules and facts.
+    ``expires_at`` is required: a captured bundle is useless after it.
+    ``supersedes`` names the streams (of the same audience) whose rules and facts this bundle
+    may delete; otherwise a stream may only delete what it added itself."""
+
+    bundle_id: Annotated[str, Field(min_length=1, max_length=200)]
+    farm: Name
+    device: Name
     stream: StreamName
     version: Annotated[int, Field(ge=1)]
     issued_at: Timestamp
-    expires_at: Timestamp | None = None
+    expires_at: Timestamp
     full_state: bool = False
+    supersedes: list[StreamName] = []
     operations: list[Operation]
+
+    @property
+    def farm_wide(self) -> bool:
+        return self.device == FARM_WIDE
+
+    @property
+    def source(self) -> str:
+        """The agent's name for this bundle's stream, its version sequence and the rules and
+        facts it asserts: the stream name, ``all:<stream>`` for a farm-wide bundle."""
+        return source_name(self.stream, farm_wide=self.farm_wide)
+
+    def superseded_sources(self) -> list[str]:
+        return [source_name(s, farm_wide=self.farm_wide) for s in self.supersedes]
 
     def operation_count(self) -> int:
         """What :class:`BundleLimits` bounds: every rule, rule id and fact of every operation."""
@@ -418,12 +480,16 @@ class DeviceStatus(_Frozen):
     device: Name
     farm: Name
     online: bool
-    applied: dict[StreamName, Annotated[int, Field(ge=0)]]
+    # Applied version per source: stream name, or ``all:<stream>`` for farm-wide streams.
+    applied: dict[SourceName, Annotated[int, Field(ge=0)]]
     rules: Annotated[int, Field(ge=0)]
     facts: Annotated[int, Field(ge=0)]
     explicit_facts: Annotated[int, Field(ge=0)]
     last_error: str | None = None
     updated_at: Timestamp
+    # Incoming messages dropped since the agent started, by reason (telemetry from a device
+    # that is not the sender, readings out of date or over the limits...).
+    dropped: dict[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0)]] = {}
     # Derived facts of the device's configured "findings" predicates (e.g. a diagnosis).
     findings: list[Fact] = []
 
@@ -554,9 +620,11 @@ def decode_model(data: bytes, model_type: type[M]) -> M:
         return model_type.model_validate(obj)
     except ValidationError as err:
         bundle_id = stream = None
-        if isinstance(obj, dict):  # best effort, for the message only
-            bundle_id = obj.get("bundle_id") if isinstance(obj.get("bundle_id"), str) else None
-            stream = obj.get("stream") if isinstance(obj.get("stream"), str) else None
+        if isinstance(obj, dict):  # best effort, for the message only (clipped: untrusted)
+            if isinstance(obj.get("bundle_id"), str):
+                bundle_id = obj["bundle_id"][:ECHO_LIMIT]
+            if isinstance(obj.get("stream"), str):
+                stream = obj["stream"][:ECHO_LIMIT]
         raise BundleError(
             "invalid",
             f"not a valid {model_type.__name__}: {_summary(err)}",
@@ -588,7 +656,7 @@ def decode_request(data: bytes) -> RuleRequest:
 def _check_key_id(key_id: str) -> str:
     # The key id is a file name (<key_id>.key): keep it free of path separators.
     if not isinstance(key_id, str) or not _NAME.fullmatch(key_id):
-        raise ValueError(f"a key id is made of [A-Za-z0-9._-], got {key_id!r}")
+        raise ValueError(f"a key id is made of [A-Za-z0-9._-], got {clip(key_id)}")
     return key_id
 
 
@@ -738,7 +806,7 @@ def open_bundle(
         )
     version, key_id, body, signature = (envelope[k] for k in ("v", "kid", "body", "sig"))
     if type(version) is not int or version != ENVELOPE_VERSION:  # bool is an int: be exact
-        raise BundleError("malformed", f"unsupported envelope version {version!r}")
+        raise BundleError("malformed", f"unsupported envelope version {clip(version)}")
     if not isinstance(key_id, str) or not isinstance(body, bytes):
         raise BundleError("malformed", "the envelope's kid must be a str and body bin")
     if not isinstance(signature, bytes) or len(signature) != SIGNATURE_BYTES:
@@ -747,7 +815,7 @@ def open_bundle(
     public_key = keyring.get(key_id)
     if public_key is None:
         raise BundleError(
-            "unknown_key", f"signed with unknown key {key_id!r} (trusted: {keyring.ids()})"
+            "unknown_key", f"signed with unknown key {clip(key_id)} (trusted: {keyring.ids()})"
         )
     try:
         public_key.verify(signature, body)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from .engine import Reasoner, ZodiacError
+from .engine.budget import Budget
 from .engine.language import RDF_TYPE, Constant
 
 
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="evaluate every hyper-node with plain seminaive evaluation (no closure modules)",
     )
+    add_budget_options(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     materialise = commands.add_parser(
@@ -111,6 +113,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive(kind: type):
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return convert
+
+
+def add_budget_options(parser: argparse.ArgumentParser) -> None:
+    """The engine's budgets (agent/engine/budget.py), as the agent's [budget] config has them:
+    an update over budget stops with an error and changes nothing."""
+    group = parser.add_argument_group("budgets (each update stops with an error past them)")
+    group.add_argument(
+        "--max-derived-facts", type=_positive(int), metavar="N", help="derived facts held"
+    )
+    group.add_argument(
+        "--max-memory-mb", type=_positive(int), metavar="MB", help="resident memory of the process"
+    )
+    group.add_argument(
+        "--max-seconds", type=_positive(float), metavar="S", help="wall time of one update"
+    )
+
+
+def budget_of(args: argparse.Namespace) -> Budget:
+    memory = args.max_memory_mb
+    return Budget(
+        max_derived_facts=args.max_derived_facts,
+        max_memory_bytes=memory * 1024 * 1024 if memory else None,
+        max_seconds=args.max_seconds,
+    )
+
+
 def _add_inputs(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "rules", metavar="RULES", help="a rule file (ZodiacEdge or Datalog syntax)"
@@ -121,7 +160,7 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
 
 
 def load(args: argparse.Namespace, progress: Progress) -> Reasoner:
-    reasoner = Reasoner(progress=progress, modules=not args.no_modules)
+    reasoner = Reasoner(progress=progress, modules=not args.no_modules, budget=budget_of(args))
     for path in args.facts:
         progress.step(f"reading {path}")
         reasoner.add_facts(path)

@@ -34,10 +34,12 @@ from pydantic import (
 __all__ = [
     "AgentConfig",
     "BrokerConfig",
+    "BudgetConfig",
     "ConfigError",
     "KeysConfig",
     "LogConfig",
     "ReasoningConfig",
+    "TelemetryConfig",
     "TopicKind",
 ]
 
@@ -204,6 +206,45 @@ class ReasoningConfig(_Section):
         return self
 
 
+class TelemetryConfig(_Section):
+    """``[telemetry]``: what the agent accepts from its neighbours' telemetry topics, and how
+    much. A reading is kept only if its subject is the sending device (or one of its sensors,
+    see ``owner_predicate``) and its predicate is accepted; anything else is dropped and
+    counted in the status (``dropped``), never stored."""
+
+    # Predicates accepted from neighbours; by default reasoning.telemetry_predicates (what the
+    # devices of a farm publish is what they read from each other).
+    accept_predicates: list[NonEmptyStr] | None = None
+    # When set, a reading about x is also accepted from device d if the agent holds the fact
+    # owner_predicate(d, x) (x is one of d's sensors, per the farm graph).
+    owner_predicate: NonEmptyStr | None = None
+    # Limits per message (payload bytes, readings) and per neighbour (messages per second,
+    # with bursts of up to twice that); the device's own readings get the same size limits.
+    max_message_bytes: int = Field(64_000, gt=0)
+    max_readings: int = Field(1_000, gt=0)
+    max_messages_per_second: float = Field(5.0, gt=0)
+
+
+class BudgetConfig(_Section):
+    """``[budget]``: what one change (a bundle, a batch of readings) may cost the device. A
+    change over budget is stopped and refused (``budget_exceeded``, with the figures, in the
+    status), the state stays exactly as before and the agent keeps running. The defaults fit
+    a small controller; a gateway raises them."""
+
+    max_derived_facts: int = Field(1_000_000, gt=0)
+    max_memory_mb: int = Field(512, gt=0)
+    max_update_seconds: float = Field(60.0, gt=0)
+
+    def budget(self):
+        from agent.engine.budget import Budget
+
+        return Budget(
+            max_derived_facts=self.max_derived_facts,
+            max_memory_bytes=self.max_memory_mb * 1024 * 1024,
+            max_seconds=self.max_update_seconds,
+        )
+
+
 class LogConfig(_Section):
     """``[log]``: logging for journald / Docker (JSON lines by default, for log shippers)."""
 
@@ -224,6 +265,8 @@ class AgentConfig(_Section):
     broker: BrokerConfig = BrokerConfig()
     keys: KeysConfig
     reasoning: ReasoningConfig = ReasoningConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
+    budget: BudgetConfig = BudgetConfig()
     log: LogConfig = LogConfig()
     # The file this config was loaded from (set by `load`, for messages); not a TOML option.
     source: Path | None = Field(None, exclude=True)
@@ -232,6 +275,19 @@ class AgentConfig(_Section):
     def _not_own_neighbour(self) -> AgentConfig:
         if self.device in self.reasoning.neighbours:
             raise ValueError(f"device {self.device!r} lists itself in reasoning.neighbours")
+        return self
+
+    @model_validator(mode="after")
+    def _username_is_this_device(self) -> AgentConfig:
+        """A username of the shipped broker's form ``<farm>/<device>`` (deploy/mosquitto) must
+        name this device: its ACL gives a device exactly the topics of its username, so any
+        other name would have every publish refused and no bundle delivered, silently."""
+        username, own = self.broker.username, f"{self.farm}/{self.device}"
+        if username and "/" in username and username != own:
+            raise ValueError(
+                f"broker.username {username!r} is not this device's: with the broker "
+                f"configuration of deploy/mosquitto it must be {own!r}"
+            )
         return self
 
     # ---------------------------------------------------------------------------- loading
@@ -290,6 +346,10 @@ class AgentConfig(_Section):
         """The telemetry topic of another device of the same farm."""
         _check_device_id(device)
         return f"zodiac/{self.farm}/{device}/telemetry"
+
+    def accepted_telemetry_predicates(self) -> set[str]:
+        accepted = self.telemetry.accept_predicates
+        return set(self.reasoning.telemetry_predicates if accepted is None else accepted)
 
     def neighbour_telemetry_topics(self) -> list[str]:
         """The telemetry topics of all configured neighbours (what the agent subscribes to)."""

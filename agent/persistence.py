@@ -12,6 +12,11 @@ in-memory reasoner is rebuilt from the file, which still holds the state before 
 memory and disk never disagree. With WAL and ``synchronous=FULL`` a committed change survives a
 power cut; after a crash at any point the file holds the state before or after the last change.
 
+Rules are saved by name (the label, or the content key of an unlabelled rule) with their
+content key (``Rule.key``); hyper-nodes by the content keys of their rules. Replacing a labelled
+rule's body therefore deletes one row and inserts another in the change's transaction, and a
+hyper-node is never matched to the rules of another body under the same labels.
+
 Layout choices, for load speed: a fact is stored as integer columns ``a0, a1, a2`` (−1 when
 absent) plus ``rest`` (the ids of columns 3 and up, comma-separated, almost always empty), so
 loading a binary relation is one ``SELECT a0, a1`` whose rows already are the engine's tuples.
@@ -23,6 +28,7 @@ is written in full; a dropped one is deleted).
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -31,14 +37,16 @@ from pathlib import Path
 
 import sqlite_utils
 
+from agent.claims import ClaimChange, RuleClaims, plan_change
+from agent.engine.budget import Budget
 from agent.engine.errors import ZodiacError
-from agent.engine.language import Literal, Rule, Value
+from agent.engine.language import Literal, Program, Rule, Value, atom_fact
 from agent.engine.parser import parse_program
 from agent.engine.reasoner import Reasoner
-from agent.engine.store import DataStore, RelationKey
+from agent.engine.store import RelationKey
 
 FORMAT = "zodiac-edge agent state"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 EXPECTED_TABLES = {
     "meta",
@@ -50,6 +58,7 @@ EXPECTED_TABLES = {
     "nodes",
     "derived",
     "requests",
+    "reading_times",
 }
 
 SCHEMA = """
@@ -63,19 +72,22 @@ CREATE TABLE relations (
 CREATE TABLE facts (
     rel INTEGER NOT NULL, a0 INTEGER NOT NULL, a1 INTEGER NOT NULL, a2 INTEGER NOT NULL,
     rest TEXT NOT NULL, source TEXT NOT NULL,
-    PRIMARY KEY (rel, a0, a1, a2, rest)
-) WITHOUT ROWID;
+    PRIMARY KEY (rel, a0, a1, a2, rest, source)
+) WITHOUT ROWID;  -- one row per (fact, source claiming it): see agent/claims.py
 CREATE INDEX facts_by_source ON facts (source);
 CREATE TABLE rules (
-    id TEXT PRIMARY KEY, text TEXT NOT NULL, stream TEXT NOT NULL, bundle_id TEXT,
-    position INTEGER NOT NULL
-);
+    name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,
+    bundle_id TEXT, position INTEGER NOT NULL, PRIMARY KEY (name, stream)
+);  -- one row per (rule name, source claiming it)
+CREATE TABLE reading_times (
+    source TEXT NOT NULL, sensor TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (source, sensor)
+) WITHOUT ROWID;  -- the time of the newest reading applied, per sensor of a source
 CREATE TABLE streams (
     stream TEXT PRIMARY KEY, version INTEGER NOT NULL, bundle_id TEXT, applied_at REAL
 );
 CREATE TABLE nodes (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, rules TEXT NOT NULL, module TEXT NOT NULL
-);
+);  -- rules: a JSON list of the content keys of the hyper-node's rules
 CREATE TABLE requests (
     request_id TEXT PRIMARY KEY, event TEXT NOT NULL, stream TEXT, status TEXT NOT NULL,
     created_at REAL NOT NULL, resolved_at REAL
@@ -131,6 +143,7 @@ class AgentState:
         modules: bool = True,
         create: bool = True,
         load: bool = True,
+        budget: Budget | None = None,
     ) -> None:
         """Open (or, with ``create``, create) the state file and load the reasoner from it.
 
@@ -141,17 +154,19 @@ class AgentState:
         if synchronous not in SYNCHRONOUS_MODES:
             raise StateError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
         self.modules = modules
-        existed = self.path.exists() and self.path.stat().st_size > 0
+        self.budget = budget  # limits every change (not the load: a saved state is trusted)
+        existed = _has_content(self.path) or _has_content(_wal_of(self.path))
         if not existed and not create:
             raise StateError(f"{self.path}: no agent state here (run the agent once to create it)")
+        if not existed:
+            _create_atomically(self.path)
         self.conn = _connect(self.path)
         self.db = sqlite_utils.Database(self.conn)
         try:
-            if existed:
-                self._check_file()  # before anything that writes, such as the WAL switch
+            # Before anything that writes, such as the WAL switch. A health check
+            # (``load=False``) reads an older file as it is, without migrating it.
+            self._check_file(migrate=load)
             _enable_wal(self.conn, self.path)
-            if not existed:
-                self._create()
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
         except sqlite3.DatabaseError as error:
             self.conn.close()
@@ -162,26 +177,15 @@ class AgentState:
             self.conn.close()
             raise
         self._rel_ids: dict[RelationKey, int] = {}
-        self._node_rows: dict[int, tuple[DataStore, int]] = {}  # id(idb) -> (idb, row id)
+        self._rule_claims: RuleClaims = {}  # rule name -> {source: content key}
+        self._node_rows: dict[str, int] = {}  # hyper-node name -> its row id in ``nodes``
         self._saved_terms = 0
         self.reasoner: Reasoner
         if load:  # ``load=False``: only the SQL summary is wanted (health checks)
             self.load_report = self._load(created=not existed)
 
     # ------------------------------------------------------------------ opening
-    def _create(self) -> None:
-        with self.conn:
-            self.conn.executescript(SCHEMA)
-            self.conn.executemany(
-                "INSERT INTO meta (key, value) VALUES (?, ?)",
-                [
-                    ("format", FORMAT),
-                    ("schema_version", str(SCHEMA_VERSION)),
-                    ("created_at", str(time.time())),
-                ],
-            )
-
-    def _check_file(self) -> None:
+    def _check_file(self, *, migrate: bool = True) -> None:
         """Refuse anything that is not our state: foreign SQLite files, corrupt files, newer
         schemas. Nothing is written before this check passes."""
         check = self.conn.execute("PRAGMA quick_check").fetchone()
@@ -198,13 +202,28 @@ class AgentState:
             raise StateError(f"{self.path}: not a zodiac-edge agent state (format {meta!r})")
         version = int(meta.get("schema_version", "0"))
         if version != SCHEMA_VERSION:
-            raise StateError(
-                f"{self.path}: state schema version {version}, this agent reads version "
-                f"{SCHEMA_VERSION}"
-            )
+            if version not in MIGRATIONS:
+                raise StateError(
+                    f"{self.path}: state schema version {version}, this agent reads version "
+                    f"{SCHEMA_VERSION}"
+                )
+            if not migrate:
+                return  # read as it is (a health check): its tables are the old version's
+            self._migrate(version)
+            tables = set(self.db.table_names())
         missing = EXPECTED_TABLES - tables
         if missing:
             raise StateError(f"{self.path}: damaged agent state, missing {sorted(missing)}")
+
+    def _migrate(self, version: int) -> None:
+        """Bring an older state file to SCHEMA_VERSION, one step per version, all in one
+        transaction: a crash leaves the old version, which the next start migrates again."""
+        with self.conn:
+            while version != SCHEMA_VERSION:
+                version = MIGRATIONS[version](self.conn)
+            self.conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),)
+            )
 
     def close(self) -> None:
         self.conn.close()
@@ -234,14 +253,18 @@ class AgentState:
             for rid, key in relations.items()
         }
         edb = {key: rows for key, rows in edb.items() if rows}
-        rules = [
-            _parse_rule(rid, text)
-            for rid, text in conn.execute("SELECT id, text FROM rules ORDER BY position")
-        ]
+        rules: dict[str, Rule] = {}
+        self._rule_claims = {}
+        for name, text, stream in conn.execute(
+            "SELECT name, text, stream FROM rules ORDER BY position"
+        ):
+            rule = rules.get(name) or _parse_rule(name, text)
+            rules.setdefault(name, rule)
+            self._rule_claims.setdefault(name, {})[stream] = rule.key
         stored_nodes: dict[frozenset[str], tuple[str, dict[RelationKey, set]]] = {}
         row_of: dict[frozenset[str], int] = {}
-        for node_id, name, rule_ids in conn.execute("SELECT id, name, rules FROM nodes"):
-            ids = frozenset(json.loads(rule_ids))
+        for node_id, name, rule_keys in conn.execute("SELECT id, name, rules FROM nodes"):
+            keys = frozenset(json.loads(rule_keys))
             facts: dict[RelationKey, set] = {}
             for (rid,) in conn.execute(
                 "SELECT DISTINCT rel FROM derived WHERE node = ?", (node_id,)
@@ -250,16 +273,21 @@ class AgentState:
                 facts[key] = _load_rows(
                     conn, "derived", "node = ? AND rel = ?", (node_id, rid), key[1]
                 )
-            stored_nodes[ids] = (name, facts)
-            row_of[ids] = node_id
+            stored_nodes[keys] = (name, facts)
+            row_of[keys] = node_id
         self.reasoner = Reasoner.restore(
-            terms=terms, rules=rules, edb=edb, nodes=stored_nodes, modules=self.modules
+            terms=terms,
+            rules=list(rules.values()),
+            edb=edb,
+            nodes=stored_nodes,
+            modules=self.modules,
         )
+        self.reasoner.budget = self.budget
         self._saved_terms = len(terms)
         if self.reasoner.restored == "loaded":
             self._node_rows = {
-                id(node.idb): (node.idb, row_of[node.logical.rule_ids])
-                for node in self.reasoner.nodes
+                node.name: row_of[frozenset(r.key for r in node.rules)]
+                for node in self.reasoner.view().nodes
             }
         else:  # recomputed: rewrite every node from the fresh materialisation
             self._node_rows = {}
@@ -269,7 +297,7 @@ class AgentState:
                 self._write_terms()
                 self._write_nodes()
         how = "new" if created else self.reasoner.restored
-        derived = sum(node.size() for node in self.reasoner.nodes)
+        derived = sum(node.size() for node in self.reasoner.view().nodes)
         return LoadReport(
             created=created,
             how=how,
@@ -288,15 +316,17 @@ class AgentState:
         return dict(self.conn.execute("SELECT stream, version FROM streams").fetchall())
 
     def rules_of_stream(self, stream: str) -> list[str]:
+        """The names of the rules a stream added, in the order they were added."""
         return [
             row[0]
             for row in self.conn.execute(
-                "SELECT id FROM rules WHERE stream = ? ORDER BY position", (stream,)
+                "SELECT name FROM rules WHERE stream = ? ORDER BY position", (stream,)
             )
         ]
 
-    def rule_streams(self) -> dict[str, str]:
-        return dict(self.conn.execute("SELECT id, stream FROM rules").fetchall())
+    def rule_streams(self) -> dict[str, list[str]]:
+        """Rule name -> the sources that claim it (see agent/claims.py)."""
+        return {name: sorted(holders) for name, holders in self._rule_claims.items()}
 
     def facts_of_source(self, source: str) -> list[tuple]:
         """The explicit facts a source asserted, as engine fact tuples."""
@@ -358,27 +388,40 @@ class AgentState:
         source: str = "local",
         bundle_id: str | None = None,
         version: StreamVersion | None = None,
+        superseded: Iterable[str] = (),
+        reading_times: dict[str, float] | None = None,
     ) -> dict:
-        """Apply one change in memory and commit it to the file in one transaction.
+        """Apply one change made by ``source`` in memory and commit it in one transaction.
 
-        ``source`` names who asserts the rules and facts (a bundle stream, ``telemetry``,
-        ``local``); ``version`` records a bundle's stream version in the same transaction.
-        Bad input (syntax, safety, stratification) raises the engine's error and changes
-        nothing. A failed write raises StateError after restoring memory from the file."""
+        ``source`` names who asserts the rules and facts (a bundle stream, ``sensor``,
+        ``telemetry/<device>``, ``local``): the change adds and removes that source's claims
+        (agent/claims.py), and may delete only what it claims, or what the ``superseded``
+        sources claim. ``version`` records a bundle's stream version and ``reading_times`` the
+        times of the newest readings per sensor, in the same transaction. Bad input (syntax,
+        safety, stratification, ownership) raises the engine's error and changes nothing. A
+        failed write raises StateError after restoring memory from the file."""
         if isinstance(add_rules, str):
             add_rules = parse_program(add_rules)
-        elif add_rules is not None:
-            # Rules are saved as text: keep the form that text parses back to (an anonymous
-            # ``_`` built by hand becomes ``_1``), so ids agree before and after a restart.
-            add_rules = [_canonical(rule) for rule in add_rules]
-        delete_rules = list(delete_rules)
-        rules_before = dict(self.reasoner.rules)
+        if isinstance(add_rules, Program):  # ground facts written in rule text come along
+            add_facts = [*(add_facts or ()), *(atom_fact(atom) for atom in add_rules.facts)]
+            add_rules = add_rules.rules
+        change = plan_change(
+            source,
+            add_rules=list(add_rules or ()),
+            delete_rules=list(delete_rules),
+            add_facts=[tuple(f) for f in add_facts or ()],
+            delete_facts=[tuple(f) for f in delete_facts or ()],
+            rule_claims=self._rule_claims,
+            fact_claims=self._fact_claims,
+            resolve_names=self.reasoner.resolve_rule_names,
+            superseded=superseded,
+        )
         try:
             report = self.reasoner.update(
-                add_rules=add_rules,
-                delete_rules=delete_rules,
-                add_facts=add_facts,
-                delete_facts=delete_facts,
+                add_rules=change.add_rules,
+                delete_rules=change.delete_rules,
+                add_facts=change.add_facts,
+                delete_facts=change.delete_facts,
             )
         except ZodiacError:
             raise  # checked before anything changed: memory is as it was, nothing to write
@@ -388,8 +431,7 @@ class AgentState:
         try:
             with self.conn:  # one transaction: BEGIN ... COMMIT, or ROLLBACK on error
                 self._write_terms()
-                self._write_edb(source)
-                self._write_rules(rules_before, source, bundle_id)
+                self._write_claims(change, source, bundle_id)
                 self._write_nodes()
                 if version is not None:
                     self.conn.execute(
@@ -399,6 +441,12 @@ class AgentState:
                         "applied_at = excluded.applied_at",
                         (version.stream, version.version, version.bundle_id, time.time()),
                     )
+                if reading_times:
+                    self.conn.executemany(
+                        "INSERT INTO reading_times (source, sensor, at) VALUES (?, ?, ?) "
+                        "ON CONFLICT (source, sensor) DO UPDATE SET at = excluded.at",
+                        ((source, sensor, at) for sensor, at in reading_times.items()),
+                    )
         except BaseException as error:
             self.reload()
             if isinstance(error, sqlite3.Error):
@@ -407,7 +455,69 @@ class AgentState:
                     "the agent state is as before the change"
                 ) from error
             raise
+        self._claim_rules_in_memory(change, source)
         return report
+
+    def reading_times(self, source: str) -> dict[str, float]:
+        """Sensor -> time of the newest reading of ``source`` applied so far."""
+        return dict(
+            self.conn.execute(
+                "SELECT sensor, at FROM reading_times WHERE source = ?", (source,)
+            ).fetchall()
+        )
+
+    # ------------------------------------------------------------------ claims
+    def _fact_claims(self, fact: tuple) -> set[str]:
+        """The sources claiming an explicit fact (none for a fact with an unknown term)."""
+        key, args = self.reasoner.lookup_fact(fact)
+        if key is None or key not in self._rel_ids:
+            return set()
+        rows = self.conn.execute(
+            "SELECT source FROM facts WHERE rel = ? AND a0 = ? AND a1 = ? AND a2 = ? AND rest = ?",
+            (self._rel_ids[key], *_pack(args)),
+        )
+        return {row[0] for row in rows}
+
+    def _write_claims(self, change: ClaimChange, source: str, bundle_id: str | None) -> None:
+        encode = self.reasoner.lookup_fact
+        removed = []
+        for fact, holder in change.released_facts:
+            key, args = encode(fact)
+            removed.append((self._rel_id(key), *_pack(args), holder))
+        self.conn.executemany(
+            "DELETE FROM facts WHERE rel = ? AND a0 = ? AND a1 = ? AND a2 = ? AND rest = ? "
+            "AND source = ?",
+            removed,
+        )
+        added = []
+        for fact in change.claimed_facts:
+            key, args = encode(fact)
+            added.append((self._rel_id(key), *_pack(args), source))
+        self.conn.executemany(
+            "INSERT INTO facts (rel, a0, a1, a2, rest, source) VALUES (?, ?, ?, ?, ?, ?)", added
+        )
+        self.conn.executemany(
+            "DELETE FROM rules WHERE name = ? AND stream = ?", change.released_rules
+        )
+        if change.claimed_rules:
+            start = self.conn.execute("SELECT COALESCE(MAX(position), 0) FROM rules").fetchone()[0]
+            self.conn.executemany(
+                "INSERT INTO rules (name, key, text, stream, bundle_id, position) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    (rule.id, rule.key, str(rule), source, bundle_id, start + offset)
+                    for offset, rule in enumerate(change.claimed_rules, start=1)
+                ),
+            )
+
+    def _claim_rules_in_memory(self, change: ClaimChange, source: str) -> None:
+        for name, holder in change.released_rules:
+            holders = self._rule_claims.get(name, {})
+            holders.pop(holder, None)
+            if not holders:
+                self._rule_claims.pop(name, None)
+        for rule in change.claimed_rules:
+            self._rule_claims.setdefault(rule.id, {})[source] = rule.key
 
     # ------------------------------------------------------------------ writing
     def _write_terms(self) -> None:
@@ -429,70 +539,40 @@ class AgentState:
             rid = self._rel_ids[key] = int(cursor.lastrowid)  # type: ignore[arg-type]
         return rid
 
-    def _write_edb(self, source: str) -> None:
-        edb = self.reasoner.journal.edb
-        for key, rows in edb.removed.items():
-            rid = self._rel_id(key)
-            self.conn.executemany(
-                "DELETE FROM facts WHERE rel = ? AND a0 = ? AND a1 = ? AND a2 = ? AND rest = ?",
-                ((rid, *_pack(args)) for args in rows),
-            )
-        for key, rows in edb.added.items():
-            rid = self._rel_id(key)
-            self.conn.executemany(
-                "INSERT INTO facts (rel, a0, a1, a2, rest, source) VALUES (?, ?, ?, ?, ?, ?)",
-                ((rid, *_pack(args), source) for args in rows),
-            )
-
-    def _write_rules(self, before: dict[str, Rule], source: str, bundle_id: str | None) -> None:
-        after = self.reasoner.rules
-        gone = [rid for rid in before if rid not in after]
-        if gone:
-            self.conn.executemany("DELETE FROM rules WHERE id = ?", ((rid,) for rid in gone))
-        new = [rule for rid, rule in after.items() if rid not in before]
-        if new:
-            start = self.conn.execute("SELECT COALESCE(MAX(position), 0) FROM rules").fetchone()[0]
-            self.conn.executemany(
-                "INSERT INTO rules (id, text, stream, bundle_id, position) VALUES (?, ?, ?, ?, ?)",
-                (
-                    (rule.id, str(rule), source, bundle_id, start + offset)
-                    for offset, rule in enumerate(new, start=1)
-                ),
-            )
-
     def _write_nodes(self) -> None:
-        """Derived facts per hyper-node, from the engine's journal (see module docstring)."""
+        """Derived facts per hyper-node, by name, from the engine's journal: a hyper-node
+        created in the update is written in full, any other one gets its net changes (under its
+        new name, when it kept its IDB under another); rows of hyper-nodes gone are deleted."""
         journal = self.reasoner.journal
-        current = {id(node.idb) for node in self.reasoner.nodes}
-        for key in list(self._node_rows):
-            if key not in current:
-                _, row = self._node_rows.pop(key)
-                self.conn.execute("DELETE FROM derived WHERE node = ?", (row,))
-                self.conn.execute("DELETE FROM nodes WHERE id = ?", (row,))
-        for node in self.reasoner.nodes:
-            rules = json.dumps(sorted(node.logical.rule_ids))
-            module = node.module.describe() if node.module else ""
-            known = self._node_rows.get(id(node.idb))
-            if known is not None and id(node.idb) not in journal.created:
-                row = known[1]
+        rows = self._node_rows
+        kept: dict[str, int] = {}
+        for node in self.reasoner.view().nodes:
+            entry = journal.nodes.get(node.name)
+            previous = entry.previous if entry is not None else None
+            row = rows.get(previous or node.name)
+            rules = json.dumps(sorted(r.key for r in node.rules))
+            module = node.module
+            if row is not None and not (entry is not None and entry.created):
                 self.conn.execute(
                     "UPDATE nodes SET name = ?, rules = ?, module = ? WHERE id = ?",
                     (node.name, rules, module, row),
                 )
-                self._write_derived(row, journal.of(node.idb).removed, delete=True)
-                self._write_derived(row, journal.of(node.idb).added, delete=False)
+                if entry is not None:
+                    self._write_derived(row, entry.changes.removed, delete=True)
+                    self._write_derived(row, entry.changes.added, delete=False)
+                kept[node.name] = row
                 continue
-            if known is not None:  # a store created in this update yet known: cannot happen
-                self.conn.execute("DELETE FROM derived WHERE node = ?", (known[1],))
-                self.conn.execute("DELETE FROM nodes WHERE id = ?", (known[1],))
             cursor = self.conn.execute(
                 "INSERT INTO nodes (name, rules, module) VALUES (?, ?, ?)",
                 (node.name, rules, module),
             )
-            row = int(cursor.lastrowid)  # type: ignore[arg-type]
-            self._node_rows[id(node.idb)] = (node.idb, row)
-            everything = {key: rel.tuples for key, rel in node.idb.relations.items() if len(rel)}
+            row = kept[node.name] = int(cursor.lastrowid)  # type: ignore[arg-type]
+            everything = {key: rel.tuples for key, rel in node.store.relations.items() if len(rel)}
             self._write_derived(row, everything, delete=False)
+        for gone in set(rows.values()) - set(kept.values()):
+            self.conn.execute("DELETE FROM derived WHERE node = ?", (gone,))
+            self.conn.execute("DELETE FROM nodes WHERE id = ?", (gone,))
+        self._node_rows = kept
 
     def _write_derived(self, row: int, facts: dict[RelationKey, set], *, delete: bool) -> None:
         for key, rows in facts.items():
@@ -513,6 +593,51 @@ class AgentState:
 
 
 # ---------------------------------------------------------------------- encoding helpers
+def _has_content(path: Path) -> bool:
+    return path.exists() and path.stat().st_size > 0
+
+
+def _wal_of(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+def _create_atomically(path: Path) -> None:
+    """Create an empty agent state at ``path`` so that the path never names a half-made file.
+
+    The schema is written to a temporary file next to it, committed, flushed to disk, and
+    renamed over ``path`` (an empty file left by an earlier attempt, if any): a start killed at
+    any point leaves either no state (the next start creates it) or a complete empty one,
+    never a file the agent then refuses as foreign. Leftovers of killed attempts are removed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    leftovers = [*path.parent.glob(f".{path.name}.creating-*"), path.with_name(path.name + "-shm")]
+    for stale in leftovers:
+        stale.unlink(missing_ok=True)
+    _wal_of(path).unlink(missing_ok=True)  # empty (else the state would not be created anew)
+    temporary = path.with_name(f".{path.name}.creating-{os.getpid()}")
+    conn = sqlite3.connect(temporary)
+    try:
+        with conn:
+            conn.executescript(SCHEMA)
+            conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?)",
+                [
+                    ("format", FORMAT),
+                    ("schema_version", str(SCHEMA_VERSION)),
+                    ("created_at", str(time.time())),
+                ],
+            )
+    finally:
+        conn.close()
+    with open(temporary, "rb") as written:
+        os.fsync(written.fileno())
+    os.replace(temporary, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     """Autocommit off by hand: ``with conn`` then wraps each change in BEGIN/COMMIT."""
     conn = sqlite3.connect(path, isolation_level="DEFERRED", check_same_thread=False)
@@ -584,12 +709,64 @@ def _term_value(kind: str, value: object, datatype: str | None, language: str | 
     raise StateError(f"unknown term kind {kind!r} in the state file")
 
 
-def _canonical(rule: Rule) -> Rule:
-    return parse_program(str(rule)).rules[0]
-
-
-def _parse_rule(rule_id: str, text: str) -> Rule:
-    program = parse_program(text, source=f"<saved rule {rule_id}>")
-    if len(program.rules) != 1 or program.rules[0].id != rule_id:
-        raise StateError(f"saved rule {rule_id} does not parse back to itself: {text!r}")
+def _parse_rule(name: str, text: str) -> Rule:
+    program = parse_program(text, source=f"<saved rule {name}>")
+    if len(program.rules) != 1 or program.rules[0].id != name:
+        raise StateError(f"saved rule {name} does not parse back to itself: {text!r}")
     return program.rules[0]
+
+
+# ---------------------------------------------------------------------- schema migrations
+def _rules_by_name_and_key(conn: sqlite3.Connection) -> int:
+    """Version 1 -> 2: rules were saved by id (their label, or a hash of their text) and
+    hyper-nodes by those ids; now a rule row has its name and its content key, and hyper-nodes
+    are keyed by content keys. The saved hyper-nodes are dropped: the first load recomputes
+    them from the rules and explicit facts (``Reasoner.restore``) and saves them again."""
+    rows = conn.execute("SELECT id, text, stream, bundle_id, position FROM rules").fetchall()
+    conn.execute("DROP TABLE rules")
+    conn.execute(  # version 2's table (``_claims_per_source`` then makes version 3's)
+        "CREATE TABLE rules (name TEXT PRIMARY KEY, key TEXT NOT NULL, text TEXT NOT NULL, "
+        "stream TEXT NOT NULL, bundle_id TEXT, position INTEGER NOT NULL)"
+    )
+    for old_id, text, stream, bundle_id, position in rows:
+        parsed = parse_program(text, source=f"<saved rule {old_id}>").rules
+        if len(parsed) != 1:
+            raise StateError(f"saved rule {old_id} is not one rule: {text!r}")
+        rule = parsed[0]
+        conn.execute(
+            "INSERT OR REPLACE INTO rules (name, key, text, stream, bundle_id, position) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (rule.id, rule.key, str(rule), stream, bundle_id, position),
+        )
+    conn.execute("DELETE FROM derived")
+    conn.execute("DELETE FROM nodes")
+    return 2
+
+
+def _claims_per_source(conn: sqlite3.Connection) -> int:
+    """Version 2 -> 3: a fact or a named rule may be claimed by several sources (one row per
+    claim, agent/claims.py), and the newest reading time per sensor is kept."""
+    conn.execute("ALTER TABLE facts RENAME TO facts_v2")
+    conn.execute("DROP INDEX IF EXISTS facts_by_source")
+    conn.execute("ALTER TABLE rules RENAME TO rules_v2")
+    conn.executescript(
+        "\n".join(
+            statement + ";"
+            for statement in SCHEMA.split(";")
+            if "TABLE facts" in statement
+            or "INDEX facts_by_source" in statement
+            or "TABLE rules" in statement
+            or "TABLE reading_times" in statement
+        )
+    )
+    conn.execute("INSERT INTO facts SELECT rel, a0, a1, a2, rest, source FROM facts_v2")
+    conn.execute(
+        "INSERT INTO rules SELECT name, key, text, stream, bundle_id, position FROM rules_v2"
+    )
+    conn.execute("DROP TABLE facts_v2")
+    conn.execute("DROP TABLE rules_v2")
+    return 3
+
+
+# Schema version -> the step that migrates a file of that version to the next one.
+MIGRATIONS = {1: _rules_by_name_and_key, 2: _claims_per_source}

@@ -42,9 +42,11 @@ import json
 import logging
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 
 from agent.bundle import (
+    FARM_WIDE,
     AddFacts,
     AddRules,
     Bundle,
@@ -57,20 +59,40 @@ from agent.bundle import (
     RuleRequest,
     Telemetry,
     check_sequence,
+    decode_telemetry,
     encode_fact,
     open_bundle,
 )
+from agent.claims import OwnershipError
 from agent.config import AgentConfig
+from agent.engine.budget import BudgetExceeded
 from agent.engine.errors import ZodiacError
-from agent.engine.language import RDF_TYPE
+from agent.engine.language import RDF_TYPE, Atom, Constant, Variable
 from agent.persistence import AgentState, StateError, StreamVersion
 
 log = logging.getLogger("zodiac.agent")
 
 SENSOR_SOURCE = "sensor"  # the device's own readings
+APPLYING = "applying_bundle"  # meta key: the bundle being applied (see handle_bundle)
+# Tries at applying one bundle that each ended with the process gone before the bundle is
+# refused: one kill (a power cut, an operator's restart) must not cost a bundle, a bundle that
+# exhausts memory every time must not keep the agent in a restart loop.
+POISON_ATTEMPTS = 3
 LOCAL_SOURCE = "local"  # rules and facts from the config file
 REQUEST_TIMEOUT = 30.0  # seconds before an unanswered rule request may be sent again
 MAX_FINDINGS = 100  # facts per status message (a status must stay small)
+MAX_ERROR_TEXT = 500  # characters of an error message kept in the status (it echoes input)
+X = Variable("X")
+
+
+def sensor_key(fact: tuple) -> str:
+    """A sensor's identity in a reading ``(predicate, subject, value)``: its predicate and
+    subject, as text (the key of the newest reading time applied)."""
+    return json.dumps(encode_fact(fact[:2]))
+
+
+def clip_text(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass
@@ -111,7 +133,10 @@ class Agent:
         )
         config.database.parent.mkdir(parents=True, exist_ok=True)
         self.state = AgentState(
-            config.database, synchronous=config.synchronous, modules=config.reasoning.modules
+            config.database,
+            synchronous=config.synchronous,
+            modules=config.reasoning.modules,
+            budget=config.budget.budget(),
         )
         report = self.state.load_report
         log.info(
@@ -126,8 +151,9 @@ class Agent:
                 }
             },
         )
-        if report.created:
-            self._load_local_files()
+        self.dropped: Counter[str] = Counter()  # incoming messages dropped, by reason
+        self._buckets: dict[str, tuple[float, float]] = {}  # telemetry rate: tokens, time
+        self.sync_local_files()
 
     @property
     def reasoner(self):
@@ -137,37 +163,83 @@ class Agent:
         self.state.close()
 
     # ------------------------------------------------------------------ start-up
-    def _load_local_files(self) -> None:
-        """Rules and facts named in the config, loaded once when the state file is created."""
+    def sync_local_files(self) -> None:
+        """Bring the rules and facts of source ``local`` to exactly what the configured files
+        say, at every start: a first start killed before its commit, a file edited or fixed
+        since, all converge at the next start. A file that does not parse raises (ParseError
+        with its line and column): the agent must not run with half its local program."""
         reasoning = self.config.reasoning
-        if not reasoning.rules and not reasoning.facts:
-            return
         from agent.engine.reasoner import load_facts, load_program
 
-        rules = [rule for path in reasoning.rules for rule in load_program(path).rules]
-        facts = [fact for path in reasoning.facts for fact in load_facts(path)]
-        self.state.apply(add_rules=rules, add_facts=facts, source=LOCAL_SOURCE)
+        rules = {rule.id: rule for path in reasoning.rules for rule in load_program(path).rules}
+        facts = {tuple(fact) for path in reasoning.facts for fact in load_facts(path)}
+        known = {
+            name: self.reasoner.rules[name]
+            for name in self.state.rules_of_stream(LOCAL_SOURCE)
+            if name in self.reasoner.rules
+        }
+        old_facts = set(self.state.facts_of_source(LOCAL_SOURCE))
+        gone_rules = [n for n, r in known.items() if n not in rules or rules[n].key != r.key]
+        new_rules = [r for n, r in rules.items() if n not in known or known[n].key != r.key]
+        gone_facts, new_facts = old_facts - facts, facts - old_facts
+        if not (gone_rules or new_rules or gone_facts or new_facts):
+            return
+        self.state.apply(
+            add_rules=new_rules,
+            delete_rules=gone_rules,
+            add_facts=sorted(new_facts, key=repr),
+            delete_facts=sorted(gone_facts, key=repr),
+            source=LOCAL_SOURCE,
+        )
         log.info(
             "local rules and facts loaded",
-            extra={"fields": {"rules": len(rules), "facts": len(facts)}},
+            extra={
+                "fields": {
+                    "rules_added": len(new_rules),
+                    "rules_deleted": len(gone_rules),
+                    "facts_added": len(new_facts),
+                    "facts_deleted": len(gone_facts),
+                }
+            },
         )
 
     # ------------------------------------------------------------------ bundles
     def handle_bundle(self, payload: bytes, *, correlation: str | None = None) -> Outcome:
-        """Verify, sequence-check and apply one signed bundle, in one transaction."""
+        """Verify, address-check, sequence-check and apply one signed bundle, in one
+        transaction."""
         try:
             bundle = open_bundle(payload, self.keyring, limits=self.limits)
-            applied = self.state.applied_versions().get(bundle.stream)
+            self.check_audience(bundle)
+            applied = self.state.applied_versions().get(bundle.source)
+            applying, attempts = self._applying()
             if check_sequence(bundle, applied) == "duplicate":
+                if applying == bundle.bundle_id:  # applied, then killed before the marker went
+                    self.state.set_meta(APPLYING, None)
                 return self.note(
                     Outcome(
                         "duplicate",
                         message=f"version {bundle.version} <= applied {applied}",
                         bundle_id=bundle.bundle_id,
-                        stream=bundle.stream,
+                        stream=bundle.source,
                     )
                 )
-            outcome = self.apply_bundle(bundle)
+            attempts = attempts + 1 if applying == bundle.bundle_id else 1
+            if attempts > POISON_ATTEMPTS:
+                # The agent died applying this very bundle every time it tried (killed for
+                # memory or time, which no budget check saw): refuse it rather than die again.
+                self.state.set_meta(APPLYING, None)
+                raise BundleError(
+                    "budget_exceeded",
+                    f"the agent stopped {POISON_ATTEMPTS} times while applying this bundle "
+                    "(out of memory or killed); refused so that it cannot cause a restart loop",
+                    bundle_id=bundle.bundle_id,
+                    stream=bundle.source,
+                )
+            self.state.set_meta(APPLYING, json.dumps([bundle.bundle_id, attempts]))
+            try:
+                outcome = self.apply_bundle(bundle)
+            finally:
+                self.state.set_meta(APPLYING, None)
         except BundleError as error:
             outcome = Outcome(
                 "refused", error.reason, str(error), bundle_id=error.bundle_id, stream=error.stream
@@ -178,8 +250,36 @@ class Agent:
             self._close_released(outcome.stream)
         return self.note(outcome)
 
+    def _applying(self) -> tuple[str | None, int]:
+        """The bundle marked as being applied and how many tries it has had (see
+        handle_bundle); a marker written by an older agent (the bare id) counts as one try."""
+        marker = self.state.get_meta(APPLYING)
+        if marker is None:
+            return None, 0
+        try:
+            bundle_id, attempts = json.loads(marker)
+            return str(bundle_id), int(attempts)
+        except (ValueError, TypeError):
+            return marker, 1
+
+    def check_audience(self, bundle: Bundle) -> None:
+        """A signature says who made a bundle; its signed audience says for whom. Refuse a
+        bundle for another farm or another device (``wrong_audience``)."""
+        farm, device = self.config.farm, self.config.device
+        if bundle.farm != farm or bundle.device not in (device, FARM_WIDE):
+            raise BundleError(
+                "wrong_audience",
+                f"addressed to device {bundle.device!r} of farm {bundle.farm!r}; this is "
+                f"device {device!r} of farm {farm!r}",
+                bundle_id=bundle.bundle_id,
+                stream=bundle.source,
+            )
+
     def apply_bundle(self, bundle: Bundle) -> Outcome:
-        """Apply an already verified bundle (its operations as one change)."""
+        """Apply an already verified bundle (its operations as one change, made by the
+        bundle's source: it may delete only what it, or a stream it supersedes, added)."""
+        source = bundle.source
+        where = {"bundle_id": bundle.bundle_id, "stream": source}
         rules = {rule.id: rule for rule in bundle.parsed_rules()}
         add_rules: dict[str, object] = {}
         delete_rules: list[str] = []
@@ -202,10 +302,10 @@ class Agent:
                     add_facts.pop(fact, None)
                     delete_facts[fact] = None
         if bundle.full_state:
-            for rule_id in self.state.rules_of_stream(bundle.stream):
+            for rule_id in self.state.rules_of_stream(source):
                 if rule_id not in add_rules:
                     delete_rules.append(rule_id)
-            for fact in self.state.facts_of_source(bundle.stream):
+            for fact in self.state.facts_of_source(source):
                 if fact not in add_facts:
                     delete_facts[fact] = None
         known = self.reasoner.rules
@@ -218,40 +318,125 @@ class Agent:
                 delete_rules=delete_rules,
                 add_facts=list(add_facts),
                 delete_facts=list(delete_facts),
-                source=bundle.stream,
+                source=source,
                 bundle_id=bundle.bundle_id,
-                version=StreamVersion(bundle.stream, bundle.version, bundle.bundle_id),
+                version=StreamVersion(source, bundle.version, bundle.bundle_id),
+                superseded=bundle.superseded_sources(),
             )
         except StateError as error:
+            return Outcome("refused", "state", str(error), **where)
+        except OwnershipError as error:
+            return Outcome("refused", "not_owner", str(error), **where)
+        except BudgetExceeded as error:
             return Outcome(
-                "refused", "state", str(error), bundle_id=bundle.bundle_id, stream=bundle.stream
+                "refused", "budget_exceeded", str(error), report=error.figures(), **where
             )
         except ZodiacError as error:
-            return Outcome(
-                "refused", "engine", str(error), bundle_id=bundle.bundle_id, stream=bundle.stream
-            )
+            return Outcome("refused", "engine", str(error), **where)
         report["rules_ignored"] = ignored
-        return Outcome("applied", report=report, bundle_id=bundle.bundle_id, stream=bundle.stream)
+        return Outcome("applied", report=report, **where)
 
     # ------------------------------------------------------------------ readings
-    def record_readings(self, readings: list[tuple]) -> Outcome:
-        """The device's own sensor values: each replaces the sensor's previous value."""
-        return self._replace(SENSOR_SOURCE, readings, by_sensor=True)
-
-    def handle_telemetry(self, payload: bytes) -> Outcome:
-        """A neighbour's snapshot of readings: replaces what that neighbour sent before."""
+    def record_readings(self, payload: bytes) -> Outcome:
+        """The device's own sensor values (a ``Telemetry`` message from its controller): each
+        replaces the sensor's previous value, unless it is older than the value applied (a
+        message redelivered after a crash must not undo newer readings)."""
+        limits = self.config.telemetry
+        if len(payload) > limits.max_message_bytes:
+            return self.drop("readings: too large")
         try:
-            from agent.bundle import decode_telemetry
-
             telemetry = decode_telemetry(payload)
         except BundleError as error:
-            return self.note(Outcome("refused", error.reason, f"telemetry: {error}"))
-        if telemetry.farm != self.config.farm or telemetry.device == self.config.device:
-            return Outcome("unchanged", message="telemetry of another farm or of this device")
-        readings = list(telemetry.fact_tuples())
-        return self._replace(f"telemetry/{telemetry.device}", readings, by_sensor=False)
+            return self.note(Outcome("refused", error.reason, f"readings: {error}"))
+        if len(telemetry.readings) > limits.max_readings:
+            return self.drop("readings: too many")
+        applied = self.state.reading_times(SENSOR_SOURCE)
+        fresh, times = [], {}
+        for fact in telemetry.fact_tuples():
+            sensor = sensor_key(fact)
+            if telemetry.sent_at > applied.get(sensor, float("-inf")):
+                fresh.append(fact)
+                times[sensor] = telemetry.sent_at
+            else:
+                self.dropped["readings: out of date"] += 1
+        if not fresh:
+            return Outcome("unchanged", message="every reading older than the one applied")
+        return self._replace(SENSOR_SOURCE, fresh, by_sensor=True, times=times)
 
-    def _replace(self, source: str, readings: list[tuple], *, by_sensor: bool) -> Outcome:
+    def handle_telemetry(self, payload: bytes, *, sender: str) -> Outcome:
+        """A neighbour's snapshot of readings, from the telemetry topic of device ``sender``
+        (the broker's ACL lets only that device publish there): it replaces what ``sender``
+        sent before. Only readings about ``sender`` (or its sensors) of accepted predicates are
+        kept; a message from another farm, claiming another sender, older than the last one,
+        over the size limits or over the rate limit is dropped and counted."""
+        limits = self.config.telemetry
+        if sender == self.config.device or sender not in self.config.reasoning.neighbours:
+            return self.drop("telemetry: not a neighbour")
+        if len(payload) > limits.max_message_bytes:
+            return self.drop("telemetry: too large")
+        if not self._within_rate(sender):
+            return self.drop("telemetry: over the rate limit")
+        try:
+            telemetry = decode_telemetry(payload)
+        except BundleError:
+            return self.drop("telemetry: malformed")
+        if telemetry.farm != self.config.farm or telemetry.device != sender:
+            return self.drop("telemetry: sender mismatch")
+        if len(telemetry.readings) > limits.max_readings:
+            return self.drop("telemetry: too many readings")
+        source = f"telemetry/{sender}"
+        if telemetry.sent_at <= self.state.reading_times(source).get("*", float("-inf")):
+            return self.drop("telemetry: out of date")
+        accepted = self.config.accepted_telemetry_predicates()
+        owned = self._owned_subjects(sender)
+        readings = []
+        for fact in telemetry.fact_tuples():
+            predicate = fact[2] if fact[0] == RDF_TYPE and len(fact) == 3 else fact[0]
+            if predicate not in accepted:
+                self.dropped["telemetry: predicate not accepted"] += 1
+            elif fact[1] not in owned:
+                self.dropped["telemetry: subject not the sender's"] += 1
+            else:
+                readings.append(fact)
+        return self._replace(source, readings, by_sensor=False, times={"*": telemetry.sent_at})
+
+    def _owned_subjects(self, device: str) -> set:
+        """What ``device`` may report about: itself and, with ``owner_predicate``, its
+        sensors per the facts held here."""
+        owned: set = {device}
+        predicate = self.config.telemetry.owner_predicate
+        if predicate:
+            pattern = Atom(predicate, (Constant(device), X))
+            owned |= {answer["X"] for answer in self.reasoner.query(pattern)}
+        return owned
+
+    def _within_rate(self, sender: str) -> bool:
+        """A token bucket per neighbour: ``max_messages_per_second``, bursts of twice that."""
+        rate = self.config.telemetry.max_messages_per_second
+        now = time.monotonic()
+        tokens, at = self._buckets.get(sender, (2 * rate, now))
+        tokens = min(2 * rate, tokens + (now - at) * rate)
+        if tokens < 1:
+            self._buckets[sender] = (tokens, now)
+            return False
+        self._buckets[sender] = (tokens - 1, now)
+        return True
+
+    def drop(self, reason: str) -> Outcome:
+        """Count a dropped message (reported in the status); logged at debug level only, as a
+        misbehaving neighbour could otherwise flood the log."""
+        self.dropped[reason] += 1
+        log.debug("dropped", extra={"fields": {"reason": reason}})
+        return Outcome("unchanged", reason="dropped", message=reason)
+
+    def _replace(
+        self,
+        source: str,
+        readings: list[tuple],
+        *,
+        by_sensor: bool,
+        times: dict[str, float] | None = None,
+    ) -> Outcome:
         old = self.state.facts_of_source(source)
         new = [tuple(f) for f in readings]
         old_set, new_set = set(old), set(new)
@@ -261,10 +446,14 @@ class Agent:
         else:
             gone = [f for f in old if f not in new_set]
         added = [f for f in new if f not in old_set]
-        if not gone and not added:
-            return Outcome("unchanged")
         try:
-            report = self.state.apply(add_facts=added, delete_facts=gone, source=source)
+            if not gone and not added:
+                if times:
+                    self.state.apply(source=source, reading_times=times)
+                return Outcome("unchanged")
+            report = self.state.apply(
+                add_facts=added, delete_facts=gone, source=source, reading_times=times
+            )
         except ZodiacError as error:
             return self.note(Outcome("refused", "engine", f"{source}: {error}"))
         return self.note(Outcome("applied", report=report, stream=source), quiet=True)
@@ -399,6 +588,7 @@ class Agent:
             explicit_facts=reasoner.edb.size(),
             last_error=self.state.get_meta("last_error"),
             updated_at=time.time(),
+            dropped=dict(self.dropped),
         )
 
     def findings(self) -> list[list]:
@@ -419,7 +609,7 @@ class Agent:
                     json.dumps(
                         {
                             "reason": outcome.reason,
-                            "message": outcome.message,
+                            "message": clip_text(outcome.message, MAX_ERROR_TEXT),
                             "bundle_id": outcome.bundle_id,
                             "stream": outcome.stream,
                             "at": time.time(),

@@ -37,7 +37,7 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from agent.bundle import BundleError, Telemetry, decode_telemetry, encode_model
+from agent.bundle import Telemetry, encode_model
 from agent.config import AgentConfig
 from agent.service import Agent, Outcome
 
@@ -110,7 +110,7 @@ class AgentService:
         topics = [
             config.topic("bundle"),
             config.farm_bundle_topic(),
-            f"zodiac/{config.farm}/{config.device}/readings",
+            config.topic("readings"),
         ]
         topics += config.neighbour_telemetry_topics()
         return [(topic, 1) for topic in topics]
@@ -220,25 +220,19 @@ class AgentService:
             outcome = self.agent.handle_bundle(item.payload, correlation=item.correlation)
             changed = outcome.status == "applied"
             self.publish_status()
-        elif item.topic.endswith("/readings"):
-            outcome = self._readings(item.payload)
+        elif item.topic == config.topic("readings"):
+            outcome = self.agent.record_readings(item.payload)
             changed = outcome.status == "applied"
             if changed:
                 self.publish_telemetry()
-        else:
-            outcome = self.agent.handle_telemetry(item.payload)
+        else:  # zodiac/<farm>/<neighbour>/telemetry: the topic names the sender
+            sender = item.topic.split("/")[2] if item.topic.count("/") == 3 else ""
+            outcome = self.agent.handle_telemetry(item.payload, sender=sender)
             changed = outcome.status == "applied"
         if item.qos > 0 and outcome.committed:
             self.client.ack(item.mid, item.qos)  # only now: the change is durable
         if changed:
             self.after_change()
-
-    def _readings(self, payload: bytes) -> Outcome:
-        try:
-            telemetry = decode_telemetry(payload)
-        except BundleError as error:
-            return self.agent.note(Outcome("refused", error.reason, f"readings: {error}"))
-        return self.agent.record_readings(list(telemetry.fact_tuples()))
 
     def after_change(self) -> None:
         """Trigger rule requests and release resolved ones after any applied change."""

@@ -93,10 +93,22 @@ def device_facts(
     return {f for f in facts if len(f) >= 2 and f[1] in keep}
 
 
-class BundleCutter:
-    """Turns per-device targets into versioned difference bundles (see module docstring)."""
+# How long a bundle stays valid: a device offline for longer refuses it as expired, reports
+# the version gap and gets a fresh full-state bundle; a captured bundle is useless after it.
+DEFAULT_TTL = 7 * 24 * 3600.0
 
-    def __init__(self, path: str | Path) -> None:
+
+class BundleCutter:
+    """Turns per-device targets into versioned difference bundles (see module docstring).
+
+    Every bundle is addressed to one device of ``farm`` (or to ``FARM_WIDE``, the whole farm)
+    and expires ``ttl`` seconds after it is cut."""
+
+    def __init__(self, path: str | Path, farm: str, *, ttl: float = DEFAULT_TTL) -> None:
+        if ttl <= 0:
+            raise ValueError(f"a bundle's time to live must be positive, got {ttl}")
+        self.farm = farm
+        self.ttl = ttl
         # Used from the publisher's MQTT thread too (always under the publisher's lock).
         self.db = sqlite_utils.Database(sqlite3.connect(path, check_same_thread=False))
         self.db.conn.execute("PRAGMA journal_mode=WAL")
@@ -167,11 +179,15 @@ class BundleCutter:
         self, device: str, stream: str, target: Target, operations: list, *, full_state: bool
     ) -> Bundle:
         version = self.version(device, stream) + 1
+        now = time.time()
         bundle = Bundle(
             bundle_id=f"{device}:{stream}:{version}:{uuid.uuid4().hex[:8]}",
+            farm=self.farm,
+            device=device,
             stream=stream,
             version=version,
-            issued_at=time.time(),
+            issued_at=now,
+            expires_at=now + self.ttl,
             full_state=full_state,
             operations=operations,
         )

@@ -112,8 +112,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _materialise(args: argparse.Namespace) -> int:
     from cloud.spark.materialise import materialise_paths
-    from cloud.spark.session import checkpoint_dir, local_session
+    from cloud.spark.session import checkpoint_dir, local_session, require_pyspark
     from cloud.spark.storage import write_facts_ntriples, write_parquet
+
+    require_pyspark()  # first: without the cloud extra, one line and nothing written
 
     started = time.perf_counter()
 

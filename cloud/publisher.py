@@ -3,8 +3,10 @@ rules when an event is over, and follows every device's retained status.
 
 It never needs Spark to answer: targets come from the rule streams under ``rules/`` and from the
 latest facts cut per device (:class:`cloud.bundles.BundleCutter` remembers what each device was
-sent). Answers go to the request's MQTT v5 response topic with its correlation data, so the
-device links the answering stream to its request. A device whose status reports a
+sent). Every bundle is signed for its audience (the farm, and the device or the whole farm)
+and expires after the cutter's time to live. An answer goes to the requesting device's own
+bundle topic (never to a response topic the request names) with the request's correlation
+data, so the device links the answering stream to its request. A device whose status reports a
 ``version_gap`` gets the stream's full state.
 
 When is an event over? Devices report their findings (derived facts of their configured
@@ -135,23 +137,17 @@ class Publisher:
             log.exception("while handling %s", message.topic)
 
     # ------------------------------------------------------------------ behaviour
-    def publish(
-        self,
-        device: str,
-        bundle: Bundle,
-        *,
-        correlation: bytes | None = None,
-        topic: str | None = None,
-    ) -> None:
-        """Sign and publish a bundle (QoS 1) on ``topic``, by default the device's bundle
-        topic; ``correlation`` answers a request (MQTT v5 correlation data)."""
+    def publish(self, device: str, bundle: Bundle, *, correlation: bytes | None = None) -> None:
+        """Sign and publish a bundle (QoS 1) on the device's bundle topic (``zodiac/<farm>/all/
+        bundle`` for ``FARM_WIDE``); ``correlation`` answers a request (MQTT v5 correlation
+        data)."""
         properties = None
         if correlation is not None:
             properties = Properties(PacketTypes.PUBLISH)
             properties.CorrelationData = correlation
         payload = sign_bundle(bundle, self.private_key, self.key_id)
         info = self.client.publish(
-            topic or f"zodiac/{self.farm}/{device}/bundle", payload, qos=1, properties=properties
+            f"zodiac/{self.farm}/{device}/bundle", payload, qos=1, properties=properties
         )
         self.pending.append(info)
         log.info("published %s v%d to %s", bundle.stream, bundle.version, device)
@@ -187,8 +183,11 @@ class Publisher:
             self.requests.append((device, request.event, stream))
         props = getattr(message, "properties", None)
         correlation = getattr(props, "CorrelationData", None) or request.request_id.encode()
-        response = getattr(props, "ResponseTopic", None)
-        self.publish(device, bundle, correlation=correlation, topic=response)
+        # Always on the requesting device's own bundle topic, whatever response topic the
+        # request names: a device must not be able to have the cloud publish rules cut for it
+        # on another device's topic (the bundle's signed audience would refuse them there
+        # too, but it is not the cloud's business to deliver them).
+        self.publish(device, bundle, correlation=correlation)
         log.info(
             "answered %s's request for %s with %s v%d",
             device,

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 
 from agent.bundle import load_private_key
-from cloud.bundles import BundleCutter, Target, device_facts, load_streams
+from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, device_facts, load_streams
 from cloud.publisher import Publisher
 
 
@@ -56,6 +56,13 @@ def add_commands(commands) -> None:
             type=Path,
             default=Path("zodiac-cloud.db"),
             help="the publisher's state (versions sent per device and stream)",
+        )
+        sub.add_argument(
+            "--bundle-ttl",
+            type=_positive_seconds,
+            default=DEFAULT_TTL,
+            metavar="SECONDS",
+            help="how long a bundle stays valid on devices (default: 7 days)",
         )
         if name == "publish":
             sub.add_argument("--devices", nargs="+", required=True, help="device ids")
@@ -105,6 +112,17 @@ def _resolution(item: str) -> str:
     return item
 
 
+def _positive_seconds(text: str) -> float:
+    """argparse ``type`` of ``--bundle-ttl``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def _publisher(args: argparse.Namespace) -> Publisher:
     host, _, port = args.broker.rpartition(":")
     # ``serve`` is the farm's one long-lived client; each ``publish`` run gets its own client id,
@@ -114,7 +132,7 @@ def _publisher(args: argparse.Namespace) -> Publisher:
     )
     return Publisher(
         args.farm,
-        BundleCutter(args.state),
+        BundleCutter(args.state, args.farm, ttl=args.bundle_ttl),
         load_streams(args.rules_dir),
         load_private_key(args.key),
         args.key.stem,

@@ -55,6 +55,9 @@ class Cloud:
         stream: str,
         version: int,
         *,
+        farm: str = "farm1",
+        device: str = "t1",
+        supersedes: list[str] | None = None,
         rules: dict[str, str] | None = None,
         delete_rules: list[str] | None = None,
         facts: list[tuple] | None = None,
@@ -62,6 +65,8 @@ class Cloud:
         full_state: bool = False,
         expires_at: float | None = None,
     ) -> Bundle:
+        """A bundle for ``device`` of ``farm`` (``device="all"``: the whole farm), valid for an
+        hour unless ``expires_at`` says otherwise."""
         operations: list = []
         if rules:
             operations.append(
@@ -73,13 +78,17 @@ class Cloud:
             operations.append(AddFacts(facts=[encode_fact(f) for f in facts]))
         if delete_facts:
             operations.append(DeleteFacts(facts=[encode_fact(f) for f in delete_facts]))
+        now = time.time()
         return Bundle(
             bundle_id=f"{stream}-{version}-{uuid.uuid4().hex[:6]}",
+            farm=farm,
+            device=device,
             stream=stream,
             version=version,
-            issued_at=time.time(),
-            expires_at=expires_at,
+            issued_at=now,
+            expires_at=now + 3600 if expires_at is None else expires_at,
             full_state=full_state,
+            supersedes=supersedes or [],
             operations=operations,
         )
 
@@ -87,9 +96,14 @@ class Cloud:
         return sign_bundle(bundle, self.private, self.key_id)
 
 
-def readings_payload(device: str, farm: str, facts: list[tuple]) -> bytes:
+def readings_payload(
+    device: str, farm: str, facts: list[tuple], sent_at: float | None = None
+) -> bytes:
     telemetry = Telemetry(
-        device=device, farm=farm, readings=[encode_fact(f) for f in facts], sent_at=time.time()
+        device=device,
+        farm=farm,
+        readings=[encode_fact(f) for f in facts],
+        sent_at=time.time() if sent_at is None else sent_at,
     )
     return encode_model(telemetry)
 

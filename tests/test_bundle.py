@@ -66,9 +66,12 @@ def keyring(private_key: Ed25519PrivateKey) -> KeyRing:
 def make_bundle(**changes) -> Bundle:
     fields = {
         "bundle_id": "b-0001",
+        "farm": "farm1",
+        "device": "t1",
         "stream": "anomaly/ambient-temperature",
         "version": 1,
         "issued_at": NOW,
+        "expires_at": NOW + 3600,
         "operations": [
             AddRules(
                 rules=[

@@ -17,7 +17,7 @@ RULES = {
 def test_cuts_are_differences_and_reach_the_target(tmp_path):
     cloud = Cloud(tmp_path / "cloud")
     agent = make_agent(tmp_path, cloud)
-    cutter = BundleCutter(tmp_path / "cutter.db")
+    cutter = BundleCutter(tmp_path / "cutter.db", "farm1")
     targets = [
         Target(rules=dict(RULES), facts={("temp", "a", 35), ("temp", "b", 25)}),
         Target(rules={"hot": RULES["hot"]}, facts={("temp", "a", 35), ("temp", "c", 40)}),
@@ -38,10 +38,10 @@ def test_cuts_are_differences_and_reach_the_target(tmp_path):
 def test_versions_continue_after_restart_and_full_state_recovers_a_gap(tmp_path):
     cloud = Cloud(tmp_path / "cloud")
     agent = make_agent(tmp_path, cloud)
-    cutter = BundleCutter(tmp_path / "cutter.db")
+    cutter = BundleCutter(tmp_path / "cutter.db", "farm1")
     first = cutter.cut("t1", "base", Target(rules=dict(RULES), facts={("temp", "a", 35)}))
     agent.handle_bundle(sign_bundle(first, cloud.private, cloud.key_id))
-    cutter = BundleCutter(tmp_path / "cutter.db")  # publisher restarted
+    cutter = BundleCutter(tmp_path / "cutter.db", "farm1")  # publisher restarted
     second = cutter.cut("t1", "base", Target(rules=dict(RULES), facts={("temp", "b", 33)}))
     assert second.version == 2
     # The device misses version 2; version 3 is refused as a gap ...

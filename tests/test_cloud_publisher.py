@@ -43,7 +43,7 @@ def test_request_answer_release_and_gap_recovery(tmp_path, make_broker):
     cloud = Cloud(tmp_path / "cloud")
     reasoning = 'triggers = { "Suspect" = "anomaly/ambient-temperature" }'
     config = write_config(tmp_path / "t1", broker, cloud.keys, reasoning=reasoning)
-    cutter = BundleCutter(tmp_path / "cutter.db")
+    cutter = BundleCutter(tmp_path / "cutter.db", "farm1")
     publisher = Publisher(
         FARM, cutter, STREAMS, cloud.private, cloud.key_id, host=broker.host, port=broker.port
     ).start()
@@ -170,7 +170,7 @@ def test_publish_command_sends_rules_and_device_facts_once(tmp_path, make_broker
         # Nothing sent: no bundle reaches the device's topic, the version stays 1.
         with pytest.raises(MqttError):
             spy.expect(timeout=1)
-        assert BundleCutter(state).version("t1", "base") == 1
+        assert BundleCutter(state, "farm1").version("t1", "base") == 1
 
 
 def test_serve_command_answers_requests_and_releases_on_finding(tmp_path, make_broker):

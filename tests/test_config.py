@@ -45,6 +45,8 @@ def test_example_config_loads_and_documents_every_option():
         "broker": type(config.broker),
         "keys": type(config.keys),
         "reasoning": type(config.reasoning),
+        "telemetry": type(config.telemetry),
+        "budget": type(config.budget),
         "log": type(config.log),
     }
     for section, model in sections.items():
@@ -133,6 +135,17 @@ def test_invalid_farm_and_neighbour_ids(tmp_path: Path):
     assert "  farm:" in message
     assert "  reasoning.neighbours.1:" in message
     assert "'b+d'" in message
+
+
+@pytest.mark.parametrize("username", ["farm1/dev2", "farm2/dev1", "farm1/dev1/controller"])
+def test_a_username_of_the_broker_convention_must_name_this_device(tmp_path: Path, username):
+    path = write(tmp_path, MINIMAL + f'[broker]\nusername = "{username}"\n')
+    message = str(pytest.raises(ConfigError, AgentConfig.load, path).value)
+    assert f"broker.username {username!r} is not this device's" in message
+    assert "'farm1/dev1'" in message
+    for fine in ("farm1/dev1", "dev1", "any-name"):  # other brokers, other conventions
+        path = write(tmp_path, MINIMAL + f'[broker]\nusername = "{fine}"\n')
+        assert AgentConfig.load(path).broker.username == fine
 
 
 def test_unknown_field_names_field_and_file(tmp_path: Path):

@@ -106,23 +106,28 @@ def test_full_state_bundle_replaces_its_stream_only(tmp_path, cloud):
 
 
 def test_readings_replace_previous_values_and_neighbours_replace_snapshots(tmp_path, cloud):
-    agent = make_agent(tmp_path, cloud, 'telemetry_predicates = ["temp"]')
-    agent.record_readings([("temp", "t1", 20), ("wind", "t1", 7)])
-    agent.record_readings([("temp", "t1", 21)])  # replaces temp only
+    agent = make_agent(tmp_path, cloud, 'telemetry_predicates = ["temp"]\nneighbours = ["t2"]')
+    agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 20), ("wind", "t1", 7)]))
+    agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 21)]))  # temp only
     assert facts(agent, "temp") == {("temp", "t1", 21)}
     assert facts(agent, "wind") == {("wind", "t1", 7)}
     assert [tuple(r) for r in agent.telemetry().readings] == [("temp", "t1", 21)]
-    agent.handle_telemetry(readings_payload("t2", "farm1", [("temp", "t2", 30), ("wind", "t2", 3)]))
-    agent.handle_telemetry(readings_payload("t2", "farm1", [("temp", "t2", 31)]))
-    assert facts(agent, "temp") == {("temp", "t1", 21), ("temp", "t2", 31)}
-    assert facts(agent, "wind") == {("wind", "t1", 7)}
-    # Another farm's telemetry and garbage are ignored / refused without changes.
-    assert (
-        agent.handle_telemetry(readings_payload("t9", "farm2", [("temp", "t9", 1)])).status
-        == "unchanged"
+    agent.handle_telemetry(
+        readings_payload("t2", "farm1", [("temp", "t2", 30), ("wind", "t2", 3)]), sender="t2"
     )
-    assert agent.handle_telemetry(b"\x93garbage").status == "refused"
+    agent.handle_telemetry(readings_payload("t2", "farm1", [("temp", "t2", 31)]), sender="t2")
     assert facts(agent, "temp") == {("temp", "t1", 21), ("temp", "t2", 31)}
+    assert facts(agent, "wind") == {("wind", "t1", 7)}  # t2's wind: not an accepted predicate
+    # Another farm's telemetry and garbage are dropped without changes, and counted.
+    foreign = readings_payload("t9", "farm2", [("temp", "t9", 1)])
+    assert agent.handle_telemetry(foreign, sender="t2").status == "unchanged"
+    assert agent.handle_telemetry(b"\x93garbage", sender="t2").status == "unchanged"
+    assert facts(agent, "temp") == {("temp", "t1", 21), ("temp", "t2", 31)}
+    assert agent.status().dropped == {
+        "telemetry: predicate not accepted": 1,
+        "telemetry: sender mismatch": 1,
+        "telemetry: malformed": 1,
+    }
     agent.close()
 
 
@@ -132,7 +137,7 @@ def test_requests_are_sent_once_and_released_when_resolved(tmp_path, cloud):
     base = {"s": "s: <Suspect>(X) :- <temp>(X, T) and COMP(T, >, 60) ."}
     agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=base)))
     assert agent.new_requests() == []
-    agent.record_readings([("temp", "t1", 70)])
+    agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 70)]))
     requests = agent.new_requests()
     assert [r.event for r in requests] == ["ambient"] and isinstance(requests[0], RuleRequest)
     assert agent.new_requests() == []  # one open request per event
@@ -140,7 +145,8 @@ def test_requests_are_sent_once_and_released_when_resolved(tmp_path, cloud):
     outcome = agent.handle_bundle(cloud.sign(answer), correlation=requests[0].request_id)
     assert outcome.status == "applied" and "f" in agent.reasoner.rules
     assert agent.release_resolved() == []  # nothing resolved yet
-    agent.record_readings([("ok", "t1", "yes")])  # <ok>(t1, yes) is binary: not Fine(X)
+    # <ok>(t1, yes) is binary: not Fine(X)
+    agent.record_readings(readings_payload("t1", "farm1", [("ok", "t1", "yes")]))
     agent.state.apply(add_facts=[("ok", "t1")])
     released = agent.release_resolved()
     assert len(released) == 1 and "f" not in agent.reasoner.rules
@@ -156,7 +162,7 @@ def test_cloud_release_resolves_the_request_and_a_new_occurrence_asks_again(tmp_
     agent = make_agent(tmp_path, cloud, reasoning)
     base = {"s": "s: <Suspect>(X) :- <temp>(X, T) and COMP(T, >, 60) ."}
     agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=base)))
-    agent.record_readings([("temp", "t1", 70)])
+    agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 70)]))
     [request] = agent.new_requests()
     diagnose = {"d": "d: <Broken>(X) :- <Suspect>(X) and <temp>(X, T) and COMP(T, >, 65) ."}
     answer = cloud.bundle("anomaly", 1, rules=diagnose)
@@ -167,9 +173,9 @@ def test_cloud_release_resolves_the_request_and_a_new_occurrence_asks_again(tmp_
     assert agent.status().findings == [] and "d" not in agent.reasoner.rules
     assert agent.state.summary()["open_requests"] == 0
     assert agent.new_requests() == []  # still suspect, but this event was dealt with
-    agent.record_readings([("temp", "t1", 20)])
+    agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 20)]))
     assert agent.new_requests() == []  # trigger gone: the event is cleared
-    agent.record_readings([("temp", "t1", 80)])
+    agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 80)]))
     [again] = agent.new_requests()
     assert again.event == "ambient" and again.request_id != request.request_id
     agent.close()
@@ -179,7 +185,7 @@ def test_an_unanswered_request_is_sent_again_after_the_timeout(tmp_path, cloud, 
     agent = make_agent(tmp_path, cloud, 'triggers = { "Suspect" = "ambient" }')
     base = {"s": "s: <Suspect>(X) :- <temp>(X, T) and COMP(T, >, 60) ."}
     agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=base)))
-    agent.record_readings([("temp", "t1", 70)])
+    agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 70)]))
     assert len(agent.new_requests()) == 1 and agent.new_requests() == []
     monkeypatch.setattr(service, "REQUEST_TIMEOUT", -1.0)
     assert len(agent.new_requests()) == 1

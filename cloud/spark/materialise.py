@@ -32,7 +32,7 @@ from agent.engine.dependency import HyperNode, build_hyper_graph, execution_plan
 from agent.engine.errors import RuleError
 from agent.engine.language import Atom, Program, Rule
 from agent.engine.modules.patterns import detect_closure
-from agent.engine.reasoner import load_facts, load_program
+from agent.engine.reasoner import by_key, load_facts, load_program
 from agent.engine.validation import check_rule
 
 from .closures import symmetric_transitive_closure, transitive_closure
@@ -202,19 +202,19 @@ def materialise_paths(
 
 
 def checked_rules(program: ProgramSource) -> tuple[list[Rule], Program]:
-    """The program's rules, checked like the engine checks them (safety, labels), identical
-    rules once; raises what ``Reasoner.add_rules`` raises."""
+    """The program's rules, checked like the engine checks them (safety, labels), one rule
+    per content (``Rule.key``); raises what ``Reasoner.add_rules`` raises."""
     parsed = load_program(program)
     rules: dict[str, Rule] = {}
     for rule in parsed.rules:
         check_rule(rule)
         existing = rules.get(rule.id)
-        if existing is not None and existing.text() != rule.text():
+        if existing is not None and existing.key != rule.key:
             raise RuleError(
                 f"label {rule.id} is already used by a different rule: {existing}", rule=str(rule)
             )
         rules.setdefault(rule.id, rule)
-    return list(rules.values()), parsed
+    return list(by_key(rules.values()).values()), parsed
 
 
 def materialise_frames(
