@@ -180,7 +180,8 @@ class BrokerProcess:
     def log_tail(self, lines: int = 40) -> str:
         """The last lines of the broker's log and of its stderr (start-up errors go there)."""
         chunks = []
-        for path in (self.directory / self.stderr_name, self.log_file):
+        # Both may be one file (a broker that logs to stderr): show it once.
+        for path in dict.fromkeys((self.directory / self.stderr_name, self.log_file)):
             if path.exists():
                 text = path.read_text(errors="replace").splitlines()[-lines:]
                 if text:

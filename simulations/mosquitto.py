@@ -8,10 +8,10 @@ a system broker on 1883 and can be restarted, crashed or reconfigured freely.
 
 When ``mosquitto`` is not installed, the simulation falls back to the embedded pure-Python MQTT
 v5 broker of :mod:`simulations.mqttbroker` (`EmbeddedBroker`, the same interface, also a child
-process). Python brokers from PyPI would not do: the agents speak MQTT v5 (response topic and
-correlation data for rule requests, session expiry), and amqtt 0.12.1 accepts protocol level 4
-(MQTT 3.1.1) only. The tests' fixtures keep using Mosquitto (ACLs, passwords and TLS are its
-alone); the embedded broker is tested against the same clients in tests/test_mqtt_broker.py.
+process). Python brokers from PyPI would not do: measured against what the agents need (MQTT
+v5, persistent sessions that survive a broker restart...), none passes, see the table in that
+package's docstring. The tests' fixtures keep using Mosquitto (ACLs, passwords and TLS are its
+alone); tests/test_broker_conformance.py runs the same feature tests against both brokers.
 The process life cycle (port, start/stop/kill/restart, orphan clean-up) is
 `simulations.brokerprocess.BrokerProcess`, shared by both.
 """

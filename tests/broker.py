@@ -1,8 +1,9 @@
 """Private Mosquitto brokers for tests, plus a small synchronous MQTT client for assertions.
 
 The broker process itself is `simulations.mosquitto.Broker` (the wind-farm simulation runs
-the same one); this module adds what only tests need: per-device ACL text, throwaway TLS
-certificates and a synchronous test client.
+the same one); this module adds what only tests need: `DeployedBroker` (the shipped
+deployment configuration of ``deploy/mosquitto/``), throwaway TLS certificates and a
+synchronous test client.
 
 Why real brokers: the agent's guarantees (persistent sessions, QoS 1 redelivery, retained
 status, last will, per-device ACLs) are the *broker's* behaviour as much as ours; a fake broker
@@ -13,9 +14,9 @@ or reconfigure their broker freely.
 
 Typical use (see also the ``broker`` / ``make_broker`` fixtures in ``tests/conftest.py``)::
 
-    with Broker(tmp_path, users={"dev1": "pw"}, acl=device_acl("farm1")) as broker:
-        with TestClient(broker, "dev1", username="dev1", password="pw") as dev1:
-            dev1.subscribe("zodiac/farm1/dev1/bundle")
+    with DeployedBroker(tmp_path, farms={"farm1": ["t1"]}) as broker:
+        with broker.client("farm1/t1") as t1:
+            t1.subscribe("zodiac/farm1/t1/bundle")
 
 TLS: ``make_tls_files(directory)`` writes a throwaway CA with a server and a client certificate,
 and ``Broker(directory, tls=files)`` serves MQTT over TLS only (``require_certificate=True``
@@ -31,7 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import queue
+import re
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -63,9 +67,9 @@ __all__ = [
     "MOSQUITTO_PASSWD",
     "Broker",
     "BrokerError",
+    "DeployedBroker",
     "TestClient",
     "TlsFiles",
-    "device_acl",
     "free_port",
     "make_tls_files",
     "mosquitto_available",
@@ -73,39 +77,140 @@ __all__ = [
 ]
 
 
-def device_acl(
-    farm: str,
-    *,
-    cloud_user: str | None = "cloud",
-    farm_bundle: bool = False,
-    neighbour_telemetry: bool = False,
-) -> str:
-    """Mosquitto ACL text confining every device user to its own topics of ``farm``.
+DEPLOY_DIR = Path(__file__).resolve().parents[1] / "deploy" / "mosquitto"
 
-    ``pattern`` lines substitute ``%u`` with the connecting username, so one ACL serves every
-    device of the farm: a device's MQTT username must equal its device id. By default a device
-    may read only ``zodiac/<farm>/<me>/bundle`` and write only its ``status``, ``request`` and
-    ``telemetry`` topics. ``farm_bundle`` also lets it read ``zodiac/<farm>/all/bundle``, and
-    ``neighbour_telemetry`` lets it read every device's telemetry (the ACL cannot express "my
-    neighbours only" — that filtering is the agent's job). ``cloud_user`` (``None`` for none)
-    may read and write everything under ``zodiac/<farm>/``: it publishes bundles and reads
-    statuses, requests and telemetry.
+
+class DeployedBroker(Broker):
+    """Mosquitto started from exactly the shipped ``deploy/mosquitto/`` files.
+
+    The configuration, the ACL and the users are the ones an operator installs: the shipped
+    ``mosquitto.conf`` with only what must differ substituted (its listeners' ports, on
+    127.0.0.1, the paths of the password, ACL, persistence and TLS files, and the user to run
+    as), the shipped ``acl``, and the users of ``farms`` (``{farm: [device, ...]}``, each with
+    its turbine controller when ``controllers``) and ``cloud`` created by the shipped
+    ``add-users`` script. ``tls`` also enables the configuration's documented TLS option (the
+    lines it ships commented out) with a throwaway PKI whose client certificate's Common Name
+    is ``tls_client``.
+
+    `port` is the devices' listener, `cloud_port` the cloud's, `tls_port` the TLS listener's;
+    `client` connects as one of the users, with the password ``add-users`` generated for it.
     """
-    lines = [
-        f"# Device ACL for farm {farm!r}: %u is the MQTT username, which must be the device id.",
-        f"pattern read zodiac/{farm}/%u/bundle",
-        f"pattern write zodiac/{farm}/%u/status",
-        f"pattern write zodiac/{farm}/%u/request",
-        f"pattern write zodiac/{farm}/%u/telemetry",
-    ]
-    if farm_bundle:
-        lines.append(f"pattern read zodiac/{farm}/all/bundle")
-    if neighbour_telemetry:
-        lines.append(f"pattern read zodiac/{farm}/+/telemetry")
-    if cloud_user is not None:
-        # `pattern` lines apply to all users, the cloud included; they only add rights.
-        lines += ["", f"user {cloud_user}", f"topic readwrite zodiac/{farm}/#"]
-    return "\n".join(lines) + "\n"
+
+    stderr_name = "mosquitto.log"  # the shipped configuration logs to stderr
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        farms: dict[str, list[str]],
+        controllers: bool = True,
+        tls: bool = False,
+        tls_client: str = "zodiac-test-client",
+    ) -> None:
+        super().__init__(directory)
+        self.farms = farms
+        self.controllers = controllers
+        self.device_tls = tls
+        self.tls_client = tls_client
+        self.tls_files: TlsFiles | None = None
+        self.cloud_port: int | None = None
+        self.tls_port: int | None = None
+        self._extra_ports_for: int | None = None  # the device port they were picked with
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / self.stderr_name
+
+    @property
+    def secrets(self) -> Path:
+        return self.directory / "secrets"
+
+    def password(self, username: str) -> str:
+        """The password ``add-users`` generated for ``username`` (from its secrets file)."""
+        farm, _, rest = username.partition("/")
+        if not rest:
+            name = f"{username}.password"
+        else:
+            device, _, controller = rest.partition("/")
+            name = f"{farm}/{device}{'-controller' if controller else ''}.password"
+        return (self.secrets / name).read_text().strip()
+
+    def client(self, username: str, client_id: str | None = None, **kwargs) -> TestClient:
+        """A `TestClient` logged in as ``username``; the cloud on its own listener."""
+        if username == "cloud":
+            kwargs.setdefault("port", self.cloud_port)
+        return TestClient(
+            self,
+            client_id or username,
+            username=username,
+            password=self.password(username),
+            **kwargs,
+        )
+
+    def wait_log(self, text: str, offset: int = 0, timeout: float = 10.0) -> None:
+        """Wait until the broker's log, from byte ``offset`` on, contains ``text``: the broker
+        has done what that line reports (e.g. handled a client's disconnection)."""
+        deadline = time.monotonic() + timeout
+        while text.encode() not in self._log_since(offset):
+            if time.monotonic() > deadline:
+                raise BrokerError(f"{text!r} never logged:\n{self.log_tail()}")
+            time.sleep(0.01)
+
+    def add_users(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the shipped ``add-users`` on this broker's files (raises when it fails)."""
+        return subprocess.run(
+            [
+                str(DEPLOY_DIR / "add-users"),
+                "--dir",
+                str(self.directory),
+                "--secrets",
+                str(self.secrets),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+
+    def _setup(self) -> None:
+        (self.directory / "acl").write_bytes((DEPLOY_DIR / "acl").read_bytes())
+        self.add_users("cloud")
+        for farm, devices in self.farms.items():
+            self.add_users(
+                *(["--controllers"] if self.controllers else []), "devices", farm, *devices
+            )
+        if self.device_tls:
+            # Named as the shipped configuration expects them (ca.pem, server.pem, server.key).
+            self.tls_files = make_tls_files(self.directory, client_name=self.tls_client)
+
+    def _configure(self) -> None:
+        if self._extra_ports_for != self.port:  # first start, or a retry on a new port
+            self.cloud_port, self.tls_port = free_port(self.host), free_port(self.host)
+            self._extra_ports_for = self.port
+        text = (DEPLOY_DIR / "mosquitto.conf").read_text()
+        if self.device_tls:
+            # The documented option: its lines are the only ones commented out without a space.
+            text, count = re.subn(r"(?m)^#(?=[a-z])", "", text)
+            assert count >= 7, "the TLS option is no longer shipped as commented-out lines"
+        substitutions = [
+            (r"(?m)^listener 1883$", f"listener {self.port} {self.host}"),
+            (r"(?m)^listener 1884 127\.0\.0\.1$", f"listener {self.cloud_port} {self.host}"),
+            (r"/etc/mosquitto/zodiac/", f"{self.directory}/"),
+            (r"/var/lib/mosquitto/", f"{self.persistence_file.parent}/"),
+        ]
+        if self.device_tls:
+            substitutions.append((r"(?m)^listener 8883$", f"listener {self.tls_port} {self.host}"))
+        for pattern, replacement in substitutions:
+            text, count = re.subn(pattern, replacement, text)
+            # A shipped file that no longer looks as this class expects must fail loudly, not
+            # start a broker that differs from it.
+            assert count >= 1, f"{pattern!r} not found in the shipped mosquitto.conf"
+        # Run as root (CI containers), mosquitto would switch to the `mosquitto` user, which
+        # cannot read the test's private directory; as any other user the line is ignored.
+        text += f"\nuser {pwd.getpwuid(os.geteuid()).pw_name}\n"
+        self.persistence_file.parent.mkdir(parents=True, exist_ok=True)
+        self.config_file.write_text(text)
 
 
 # ------------------------------------------------------------------------------------- TLS
@@ -260,19 +365,28 @@ class TestClient:
         ca_file: str | os.PathLike[str] | None = None,
         cert_file: str | os.PathLike[str] | None = None,
         key_file: str | os.PathLike[str] | None = None,
+        port: int | None = None,
+        manual_ack: bool = False,
     ) -> None:
         """``ca_file`` switches TLS on (verifying the broker against that CA, host name
-        included); ``cert_file``/``key_file`` add a client certificate."""
+        included); ``cert_file``/``key_file`` add a client certificate. ``port`` is another
+        listener of the broker than its `Broker.port`. With ``manual_ack`` received QoS 1
+        messages are acknowledged only by ``client.ack`` (as the agent does)."""
         if (cert_file is None) != (key_file is None):
             raise ValueError("cert_file and key_file go together")
         if cert_file is not None and ca_file is None:
             raise ValueError("a client certificate needs TLS: give ca_file too")
         self.broker = broker
+        self.port = broker.port if port is None else port
         self.client_id = client_id
         self.timeout = timeout
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self.session_present: bool | None = None
         self.connect_reason: ReasonCode | None = None
+        # Every DISCONNECT reason seen (the broker's, e.g. 0x8E "session taken over", or our
+        # own); paho reconnects by itself after the broker's.
+        self.disconnects: list[ReasonCode] = []
+        self._disconnected = threading.Event()
         self._clean_start = clean_start
         self._session_expiry = session_expiry
         self._connected = threading.Event()
@@ -280,7 +394,10 @@ class TestClient:
         self._ack_codes: dict[int, list[ReasonCode]] = {}
         self._lock = threading.Lock()
         self.client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=mqtt.MQTTv5,
+            manual_ack=manual_ack,
         )
         if username is not None:
             self.client.username_pw_set(username, password)
@@ -295,12 +412,17 @@ class TestClient:
         self.client.on_message = self._on_message
         self.client.on_subscribe = self._on_subscribe
         self.client.on_publish = self._on_publish
+        self.client.on_disconnect = self._on_disconnect
 
     # paho callbacks (network thread) ---------------------------------------------------------
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         self.connect_reason = reason_code
         self.session_present = bool(flags.session_present)
         self._connected.set()
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
+        self.disconnects.append(reason_code)
+        self._disconnected.set()
 
     def _on_message(self, client, userdata, message) -> None:
         self.messages.put(message)
@@ -334,7 +456,7 @@ class TestClient:
             props.SessionExpiryInterval = self._session_expiry
         self.client.connect(
             self.broker.host,
-            self.broker.port,
+            self.port,
             keepalive=30,
             clean_start=self._clean_start,
             properties=props,
@@ -360,6 +482,12 @@ class TestClient:
         self.client.disconnect()
         self.client.loop_stop()
 
+    def wait_disconnected(self, timeout: float | None = None) -> ReasonCode:
+        """Wait until the broker (or we) ended the connection; returns the reason."""
+        if not self._disconnected.wait(self.timeout if timeout is None else timeout):
+            raise MqttError(f"{self.client_id}: still connected")
+        return self.disconnects[-1]
+
     def subscribe(self, topic: str, qos: int = 1) -> ReasonCode:
         """Subscribe and wait for SUBACK; returns the granted QoS or the refusal reason."""
         result, mid = self.client.subscribe(topic, qos)
@@ -368,10 +496,15 @@ class TestClient:
         return self._wait_ack(mid, f"SUBSCRIBE {topic}")[0]
 
     def publish(
-        self, topic: str, payload: bytes | str = b"", qos: int = 1, retain: bool = False
+        self,
+        topic: str,
+        payload: bytes | str = b"",
+        qos: int = 1,
+        retain: bool = False,
+        properties: Properties | None = None,
     ) -> ReasonCode:
         """Publish; for QoS 1 wait for PUBACK and return its reason code (e.g. 0x87)."""
-        info = self.client.publish(topic, payload, qos=qos, retain=retain)
+        info = self.client.publish(topic, payload, qos=qos, retain=retain, properties=properties)
         if info.rc != mqtt.MQTT_ERR_SUCCESS:
             raise MqttError(f"{self.client_id}: publish {topic!r} failed: {info.rc}")
         if qos == 0:

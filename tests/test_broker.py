@@ -1,13 +1,9 @@
 """The private-broker fixtures really behave like the Mosquitto the agent will meet.
 
 These are the broker guarantees the agent's design relies on (DESIGN.md section 4): delivery,
-authentication, per-device ACLs and, above all, QoS 1 messages queued for an offline persistent
-session surviving a broker restart. If one of them fails, integration tests built on the
-fixtures would test nothing.
-
-Ordering trick used instead of sleeps: MQTT delivers one publisher's messages to one subscriber
-in order, so a second, allowed message acts as a barrier — once it has arrived, the forbidden
-one before it would have arrived too.
+authentication and, above all, QoS 1 messages queued for an offline persistent session
+surviving a broker restart. If one of them fails, integration tests built on the fixtures would
+test nothing. The per-device ACL is the shipped one, tested in tests/test_deploy_broker.py.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ import pytest
 
 import simulations.brokerprocess as brokerprocess
 import tests.broker as broker_module
-from tests.broker import Broker, MqttError, TestClient, device_acl, mosquitto_version
+from tests.broker import Broker, MqttError, TestClient, mosquitto_version
 
 PASSWORDS = {"dev1": "pw-dev1", "dev2": "pw-dev2", "cloud": "pw-cloud"}
 
@@ -64,42 +60,6 @@ def test_wrong_password_is_rejected(make_broker: Callable[..., Broker]):
     assert anonymous.connect().is_failure
     with client(broker, "dev1") as dev1:
         assert dev1.connect_reason is not None and not dev1.connect_reason.is_failure
-
-
-def test_device_acl_confines_each_device_to_its_own_topics(make_broker: Callable[..., Broker]):
-    broker = make_broker(users=PASSWORDS, acl=device_acl("farm1"))
-    with client(broker, "dev1") as dev1, client(broker, "cloud") as cloud:
-        # Reading: dev1 may subscribe to dev2's bundle topic (Mosquitto 2.0 grants the
-        # SUBACK) but the broker never delivers dev2's bundles to it.
-        dev1.subscribe("zodiac/farm1/dev2/bundle")
-        dev1.subscribe("zodiac/farm1/dev1/bundle")
-        assert not cloud.publish("zodiac/farm1/dev2/bundle", b"for dev2").is_failure
-        assert not cloud.publish("zodiac/farm1/dev1/bundle", b"for dev1").is_failure
-        assert dev1.expect("zodiac/farm1/dev1/bundle").payload == b"for dev1"
-        assert dev1.drain() == []
-
-        # Writing: dev1 impersonating dev2 is refused (PUBACK 0x87) and not delivered.
-        cloud.subscribe("zodiac/farm1/+/status")
-        denied = dev1.publish("zodiac/farm1/dev2/status", b"dev1 pretending")
-        assert denied.is_failure and denied.value == 0x87
-        for kind in ("status", "request", "telemetry"):
-            assert not dev1.publish(f"zodiac/farm1/dev1/{kind}", b"ok").is_failure, kind
-        assert cloud.expect("zodiac/farm1/dev1/status").payload == b"ok"
-        assert cloud.drain() == []
-
-        # And a device may not write its own bundle topic (only the cloud issues bundles).
-        assert dev1.publish("zodiac/farm1/dev1/bundle", b"forged").is_failure
-
-
-def test_device_acl_is_the_same_for_every_device(make_broker: Callable[..., Broker]):
-    broker = make_broker(users=PASSWORDS, acl=device_acl("farm1"))
-    with client(broker, "dev2") as dev2, client(broker, "cloud") as cloud:
-        dev2.subscribe("zodiac/farm1/dev2/bundle")
-        cloud.publish("zodiac/farm1/dev2/bundle", b"hello dev2")
-        assert dev2.expect("zodiac/farm1/dev2/bundle").payload == b"hello dev2"
-        # Other farms are out of reach even for the farm's cloud user.
-        assert dev2.publish("zodiac/farm2/dev2/status", b"x").is_failure
-        assert cloud.publish("zodiac/farm2/dev2/bundle", b"x").is_failure
 
 
 def test_queued_qos1_message_survives_subscriber_offline_and_broker_restart(

@@ -1,9 +1,9 @@
 """`Dockerfile.edge` builds the edge agent image from the right files, with the right packages.
 
-No Docker daemon needed: the Dockerfile is parsed and checked statically, and the one thing a
-static check cannot prove — that the project's runtime dependency set installs and imports
-without pyspark or the test tools — is checked by a real ``pip install`` into a fresh venv of
-exactly the files the Dockerfile copies.
+No Docker daemon needed: the Dockerfile is parsed and checked statically, and what a static
+check cannot prove — that the image holds the agent only, installs without pyspark or the test
+tools, and cannot import ``cloud`` — is checked by carrying out its WORKDIR, COPY and
+``pip install`` steps into a temporary directory and a fresh venv, as the build does.
 """
 
 from __future__ import annotations
@@ -18,13 +18,15 @@ import sys
 import time
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile.edge"
 DOCKERIGNORE = ROOT / ".dockerignore"
+# The image's build configuration: the agent's packages only.
+EDGE_PYPROJECT = ROOT / "packaging" / "edge" / "pyproject.toml"
 
 # Never in the edge image: the Spark job's engine and the test tools.
 FORBIDDEN_PACKAGES = ("pyspark", "pytest", "hypothesis", "ruff")
@@ -133,14 +135,8 @@ def test_every_copy_source_exists_and_is_in_the_build_context(instructions):
     for source in sources:
         assert (ROOT / source).exists(), f"COPY source {source} does not exist"
         assert not ignored(source, patterns), f"COPY source {source} is excluded by .dockerignore"
-    # The image needs exactly the install inputs and the rules, nothing else.
-    assert {s.rstrip("/") for s in sources} == {
-        "pyproject.toml",
-        "README.md",
-        "agent",
-        "cloud",
-        "rules",
-    }
+    # The image needs exactly the agent's build configuration, its sources and the rules.
+    assert {s.rstrip("/") for s in sources} == {"packaging/edge/pyproject.toml", "agent", "rules"}
 
 
 def test_dockerignore_keeps_out_venv_tests_git_caches_and_output():
@@ -156,9 +152,17 @@ def test_dockerignore_keeps_out_venv_tests_git_caches_and_output():
         "out/bench.json",
         "zodiac-agent.db",
         "keys/cloud.key",
+        "cloud/cli.py",
+        "deploy/mosquitto/acl",
+        "simulations/windfarm/run.py",
     ):
         assert ignored(path, patterns), path
-    for path in ("pyproject.toml", "README.md", "agent/config.py", "rules/benchmarks/rs1.rules"):
+    for path in (
+        "packaging/edge/pyproject.toml",
+        "agent/config.py",
+        "agent/engine/modules/seminaive.py",
+        "rules/benchmarks/rs1.rules",
+    ):
         assert not ignored(path, patterns), path
 
 
@@ -216,68 +220,136 @@ def test_pyspark_is_only_an_optional_dependency():
     assert "zodiac-agent" in project["scripts"]
 
 
+def test_edge_build_configuration_is_the_projects_agent_part():
+    """packaging/edge/pyproject.toml repeats pyproject.toml's agent half: same version, Python,
+    runtime dependencies, every agent package and command, and nothing of the cloud's."""
+    whole = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    edge = tomllib.loads(EDGE_PYPROJECT.read_text())
+    for key in ("version", "requires-python", "dependencies"):
+        assert edge["project"][key] == whole["project"][key], key
+    assert "optional-dependencies" not in edge["project"]
+    agent_packages = [
+        p for p in whole["tool"]["setuptools"]["packages"] if p.split(".")[0] == "agent"
+    ]
+    assert edge["tool"]["setuptools"]["packages"] == agent_packages
+    # Every agent package on disk is listed (a new one must be added to both files).
+    inits = (ROOT / "agent").rglob("__init__.py")
+    on_disk = sorted(".".join(init.parent.relative_to(ROOT).parts) for init in inits)
+    assert sorted(agent_packages) == on_disk
+    agent_commands = {
+        name: target
+        for name, target in whole["project"]["scripts"].items()
+        if target.startswith("agent.")
+    }
+    assert edge["project"]["scripts"] == agent_commands
+    assert edge["build-system"] == whole["build-system"]
+
+
 # ------------------------------------------------------------------------- real install
-@pytest.mark.slow
-def test_edge_dependency_set_installs_and_imports_without_pyspark(tmp_path, instructions):
-    """Install exactly the Dockerfile's COPY set into a fresh venv, as the image build does.
+def build_edge_image(instructions: list[Instruction], image: Path, venv: Path) -> Path:
+    """Carry out the Dockerfile's file steps with ``image`` as the image's ``/``.
 
-    Copying the COPY sources (rather than installing the repo root) proves the Dockerfile copies
-    enough to install, and keeps setuptools' build/ and egg-info out of the working tree.
+    WORKDIR and COPY as Docker does them (from the build context less what .dockerignore
+    excludes; a directory's contents into the destination; several sources or a destination
+    ending in ``/`` mean "into this directory"), and each RUN that installs with pip, in its
+    WORKDIR, with ``venv``'s pip first on PATH. The one liberty: ``--no-cache-dir`` is dropped,
+    so the test reuses this machine's wheel cache instead of downloading every dependency.
+    Other RUN steps (the user, the state directory) need root and are checked statically.
     """
-    context = tmp_path / "context"
-    for source in copy_sources(instructions):
-        src = ROOT / source
-        if src.is_dir():
-            shutil.copytree(
-                src, context / source, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-            )
-        else:
-            (context / source).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, context / source)
+    patterns = ignore_patterns()
+    workdir = PurePosixPath("/")
 
-    venv = tmp_path / "venv"
+    def in_image(path: PurePosixPath) -> Path:
+        return image / path.relative_to("/")
+
+    def copy_tree(source: str, target: Path) -> None:
+        for path in sorted((ROOT / source).rglob("*")):
+            relative = path.relative_to(ROOT).as_posix()
+            if path.is_dir() or ignored(relative, patterns):
+                continue
+            destination = target / path.relative_to(ROOT / source)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, destination)
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    for instruction in instructions:
+        if instruction.keyword == "WORKDIR":
+            workdir = workdir / instruction.words[0]
+            in_image(workdir).mkdir(parents=True, exist_ok=True)
+        elif instruction.keyword in ("COPY", "ADD"):
+            *sources, destination = [w for w in instruction.words if not w.startswith("--")]
+            target = in_image(workdir / destination)
+            into = destination.endswith("/") or len(sources) > 1
+            for source in sources:
+                if (ROOT / source).is_dir():
+                    copy_tree(source, target)
+                else:
+                    path = target / Path(source).name if into else target
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(ROOT / source, path)
+        elif instruction.keyword == "RUN" and "pip install" in instruction.arguments:
+            command = instruction.arguments.replace("--no-cache-dir", "")
+            done = subprocess.run(
+                ["sh", "-c", command],
+                cwd=in_image(workdir),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert done.returncode == 0, f"line {instruction.line}: {done.stdout}{done.stderr}"
+    return in_image(workdir)
+
+
+@pytest.mark.slow
+def test_the_image_holds_the_agent_only_and_cannot_import_cloud(tmp_path, instructions):
+    image, venv = tmp_path / "image", tmp_path / "venv"
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    install = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(context)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert install.returncode == 0, install.stdout + install.stderr
-    elapsed = time.monotonic() - started
-    print(f"fresh venv + pip install of the edge dependency set: {elapsed:.1f} s")
+    build_edge_image(instructions, image, venv)
+    print(f"fresh venv + the image's pip install: {time.monotonic() - started:.1f} s")
 
-    modules = ["agent.engine", "agent.config"]
-    if (ROOT / "agent" / "bundle.py").exists():
-        modules.append("agent.bundle")
+    # What is left of the build context in the image: the rules, nothing else.
+    left = {p.relative_to(image).as_posix() for p in image.rglob("*") if p.is_file()}
+    assert left and all(p.startswith("opt/zodiac/rules/") for p in left), sorted(left)[:10]
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     probe = (
         "import importlib, importlib.util, json, sys\n"
-        f"mods = {modules!r}\n"
+        "mods = ['agent', 'agent.engine', 'agent.config', 'agent.bundle', 'agent.sync']\n"
         "files = {m: importlib.import_module(m).__file__ for m in mods}\n"
-        f"missing = {list(FORBIDDEN_PACKAGES)!r}\n"
-        "found = [p for p in missing if importlib.util.find_spec(p) is not None]\n"
-        "print(json.dumps({'files': files, 'found': found, 'prefix': sys.prefix}))\n"
+        "try:\n"
+        "    import cloud\n"
+        "    cloud_error = None\n"
+        "except ImportError as error:\n"
+        "    cloud_error = type(error).__name__\n"
+        f"absent = {['cloud', 'simulations', 'tests', *FORBIDDEN_PACKAGES]!r}\n"
+        "found = [p for p in absent if importlib.util.find_spec(p) is not None]\n"
+        "print(json.dumps({'files': files, 'cloud_error': cloud_error, 'found': found}))\n"
     )
     # Run from an empty directory: `python -c` puts the working directory on sys.path, and the
-    # repository's own agent/ must not be what gets imported.
+    # repository's own agent/ and cloud/ must not be what gets imported.
     workdir = tmp_path / "empty"
     workdir.mkdir()
+    python = venv / "bin" / "python"
     result = subprocess.run(
-        [str(python), "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=workdir,
+        [str(python), "-c", probe], capture_output=True, text=True, timeout=120, cwd=workdir,
         env=env,
-    )
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
+    assert report["cloud_error"] == "ModuleNotFoundError", "the image can import cloud"
     assert report["found"] == [], f"installed without being asked for: {report['found']}"
     for module, file in report["files"].items():
         assert Path(file).is_relative_to(venv), f"{module} imported from {file}, not the venv"
-    assert (venv / "bin" / "zodiac-agent").exists(), "the zodiac-agent entry point is missing"
+
+    # The entry point works; the cloud's command is not there.
+    agent_help = subprocess.run(
+        [str(venv / "bin" / "zodiac-agent"), "--help"],
+        capture_output=True, text=True, timeout=120, cwd=workdir, env=env,
+    )  # fmt: skip
+    assert agent_help.returncode == 0, agent_help.stderr
+    assert "usage: zodiac-agent" in agent_help.stdout
+    assert not (venv / "bin" / "zodiac-cloud").exists()

@@ -54,7 +54,8 @@ def store_time(reasoner: Reasoner) -> float:
                 kinds.setdefault(key, []).append(relation.rows_built)
     # A relation the engine keeps by subject only (a closure's output) is stored likewise.
     subject_only = {key for key, rows in kinds.items() if rows == [False]}
-    facts = {key: set(reasoner._visible(key)) for key in reasoner._all_keys()}
+    view = reasoner.view()
+    facts = {key: set(view.visible(key)) for key in view.relations()}
     fresh = DataStore("baseline")
     gc.collect()
     started = time.perf_counter()

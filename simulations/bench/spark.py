@@ -182,7 +182,8 @@ def run_spark(spark: SparkSession, case: Case, timeout: float) -> tuple[Any, dic
 
 
 def engine_counts(reasoner: Reasoner) -> dict:
-    return {key: len(reasoner._visible(key)) for key in sorted(reasoner._all_keys())}
+    view = reasoner.view()
+    return {key: len(view.visible(key)) for key in sorted(view.relations())}
 
 
 def check_equal(case: Case, want: dict, reasoner: Reasoner | None, result, counts: dict) -> None:

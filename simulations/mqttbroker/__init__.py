@@ -1,9 +1,47 @@
 """An embedded pure-Python MQTT v5 broker: the simulation's broker when Mosquitto is missing.
 
-The agents speak MQTT v5 (response topic + correlation data for rule requests, session expiry)
-and the Python brokers on PyPI do not (amqtt 0.12.1: MQTT 3.1.1 only), so this is our own:
-stdlib ``asyncio``, no dependencies. `EmbeddedBroker` runs it as a child process
-(``python -m simulations.mqttbroker --port N --directory D``) with the interface of
+Why our own: no MQTT broker published on PyPI does what the agents need. Each candidate was run
+as a child process on a loopback port against tests/test_broker_conformance.py (paho-mqtt 2.2
+MQTT v5 clients; November 2026), whose rows are the features below; the suite runs against
+Mosquitto (the reference) and this broker on every test run. "y" = the row's test passes:
+
+    =================================  =========  ====  =======  ========  ========  =====  =====
+    row (test_...)                     mosquitto  ours  iotcore  mqttools  moat-lib  mqttd  amqtt
+    =================================  =========  ====  =======  ========  ========  =====  =====
+    mqtt5_connect                      y          y     y        y         -         y      -
+    qos0_publish_subscribe             y          y     y        y         y         y      -
+    qos1_puback_and_delivery           y          y     y        -         -         -      -
+    topic_wildcards                    y          y     y        y         y         -      -
+    retained_messages                  y          y     y        y         -         -      -
+    will_on_abrupt_disconnect          y          y     y        y         -         -      -
+    will_per_disconnect_reason         y          y     -        -         -         -      -
+    response_topic_and_correlation...  y          y     y        y         -         -      -
+    user_properties                    y          y     y        -         -         -      -
+    content_type_payload_format_and..  y          y     y        y         -         -      -
+    persistent_session_queues_qos1..   y          y     y        -         -         -      -
+    clean_start_discards_the_session   y          y     -        -         -         -      -
+    unacknowledged_qos1_message_is..   y          y     y        -         -         -      -
+    session_expiry                     y          y     -        -         -         -      -
+    restart_keeps_sessions_queued..    y          y     -        -         -         -      -
+    passed                             15/15      15    11       7         2         2      0
+    =================================  =========  ====  =======  ========  ========  =====  =====
+
+Versions (month of the latest release): Mosquitto 2.0.11 (Debian's); iotcore 0.4.0 (2026-09,
+rumqttd 0.20 compiled in: no persistence, sessions never expire, the will also published on a
+normal DISCONNECT, a clean-start session not kept past its connection); mqttools 0.50.0
+(2021-12: QoS 0 only, a PUBLISH with user properties dropped, no session expiry);
+moat-lib-mqtt 0.8.7 (2026-10: CONNACK's session-present flag is the client's clean-start flag,
+SUBACK grants QoS 0 for 1, no wills, no offline queue, only user properties forwarded, as a
+dict); mqttd 0.5.3 (2026-02: a message published at QoS 1 is forwarded as a malformed
+PUBLISH, no properties forwarded, ``#`` misses its parent level, no wills or persistent
+sessions); amqtt 0.12.1 (2026-09: MQTT 3.1.1 only, v5 CONNECT refused). Not run: moat-mqtt
+0.42.20 (needs Python 3.12; refuses protocol levels other than 4, i.e. 3.1.1) and
+fp-mqtt-broker 0.1.2 (a paho-mqtt 1.6 client wrapper, not a broker). The closest, iotcore,
+fails what the simulation's ``broker-restart`` fault and the agents' queued bundles rest on.
+A candidate passing every row would replace this package.
+
+So this is our own: stdlib ``asyncio``, no dependencies. `EmbeddedBroker` runs it as a child
+process (``python -m simulations.mqttbroker --port N --directory D``) with the interface of
 `simulations.mosquitto.Broker` (start/stop/kill/restart on a fixed port, a log, a persistence
 file), so the simulation's faults treat both alike. Files in ``directory``: ``broker.log``,
 ``broker.json`` (the saved state), ``broker.stderr``.

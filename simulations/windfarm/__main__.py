@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from simulations.windfarm.extras import missing_extras_message
 from simulations.windfarm.run import FAULTS, Options, Simulation, SimulationError
 
 
@@ -93,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         faults = parse_faults(args.faults)
     except ValueError as error:
         parser.error(str(error))
+    # Before anything starts: the plots are drawn last, Spark is started first.
+    missing = missing_extras_message(spark=not args.no_spark)
+    if missing:
+        print(f"windfarm: {missing}", file=sys.stderr)
+        return 2
     options = Options(
         turbines=args.turbines,
         duration=args.duration,

@@ -104,7 +104,7 @@ class SimulationCloud:
         self.streams = load_streams(STREAMS)
         self.publisher = Publisher(
             farm.farm_id,
-            BundleCutter(directory / "publisher.db"),
+            BundleCutter(directory / "publisher.db", farm.farm_id),
             self.streams,
             self.private_key,
             KEY_ID,

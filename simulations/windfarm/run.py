@@ -432,9 +432,12 @@ class Simulation:
         publisher = self.cloud.publisher
         bundle = Bundle(
             bundle_id=f"tampered-{uuid.uuid4().hex[:8]}",
+            farm=self.farm.farm_id,
+            device=device,
             stream="base",
             version=publisher.cutter.version(device, "base") + 1,
             issued_at=time.time(),
+            expires_at=time.time() + 3600,
             operations=[
                 AddRules(rules=[RuleSpec(id="evil", text="evil: <Stop>(X) :- <WindTurbine>(X) .")])
             ],
