@@ -3,6 +3,7 @@
 zodiac-edge materialise RULES FACTS... [-o out.nt] [--stats]
 zodiac-edge query RULES FACTS... --pattern '<p11>(X, Y)' [--format tsv|json]
 zodiac-edge explain RULES FACTS... --fact '<p11>(<a>, <b>)'
+zodiac-edge explain RULES FACTS... --plans [RULE]
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import TextIO
 from .engine import Reasoner, ZodiacError
 from .engine.budget import Budget
 from .engine.language import RDF_TYPE, Constant
+
+EVERY_RULE = "*"  # --plans without a rule name
 
 
 class Progress:
@@ -106,10 +109,19 @@ def build_parser() -> argparse.ArgumentParser:
     explain = commands.add_parser(
         "explain",
         help="print one derivation tree of a fact",
-        description="Materialise RULES over FACTS, then explain why FACT holds.",
+        description="Materialise RULES over FACTS, then explain why FACT holds, or print how "
+        "rules were evaluated: each compiled plan, its shape and its generated source.",
     )
     _add_inputs(explain)
-    explain.add_argument("--fact", required=True, help="a ground atom such as '<p11>(<a>, <b>)'")
+    what = explain.add_mutually_exclusive_group(required=True)
+    what.add_argument("--fact", help="a ground atom such as '<p11>(<a>, <b>)'")
+    what.add_argument(
+        "--plans",
+        nargs="?",
+        const=EVERY_RULE,
+        metavar="RULE",
+        help="print the plans compiled for RULE (a label or content key; every rule if omitted)",
+    )
     return parser
 
 
@@ -231,6 +243,10 @@ def run_query(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> None
 def run_explain(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> None:
     from .engine.parser import parse_atom
 
+    if args.plans is not None:
+        print_plans(reasoner, args.plans, out)
+        return
+
     atom = parse_atom(args.fact)
     if not atom.is_ground():
         raise ZodiacError(f"--fact must be ground (no variables): {args.fact}")
@@ -240,6 +256,30 @@ def run_explain(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> No
         out.write(str(reasoner.explain(fact)) + "\n")
     except KeyError:
         raise ZodiacError(f"{args.fact} does not hold") from None
+
+
+def print_plans(reasoner: Reasoner, name: str, out: TextIO) -> None:
+    """Every plan compiled so far for one rule (or all): its description, then its source.
+    A rule evaluated by a closure module, or whose body never had facts to read, has none."""
+    if name != EVERY_RULE and name not in reasoner.rules:
+        raise ZodiacError(f"--plans: no rule named {name!r} (labels: {_labels(reasoner)})")
+    names = sorted(reasoner.rules) if name == EVERY_RULE else [name]
+    view = reasoner.view()
+    for rule_name in names:
+        rule = reasoner.rules[rule_name]
+        out.write(f"# {rule}\n" if rule.label == rule_name else f"# {rule_name}: {rule}\n")
+        entries = reasoner.plans(rule_name)
+        if not entries:
+            node = view.node_of(rule)
+            module = node.module if node is not None else "none"
+            out.write(f"no compiled plan (evaluated by the {module} module)\n\n")
+        for entry in entries:
+            out.write(f"{entry.describe()}\n{entry.source}\n")
+
+
+def _labels(reasoner: Reasoner) -> str:
+    labels = sorted(name for name, rule in reasoner.rules.items() if name != rule.key)
+    return ", ".join(labels[:20]) + (" ..." if len(labels) > 20 else "") or "none"
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

@@ -18,17 +18,18 @@ call), ``D`` the delta set when the plan has a delta atom, ``out`` the set recei
 substitution and counts, see docs/semantics.md) and ``GUARD`` the update's budget guard: the
 outermost loop over facts starts with ``if len(out) > GUARD.cap: GUARD.pulse(out)`` (budget.py).
 
-The innermost atom is emitted as a C-level ``zip``/set operation when its only new variable
-flows straight to the head (possibly minus ``!=`` exclusions): on closure rules that is where
-nearly all the time goes. Whole rules of two shapes need no Python loop at all: projections
-(one atom copied, permuted or projected) and semi-joins (one atom's facts filtered by key
-lookups in the others, with ``compress``).
+The compiler decides nothing about the code's shape: ``rewrites.choose`` turns the plan into a
+node (nested loops, or one of the faster shapes, each in its own module under ``rewrites/``
+with the code before and after in its docstring) and the compiler emits code for that node.
+The code is compiled under a filename naming the rule, its variant, delta position and shape,
+so tracebacks and profiles say which rule ran.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import and_, itemgetter, not_
 
@@ -42,7 +43,20 @@ from .language import (
     Term,
     Variable,
 )
-from .planner import BindStep, FilterStep, NegationStep, Plan, ScanStep, Step
+from .planner import FilterStep, NegationStep, Plan, ScanStep
+from .rewrites import (
+    Context,
+    Empty,
+    ExistsSplit,
+    GroupedJoin,
+    Node,
+    Product,
+    Projection,
+    SemiJoin,
+    Shape,
+    choose,
+)
+from .rewrites.product import excluded_by, is_term, new_variable
 from .terms import TermDictionary, term_key
 
 
@@ -156,6 +170,8 @@ MAX_NESTING = 17
 SEGMENT_NESTING = 12
 _VALUE_COMPARE = {"<": "LT", "<=": "LE", ">": "GT", ">=": "GE", "=": "EQ", "!=": "NE"}
 
+FUNCTION = "rule"  # the generated function's name; its filename names the rule and shape
+HEADER = f"def {FUNCTION}(S, D, out, ERR, GUARD):"
 CompiledRule = Callable[[Sequence[list], object, set, list, object], None]
 
 
@@ -186,38 +202,53 @@ class RuleCompiler:
         head_terms: Sequence[Term] | None = None,
         name: str = "rule",
         exists: bool = False,
-    ) -> tuple[CompiledRule, str]:
-        """Returns the function and its source (kept for ``explain``/debugging).
+    ) -> Compiled:
+        """The function for ``plan``, with its node (shape and description) and source.
 
         ``exists``: the caller only needs to know whether each head has *some* match (checking
-        candidate facts with the head bound): the plan's steps after the head is fully bound
-        become an inner function that returns at the first match."""
-        generator = _RuleGenerator(self.terms, plan, source_counts, head_terms, exists)
-        source = generator.generate(name)
+        candidate facts with the head bound): see ``rewrites/exists.py``. ``name`` names the
+        code in tracebacks and profiles (with the shape appended)."""
+        head = tuple(plan.rule.head.terms if head_terms is None else head_terms)
+        node = choose(plan, Context(head, source_counts, exists))
+        generator = _RuleGenerator(self.terms, node, source_counts, head)
+        source, shape = generator.generate()
         namespace = dict(RUNTIME)
         namespace["V"] = self.terms.values
         namespace["ENC"] = self.terms.encode
         namespace["KV"] = generator.constant_values
-        exec(compile(source, f"<{name}>", "exec"), namespace)  # noqa: S102 - generated code
+        filename = f"<{name} {shape.value}>"
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - generated code
         # Popped, not read: a function left in its own globals would form a reference cycle,
         # which the frozen collector (gcpause) would never reclaim after the rule is deleted.
-        return namespace.pop(name), source
+        return Compiled(namespace.pop(FUNCTION), node, shape, source)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A compiled plan: ``shape`` is the node's, or ``SEGMENTED`` when the plan was too deep
+    for one Python function."""
+
+    function: CompiledRule
+    node: Node
+    shape: Shape
+    source: str
 
 
 class _RuleGenerator:
+    """Python source for one node; emits, never decides (the rewrites did)."""
+
     def __init__(
         self,
         terms: TermDictionary,
-        plan: Plan,
+        node: Node,
         source_counts: dict[int, int],
-        head_terms: Sequence[Term] | None,
-        exists: bool = False,
+        head_terms: tuple[Term, ...],
     ) -> None:
-        self.exists = exists
         self.terms = terms
-        self.plan = plan
+        self.node = node
+        self.plan = node.plan
         self.counts = source_counts
-        self.head_terms = tuple(plan.rule.head.terms if head_terms is None else head_terms)
+        self.head_terms = head_terms
         self.names: dict[Variable, str] = {}
         self.constant_values: list = []
         self.out = _Emitter()
@@ -265,50 +296,43 @@ class _RuleGenerator:
         return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
     # -- generation --------------------------------------------------------------------
-    def generate(self, name: str) -> str:
-        source = self.generate_flat(name)
+    def generate(self) -> tuple[str, Shape]:
+        source, shape = self.generate_flat(), self.node.shape
         depth = max(len(line) - len(line.lstrip()) for line in source.splitlines()) // 4
         if depth > MAX_NESTING:
-            lines = [f"def {name}(S, D, out, ERR, GUARD):", *self.regenerate_segmented()]
-            source = "\n".join(lines) + "\n"
-        return with_budget_pulse(source)
+            lines = [HEADER, *self.regenerate_segmented()]
+            source, shape = "\n".join(lines) + "\n", Shape.SEGMENTED
+        return with_budget_pulse(source), shape
 
-    def generate_flat(self, name: str) -> str:
-        steps = self.plan.steps
-        out = self.out
-        header = [f"def {name}(S, D, out, ERR, GUARD):"]
-        for step in steps:
-            if (
-                isinstance(step, ScanStep)
-                and not step.delta
-                and self.counts.get(step.position, 0) == 0
-            ):
-                return "\n".join(header + ["    return"]) + "\n"
-        projection = self.projection_columns()
-        if projection is not None:
-            return "\n".join(header + self.emit_projection(projection)) + "\n"
-        semijoin = self.semijoin_parts()
-        if semijoin is not None:
-            return "\n".join(header + self.emit_semijoin(*semijoin)) + "\n"
-        self.emit_preamble()
-        out.line("for _once in ONCE:")
-        out.indent()
-        split = self.exists_split() if self.exists else None
-        if split is not None:
-            return "\n".join(header + self.emit_exists(split)) + "\n"
-        product_at = self.product_step_index()
-        grouped = self.grouped_split(product_at)
-        if grouped is not None:
-            self.emit_grouped(grouped[0], grouped[1], product_at)
-            return "\n".join(header + out.lines) + "\n"
-        if product_at is not None:
-            self.emit_steps(steps[:product_at])
-            self.emit_product(steps[product_at], steps[product_at + 1 :])
+    def generate_flat(self) -> str:
+        node, out = self.node, self.out
+        if isinstance(node, Empty):
+            body = ["    return"]
+        elif isinstance(node, Projection):
+            body = self.emit_projection(node)
+        elif isinstance(node, SemiJoin):
+            body = self.emit_semijoin(node)
         else:
-            self.emit_steps(steps)
-            head = [self.term_id(t) for t in self.head_terms]
-            out.line(f"out.add({self.tuple_code(head)})")
-        return "\n".join(header + out.lines) + "\n"
+            self.emit_preamble()
+            out.line("for _once in ONCE:")
+            out.indent()
+            if isinstance(node, ExistsSplit):
+                body = self.emit_exists(node.split)
+            else:
+                if isinstance(node, GroupedJoin):
+                    self.emit_grouped(node)
+                elif isinstance(node, Product):
+                    self.emit_steps(self.plan.steps[: node.at])
+                    self.emit_product(self.plan.steps[node.at], self.plan.steps[node.at + 1 :])
+                else:
+                    self.emit_steps(self.plan.steps)
+                    self.emit_head()
+                body = out.lines
+        return "\n".join([HEADER, *body]) + "\n"
+
+    def emit_head(self) -> None:
+        head = [self.term_id(t) for t in self.head_terms]
+        self.out.line(f"out.add({self.tuple_code(head)})")
 
     # -- deep plans: loops nested in several functions ----------------------------------
     def regenerate_segmented(self) -> list[str]:
@@ -339,32 +363,13 @@ class _RuleGenerator:
                 segments.append(current)
                 self.out = current
             self.emit_steps([step])
-        head = [self.term_id(t) for t in self.head_terms]
-        current.line(f"out.add({self.tuple_code(head)})")
+        self.emit_head()
         self.out = main
         return preamble + [line for segment in segments for line in segment.lines] + main.lines
 
-    # -- projections: a whole relation copied, permuted or projected in one C-level call -----
-    def projection_columns(self) -> list[int] | None:
-        """For a rule whose body is one atom of distinct variables and whose head only uses
-        them (``p(X, Y) :- q(X, Y)``, ``p(Y, X) :- q(X, Y)``, ``c(X) :- q(X, Y)``), the
-        atom's column of each head term; else None.
-
-        Such rules (sub-property and inverse-property rules, the copy cycles of Rule Set 2)
-        need no per-fact Python loop: the head tuples are the atom's tuples themselves, or
-        built by ``zip`` over ``itemgetter`` maps, entirely in C."""
-        steps = self.plan.steps
-        if len(steps) != 1 or not isinstance(steps[0], ScanStep) or steps[0].bound:
-            return None
-        terms = steps[0].atom.terms
-        if not all(isinstance(t, Variable) for t in terms) or len(set(terms)) != len(terms):
-            return None
-        if not self.head_terms or not all(t in terms for t in self.head_terms):
-            return None
-        return [terms.index(t) for t in self.head_terms]
-
-    def emit_projection(self, columns: list[int]) -> list[str]:
-        step = self.plan.steps[0]
+    # -- projections (rewrites/projection.py) --------------------------------------------
+    def emit_projection(self, node: Projection) -> list[str]:
+        step, columns = node.step, list(node.columns)
         if step.delta:
             names, lines = ["D"], []
         else:
@@ -379,70 +384,21 @@ class _RuleGenerator:
                 lines.append(f"    out.update(zip({maps}))")
         return lines
 
-    # -- semi-joins: one relation filtered by the keys of others, in C ----------------------
-    def semijoin_parts(self) -> tuple[ScanStep, list[tuple[Step, list[int], list[int]]]] | None:
-        """For a rule whose head takes its variables from one atom M (distinct variables,
-        the delta atom if there is one) and whose other atoms only test that some (positive)
-        or no (negated) fact matches M's values (``p31(X, Y) :- p25(X, Y), p26(Y, Z)``,
-        ``p(X) :- q(X, Y), not r(Y)``): M and, per other atom, its columns holding M's
-        variables and the M columns giving them; else None.
-
-        Every other atom's remaining variables must be its own (distinct, nowhere else), and
-        the body has no comparison or bind. Then each head is one of M's facts kept or not by
-        key lookups, which ``compress`` over ``map`` does in C: no Python loop per fact, and
-        with the head equal to M no new tuple either (RS2's r18: 40k facts, 20 ms -> 2 ms)."""
-        steps = self.plan.steps
-        head = self.head_terms
-        if len(steps) < 2 or not head or not all(isinstance(t, Variable) for t in head):
-            return None
-        if not all(isinstance(step, (ScanStep, NegationStep)) for step in steps):
-            return None
-        wanted = set(self.head_terms)
-        mains = [
-            step
-            for step in steps
-            if isinstance(step, ScanStep)
-            and (self.plan.delta_position is None or step.delta)
-            and wanted <= set(step.atom.terms)
-        ]
-        if not mains:
-            return None
-        main = mains[0]
-        terms = main.atom.terms
-        if not all(isinstance(t, Variable) for t in terms) or len(set(terms)) != len(terms):
-            return None
-        seen: set[Term] = set(terms)
-        filters = []
-        for step in steps:
-            if step is main:
-                continue
-            others = step.atom.terms
-            if not all(isinstance(t, Variable) for t in others) or len(set(others)) != len(others):
-                return None
-            own = [t for t in others if t not in terms]
-            if any(t in seen for t in own):
-                return None  # a variable shared with another filter: a real join
-            seen.update(own)
-            columns = [c for c, t in enumerate(others) if t in terms]
-            if not columns:
-                return None
-            filters.append((step, columns, [terms.index(others[c]) for c in columns]))
-        return main, filters
-
-    def emit_semijoin(
-        self, main: ScanStep, filters: list[tuple[Step, list[int], list[int]]]
-    ) -> list[str]:
-        lines = [f"    # semi-join: {main.atom} kept by key lookups in the other atoms"]
+    # -- semi-joins (rewrites/semijoin.py) -------------------------------------------------
+    def emit_semijoin(self, node: SemiJoin) -> list[str]:
+        main = node.main
+        lines = []
         tests = []
-        for n, (step, columns, main_columns) in enumerate(filters):
+        for n, test_of in enumerate(node.filters):
+            step, columns, main_columns = test_of.step, test_of.columns, test_of.main_columns
             count = self.counts.get(step.position, 0)
-            negated = isinstance(step, NegationStep)
+            negated = test_of.negated
             if count == 0:  # (a positive atom with no store returned early in generate)
                 continue  # nothing holds the negated relation: always true
             relations = [f"S[{step.position}][{j}]" for j in range(count)]
             arity = step.atom.arity
             if len(columns) < arity:
-                keys = [f"{r}.index({tuple(columns)!r})" for r in relations]
+                keys = [f"{r}.index({columns!r})" for r in relations]
             elif arity == 1:
                 keys = [f"set(map(COLUMN(0), {r}.tuples))" for r in relations]
             else:
@@ -472,46 +428,10 @@ class _RuleGenerator:
                 lines.append(f"    out.update(zip({maps}))")
         return lines
 
-    # -- grouped evaluation: one output tuple per distinct head, not per derivation ----------
-    def grouped_split(self, product_at: int | None) -> tuple[Variable, Variable] | None:
-        """``(h, j)`` when the first step scans a binary atom ``(h, j)`` whose ``h`` is the
-        only head variable besides the product's new variable and whose ``j`` is not in the
-        head. The scan is then split into an outer loop over ``h`` and an inner one over ``j``,
-        and the product's buckets are unioned per ``h``: a chain join such as
-        ``p(X, Z) :- q(X, Y), r(Y, Z)`` creates one tuple per distinct ``(X, Z)`` instead of
-        one per path, which on closures is the difference between n^2 and n^3 tuples."""
-        steps = self.plan.steps
-        if not product_at:
-            return None
-        first, product = steps[0], steps[product_at]
-        if not isinstance(first, ScanStep) or first.atom.arity != 2 or first.bound:
-            return None
-        a, b = first.atom.terms
-        if not (isinstance(a, Variable) and isinstance(b, Variable)) or a == b:
-            return None
-        new = next(
-            product.atom.terms[c] for c in range(product.atom.arity) if c not in product.bound
-        )
-        if new not in self.head_terms:
-            return None
-        head_vars = {t for t in self.head_terms if isinstance(t, Variable)} - {new}
-        if a in head_vars and b not in self.head_terms:
-            h, j = a, b
-        elif b in head_vars and a not in self.head_terms:
-            h, j = b, a
-        else:
-            return None
-        if head_vars != {h}:
-            return None
-        for later in steps[product_at + 1 :]:
-            left, right = later.comparison.left, later.comparison.right
-            other = right if left == new else left
-            if isinstance(other, Variable) and other != h:
-                return None
-        return h, j
-
-    def emit_grouped(self, h: Variable, j: Variable, product_at: int) -> None:
+    # -- grouped joins (rewrites/grouped.py) -----------------------------------------------
+    def emit_grouped(self, node: GroupedJoin) -> None:
         out, steps = self.out, self.plan.steps
+        h, j, product_at = node.group, node.inner, node.at
         first, product = steps[0], steps[product_at]
         h_column = first.atom.terms.index(h)
         j_column = 1 - h_column
@@ -540,29 +460,13 @@ class _RuleGenerator:
         out.line(f"{bucket} = {index}.get({key})")
         out.line(f"if {bucket} is not None: A |= {bucket}")
         out.depth = outer
-        new = next(
-            product.atom.terms[c] for c in range(product.atom.arity) if c not in product.bound
-        )
-        for later in steps[product_at + 1 :]:
-            left, right = later.comparison.left, later.comparison.right
-            out.line(f"A.discard({self.term_id(right if left == new else left)})")
+        new = new_variable(product)
+        for other in excluded_by(steps[product_at + 1 :], new):
+            out.line(f"A.discard({self.term_id(other)})")
         columns = ["A" if t == new else f"repeat({self.term_id(t)})" for t in self.head_terms]
         out.line(f"if A: out.update(zip({', '.join(columns)}))")
 
-    # -- existence checks: stop at the first match ------------------------------------------
-    def exists_split(self) -> int | None:
-        """Index of the step after which every head variable is bound, if steps follow it."""
-        wanted = {t for t in self.head_terms if isinstance(t, Variable)}
-        bound: set[Variable] = set()
-        for index, step in enumerate(self.plan.steps):
-            if isinstance(step, ScanStep):
-                bound |= step.atom.variables()
-            elif isinstance(step, BindStep):
-                bound.add(step.bind.variable)
-            if wanted <= bound:
-                return index if index + 1 < len(self.plan.steps) else None
-        return None
-
+    # -- existence checks (rewrites/exists.py) ---------------------------------------------
     def emit_steps(self, steps: Sequence) -> None:
         for step in steps:
             if isinstance(step, ScanStep):
@@ -710,7 +614,7 @@ class _RuleGenerator:
 
     def emit_filter(self, comparison: Comparison) -> None:
         left, right, op = comparison.left, comparison.right, comparison.op
-        if op in ("=", "!=") and _is_term(left) and _is_term(right):
+        if op in ("=", "!=") and is_term(left) and is_term(right):
             negate = "!=" if op == "=" else "=="
             self.out.line(f"if {self.term_id(left)} {negate} {self.term_id(right)}: continue")
             return
@@ -735,65 +639,16 @@ class _RuleGenerator:
         out.line("    ERR[0] += 1")
         out.line("    continue")
 
-    # -- the C-level innermost step ----------------------------------------------------
-    def product_step_index(self) -> int | None:
-        """Index of the last scan if it can run as a set operation, else None."""
-        steps = self.plan.steps
-        scans = [i for i, s in enumerate(steps) if isinstance(s, ScanStep)]
-        if not scans:
-            return None
-        index = scans[-1]
-        step = steps[index]
-        atom = step.atom
-        if step.delta or not step.bound or len(step.bound) != atom.arity - 1:
-            return None
-        free_column = next(c for c in range(atom.arity) if c not in step.bound)
-        new = atom.terms[free_column]
-        if not isinstance(new, Variable) or any(atom.terms[c] == new for c in step.bound):
-            return None
-        bound_before = self._bound_before(index)
-        if new in bound_before:
-            return None
-        for later in steps[index + 1 :]:
-            if not isinstance(later, FilterStep):
-                return None
-            comparison = later.comparison
-            if comparison.op != "!=" or not (
-                _is_term(comparison.left) and _is_term(comparison.right)
-            ):
-                return None
-            sides = (comparison.left, comparison.right)
-            if new not in sides or sides[0] == sides[1]:
-                return None
-        if sum(1 for t in self.head_terms if t == new) > 1:
-            return None
-        if new not in self.head_terms and len(steps) > index + 1:
-            return None
-        return index
-
-    def _bound_before(self, index: int) -> set[Variable]:
-        bound: set[Variable] = set()
-        for step in self.plan.steps[:index]:
-            if isinstance(step, ScanStep):
-                bound |= step.atom.variables()
-            elif isinstance(step, BindStep):
-                bound.add(step.bind.variable)
-        return bound
-
+    # -- the C-level innermost step (rewrites/product.py) ----------------------------------
     def emit_product(self, step: ScanStep, filters: Sequence) -> None:
         atom, out = step.atom, self.out
-        free_column = next(c for c in range(atom.arity) if c not in step.bound)
-        new = atom.terms[free_column]
+        new = new_variable(step)
         key = self.key_code([self.term_id(atom.terms[c]) for c in step.bound])
         index = self.open_source_loop(self.sources(step, "I"))
         bucket = self.fresh()
         out.line(f"{bucket} = {index}.get({key})")
         out.line(f"if {bucket} is None: continue")
-        excluded = []
-        for later in filters:
-            left, right = later.comparison.left, later.comparison.right
-            other = right if left == new else left
-            excluded.append(self.term_id(other))
+        excluded = [self.term_id(other) for other in excluded_by(filters, new)]
         if len(excluded) == 1:
             out.line(f"if {excluded[0]} in {bucket}: {bucket} = {bucket} - {{{excluded[0]}}}")
         elif excluded:
@@ -826,7 +681,3 @@ def with_budget_pulse(source: str) -> str:
             lines.insert(number + 1, " " * indent + "if len(out) > GUARD.cap: GUARD.pulse(out)")
             break
     return "\n".join(lines)
-
-
-def _is_term(expr: Expr) -> bool:
-    return isinstance(expr, (Variable, Constant))

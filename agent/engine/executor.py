@@ -16,6 +16,7 @@ from .budget import NO_GUARD, BudgetGuard
 from .compiler import CompiledRule, RuleCompiler
 from .language import Atom, Negation, Rule, Term
 from .planner import Plan, plan_rule
+from .rewrites import Node, Shape
 from .store import DataStoreBag, Relation
 from .terms import TermDictionary
 
@@ -38,11 +39,23 @@ class Variant(enum.Enum):
 CacheKey = tuple[str, Variant, Hashable, int | None, tuple[int, ...]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompiledEntry:
+    """One compiled form of a rule: what it evaluates (``variant``, ``delta_position``), the
+    logical plan, the node a rewrite chose (its ``shape`` and description) and the source."""
+
     function: CompiledRule
     plan: Plan
+    node: Node
+    shape: Shape
     source: str
+    variant: Variant
+    delta_position: int | None
+
+    def describe(self) -> str:
+        """The plan as a reader wants it: which form, which delta, which shape, which steps."""
+        delta = "no delta" if self.delta_position is None else f"Δ at {self.delta_position}"
+        return f"{self.plan.rule.id} [{self.variant.value}, {delta}] {self.node.describe()}"
 
 
 @dataclass
@@ -114,8 +127,19 @@ class Executor:
 
         plan = plan_rule(rule, items, delta_position, size_of)
         counts = {i: len(s) for i, s in enumerate(sources)}
-        function, source = self._compiler.compile(plan, counts, head_terms, exists=exists)
-        entry = CompiledEntry(function, plan, source)
+        variant = key[1]
+        delta = "" if delta_position is None else f" delta {delta_position}"
+        name = f"{rule.id} {variant.value}{delta}"
+        compiled = self._compiler.compile(plan, counts, head_terms, name=name, exists=exists)
+        entry = CompiledEntry(
+            compiled.function,
+            plan,
+            compiled.node,
+            compiled.shape,
+            compiled.source,
+            variant,
+            delta_position,
+        )
         self._cache[key] = entry
         return entry
 

@@ -7,7 +7,8 @@ smallest input by construction). Comparisons, binds and negations are placed as 
 the variables they need are bound, so failing substitutions are dropped before the next join.
 
 The plan is purely logical: it names body positions and bound columns, and the compiler turns
-it into Python source.
+it into Python source after a rewrite (``rewrites/``) has chosen the
+code's shape.
 """
 
 from __future__ import annotations
@@ -38,15 +39,24 @@ class ScanStep:
     bound: tuple[int, ...]
     delta: bool = False
 
+    def __str__(self) -> str:
+        return f"{'Δ' if self.delta else ''}{self.atom}[bound {list(self.bound)}]"
+
 
 @dataclass(frozen=True)
 class FilterStep:
     comparison: Comparison
 
+    def __str__(self) -> str:
+        return str(self.comparison)
+
 
 @dataclass(frozen=True)
 class BindStep:
     bind: Bind
+
+    def __str__(self) -> str:
+        return str(self.bind)
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,9 @@ class NegationStep:
     position: int
     atom: Atom
     bound: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"not {self.atom}"
 
 
 Step = ScanStep | FilterStep | BindStep | NegationStep
@@ -68,18 +81,7 @@ class Plan:
     delta_position: int | None
 
     def describe(self) -> str:
-        parts = []
-        for step in self.steps:
-            if isinstance(step, ScanStep):
-                mark = "Δ" if step.delta else ""
-                parts.append(f"{mark}{step.atom}[bound {list(step.bound)}]")
-            elif isinstance(step, NegationStep):
-                parts.append(f"not {step.atom}")
-            elif isinstance(step, FilterStep):
-                parts.append(str(step.comparison))
-            else:
-                parts.append(str(step.bind))
-        return " -> ".join(parts)
+        return " -> ".join(map(str, self.steps))
 
 
 def _bound_columns(atom: Atom, bound: set[Variable]) -> tuple[int, ...]:
