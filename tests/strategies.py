@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 from agent.engine.language import (
-    AGGREGATE_FUNCTIONS,
     Aggregate,
     Atom,
     BinaryOp,
@@ -46,6 +45,7 @@ from agent.engine.language import (
     Rule,
     Variable,
 )
+from agent.engine.values import AGGREGATE_FUNCTIONS
 
 IRIS = [f"c{i}" for i in range(6)]
 NUMBERS = [0, 1, 2, 3, 4, 5, 6, 2.5, 3.0]

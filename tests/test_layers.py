@@ -24,7 +24,7 @@ ENGINE_LAYERS: list[set[str]] = [
     {"errors", "gcpause", "costs"},
     {"language"},
     {"values", "terms"},
-    {"validation", "aggregates"},
+    {"validation"},
     {"parser", "rdf", "loaders"},
     {"dependency"},
     {"store", "budget"},
@@ -46,8 +46,11 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every module ``path`` imports, relative imports resolved, as dotted names."""
+def imports_of(path: Path, modules: set[str] | None = None) -> set[str]:
+    """Every module ``path`` imports, relative imports resolved, as dotted names.
+    ``from package import module`` depends on the module (the package is being imported
+    already); ``from module import name`` on the module. Without ``modules`` (the project's),
+    both readings are returned."""
     name = module_name(path)
     # The package relative imports start from: a.b.c -> a.b, and a.b.__init__ -> a.b too.
     package = name.split(".")[:-1]
@@ -72,10 +75,13 @@ def imports_of(path: Path) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            found.add(target)
-            # ``from package import module`` imports a module too
-            for alias in node.names:
-                found.add(f"{target}.{alias.name}")
+            submodules = {f"{target}.{alias.name}" for alias in node.names}
+            if modules is not None and submodules & modules:
+                found.update(submodules & modules)
+            else:
+                found.add(target)
+                if modules is None:
+                    found.update(submodules)
     return found
 
 
@@ -91,8 +97,9 @@ def project_modules() -> dict[str, Path]:
 def graph() -> dict[str, set[str]]:
     modules = project_modules()
     edges: dict[str, set[str]] = {}
+    known = set(modules)
     for name, path in modules.items():
-        edges[name] = {target for target in imports_of(path) if target in modules} - {name}
+        edges[name] = {target for target in imports_of(path, known) if target in modules} - {name}
     return edges
 
 

@@ -8,8 +8,6 @@ from hypothesis import strategies as st
 
 from agent.engine.errors import ParseError, RuleError, UnsafeRuleError
 from agent.engine.language import (
-    AGGREGATE_FUNCTIONS,
-    COMPARISON_OPERATORS,
     RDF_TYPE,
     XSD,
     Aggregate,
@@ -26,6 +24,7 @@ from agent.engine.language import (
     Variable,
 )
 from agent.engine.parser import literal_value, parse_atom, parse_file, parse_program
+from agent.engine.values import AGGREGATE_FUNCTIONS, COMPARISON_OPERATORS
 from simulations.bench.parse import bundle_text
 
 X, Y, Z, T, M, D = (Variable(n) for n in "XYZTMD")

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import and_, itemgetter, not_
 
+from . import values
 from .language import (
     Atom,
     BinaryOp,
@@ -57,85 +58,8 @@ from .rewrites import (
     choose,
 )
 from .rewrites.product import excluded_by, is_term, new_variable
-from .terms import TermDictionary, term_key
-
-
-class EvalError(Exception):
-    """A run-time error in a bind or comparison (non-number, division by zero...)."""
-
-
-EVAL_ERRORS = (EvalError, ArithmeticError, ValueError, TypeError)
-
-
-def _num(value):
-    cls = value.__class__
-    if cls is int or cls is float:
-        return value
-    raise EvalError(f"not a number: {value!r}")
-
-
-def _add(a, b):
-    return _num(a) + _num(b)
-
-
-def _sub(a, b):
-    return _num(a) - _num(b)
-
-
-def _mul(a, b):
-    return _num(a) * _num(b)
-
-
-def _div(a, b):
-    divisor = _num(b)
-    if divisor == 0:
-        raise EvalError("division by zero")
-    return _num(a) / divisor
-
-
-def _sqrt(a):
-    value = _num(a)
-    if value < 0:
-        raise EvalError("square root of a negative number")
-    return math.sqrt(value)
-
-
-def _ordered(a, b) -> None:
-    ca, cb = a.__class__, b.__class__
-    if (ca is int or ca is float) and (cb is int or cb is float):
-        return
-    if ca is str and cb is str:
-        return
-    raise EvalError(f"cannot order {a!r} and {b!r}")
-
-
-def _lt(a, b):
-    _ordered(a, b)
-    return a < b
-
-
-def _le(a, b):
-    _ordered(a, b)
-    return a <= b
-
-
-def _gt(a, b):
-    _ordered(a, b)
-    return a > b
-
-
-def _ge(a, b):
-    _ordered(a, b)
-    return a >= b
-
-
-def _eq(a, b):
-    return term_key(a) == term_key(b)
-
-
-def _ne(a, b):
-    return term_key(a) != term_key(b)
-
+from .terms import TermDictionary
+from .values import EVAL_ERRORS
 
 RUNTIME = {
     "ONCE": (None,),
@@ -145,30 +69,12 @@ RUNTIME = {
     "NOT": not_,
     "AND": and_,
     "EVAL_ERRORS": EVAL_ERRORS,
-    "ADD": _add,
-    "SUB": _sub,
-    "MUL": _mul,
-    "DIV": _div,
-    "F_abs": lambda a: abs(_num(a)),
-    "F_min": lambda *a: min(map(_num, a)),
-    "F_max": lambda *a: max(map(_num, a)),
-    "F_round": lambda a: round(_num(a)),
-    "F_floor": lambda a: math.floor(_num(a)),
-    "F_ceil": lambda a: math.ceil(_num(a)),
-    "F_sqrt": _sqrt,
-    "LT": _lt,
-    "LE": _le,
-    "GT": _gt,
-    "GE": _ge,
-    "EQ": _eq,
-    "NE": _ne,
+    **values.RUNTIME,  # the language's operators, by their code names
 }
-_ARITH = {"+": "ADD", "-": "SUB", "*": "MUL", "/": "DIV"}
 # Python allows 20 statically nested blocks in a function: deeper plans are split into nested
 # functions (see ``_RuleGenerator.regenerate_segmented``).
 MAX_NESTING = 17
 SEGMENT_NESTING = 12
-_VALUE_COMPARE = {"<": "LT", "<=": "LE", ">": "GT", ">=": "GE", "=": "EQ", "!=": "NE"}
 
 FUNCTION = "rule"  # the generated function's name; its filename names the rule and shape
 HEADER = f"def {FUNCTION}(S, D, out, ERR, GUARD):"
@@ -282,10 +188,11 @@ class _RuleGenerator:
             self.constant_values.append(value)
             return f"KV[{len(self.constant_values) - 1}]"
         if isinstance(expr, BinaryOp):
-            return f"{_ARITH[expr.op]}({self.value_code(expr.left)}, {self.value_code(expr.right)})"
+            code = values.ARITHMETIC[expr.op].code
+            return f"{code}({self.value_code(expr.left)}, {self.value_code(expr.right)})"
         assert isinstance(expr, Call)
         args = ", ".join(self.value_code(a) for a in expr.args)
-        return f"F_{expr.function}({args})"
+        return f"{values.FUNCTIONS[expr.function].code}({args})"
 
     @staticmethod
     def key_code(parts: list[str]) -> str:
@@ -618,7 +525,7 @@ class _RuleGenerator:
             negate = "!=" if op == "=" else "=="
             self.out.line(f"if {self.term_id(left)} {negate} {self.term_id(right)}: continue")
             return
-        code = f"{_VALUE_COMPARE[op]}({self.value_code(left)}, {self.value_code(right)})"
+        code = f"{values.COMPARISONS[op].code}({self.value_code(left)}, {self.value_code(right)})"
         self.emit_guarded(f"ok = {code}")
         self.out.line("if not ok: continue")
 

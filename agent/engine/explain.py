@@ -14,22 +14,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .compiler import _ARITH, _VALUE_COMPARE, EVAL_ERRORS, RUNTIME
+from . import values
 from .errors import ZodiacError
 from .language import (
     Aggregate,
     Atom,
-    BinaryOp,
     Bind,
     Comparison,
     Constant,
-    Expr,
     Negation,
     Rule,
     Variable,
 )
 from .planner import BindStep, FilterStep, NegationStep, ScanStep, plan_rule
 from .store import RelationKey
+from .values import EVAL_ERRORS
 from .view import MaterialisedView
 
 SEARCH_BUDGET = 2_000_000
@@ -228,28 +227,18 @@ class _Search:
             rows.append(tuple(fact))
         return rows
 
-    def value(self, expr: Expr, binding: dict[Variable, int]):
-        if isinstance(expr, Variable):
-            return self.values[binding[expr]]
-        if isinstance(expr, Constant):
-            return expr.value
-        if isinstance(expr, BinaryOp):
-            return RUNTIME[_ARITH[expr.op]](
-                self.value(expr.left, binding), self.value(expr.right, binding)
-            )
-        return RUNTIME["F_" + expr.function](*(self.value(a, binding) for a in expr.args))
+    def value_of(self, binding: dict[Variable, int]):
+        return lambda variable: self.values[binding[variable]]
 
     def compare(self, comparison: Comparison, binding: dict[Variable, int]) -> bool:
         try:
-            left = self.value(comparison.left, binding)
-            right = self.value(comparison.right, binding)
-            return bool(RUNTIME[_VALUE_COMPARE[comparison.op]](left, right))
+            return values.compare(comparison, self.value_of(binding))
         except EVAL_ERRORS:
             return False
 
     def bind(self, bind: Bind, binding: dict[Variable, int]) -> int | None:
         try:
-            return self.terms.encode(self.value(bind.expr, binding))
+            return self.terms.encode(values.evaluate(bind.expr, self.value_of(binding)))
         except EVAL_ERRORS:
             return None
 

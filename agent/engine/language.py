@@ -32,11 +32,6 @@ from dataclasses import dataclass, field
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
 XSD = "http://www.w3.org/2001/XMLSchema#"
 
-COMPARISON_OPERATORS = ("<", "<=", "=", "!=", ">=", ">")
-ARITHMETIC_OPERATORS = ("+", "-", "*", "/")
-FUNCTIONS = ("abs", "min", "max", "round", "floor", "ceil", "sqrt")
-AGGREGATE_FUNCTIONS = ("count", "sum", "min", "max", "avg", "med")
-
 
 @dataclass(frozen=True, slots=True)
 class Literal:

@@ -52,8 +52,6 @@ from typing import NoReturn
 from agent.engine.errors import ParseError, RuleError, UnsafeRuleError
 from agent.engine.gcpause import collector_paused
 from agent.engine.language import (
-    AGGREGATE_FUNCTIONS,
-    FUNCTIONS,
     RDF_TYPE,
     XSD,
     Aggregate,
@@ -75,7 +73,8 @@ from agent.engine.language import (
     is_number,
     is_valid_label,
 )
-from agent.engine.validation import check_label, check_rule, function_arity_error
+from agent.engine.validation import check_label, check_rule
+from agent.engine.values import AGGREGATE_FUNCTIONS, FUNCTION_NAMES, arity_error
 
 __all__ = [
     "PREDEFINED_PREFIXES",
@@ -533,7 +532,7 @@ class _Parser:
                     raise self.error(token, "an aggregate cannot contain another aggregate")
                 return self.aggregate()
         starts_atom = token.kind in (IRI, PNAME, NAME) and after.kind == PUNCT and after.text == "("
-        if starts_atom and not (word in FUNCTIONS and self.call_then_operator()):
+        if starts_atom and not (word in FUNCTION_NAMES and self.call_then_operator()):
             return self.atom()
         return self.plain_comparison()
 
@@ -678,16 +677,16 @@ class _Parser:
     def call(self) -> Call:
         token = self.advance()
         name = token.text.lower()
-        if name not in FUNCTIONS and token.kind == VAR:
+        if name not in FUNCTION_NAMES and token.kind == VAR:
             raise self.error(
                 token,
                 f"a variable cannot be a predicate, and {_describe(token)} is not a function "
-                f"({', '.join(FUNCTIONS)})",
+                f"({', '.join(FUNCTION_NAMES)})",
             )
-        if name not in FUNCTIONS:
+        if name not in FUNCTION_NAMES:
             raise self.error(
                 token,
-                f"unknown function {_describe(token)}; expected one of {', '.join(FUNCTIONS)} "
+                f"unknown function {_describe(token)}; expected one of {', '.join(FUNCTION_NAMES)} "
                 "(a predicate cannot be used inside an expression)",
             )
         self.advance()
@@ -696,7 +695,7 @@ class _Parser:
             self.advance()
             args.append(self.expr())
         self.expect_punct(")", f"or ',' after an argument of {name}")
-        problem = function_arity_error(name, len(args))
+        problem = arity_error(name, len(args))
         if problem:
             raise self.error(token, problem)
         return Call(name, tuple(args))

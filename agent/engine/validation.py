@@ -20,10 +20,6 @@ from collections.abc import Callable, Iterable, Sequence
 
 from agent.engine.errors import RuleError, UnsafeRuleError
 from agent.engine.language import (
-    AGGREGATE_FUNCTIONS,
-    ARITHMETIC_OPERATORS,
-    COMPARISON_OPERATORS,
-    FUNCTIONS,
     Aggregate,
     Atom,
     BinaryOp,
@@ -38,11 +34,17 @@ from agent.engine.language import (
     Rule,
     Variable,
 )
+from agent.engine.values import (
+    AGGREGATE_FUNCTIONS,
+    ARITHMETIC_OPERATORS,
+    COMPARISON_OPERATORS,
+    FUNCTION_NAMES,
+    arity_error,
+)
 
-__all__ = ["check_label", "check_program", "check_rule", "function_arity_error"]
+__all__ = ["check_label", "check_program", "check_rule"]
 
 Location = str | Callable[[], str] | None
-_UNARY_FUNCTIONS = frozenset({"abs", "round", "floor", "ceil", "sqrt"})
 _NOT_BOUND = "not bound by a positive atom"
 # Planning a body costs about the square of its size (each step ranks every remaining atom):
 # 500 items plan and compile in a fraction of a second; 10,000 took minutes.
@@ -106,15 +108,6 @@ def check_program(program: Program) -> None:
         if not fact.is_ground():
             names = ", ".join(v.name for v in _ordered_atom_variables(fact))
             raise UnsafeRuleError(f"a fact must be ground, but {fact} has variables {names}")
-
-
-def function_arity_error(function: str, count: int) -> str | None:
-    """Why ``function`` cannot take ``count`` arguments, or None. Shared with the parser."""
-    if function in _UNARY_FUNCTIONS and count != 1:
-        return f"{function} takes exactly 1 argument, got {count}"
-    if function in ("min", "max") and count < 2:
-        return f"{function} takes at least 2 arguments, got {count}"
-    return None
 
 
 def _prefix(location: Location) -> str:
@@ -191,9 +184,9 @@ def _check_expr(expr: Expr) -> None:
         _check_expr(expr.left)
         _check_expr(expr.right)
     elif isinstance(expr, Call):
-        if expr.function not in FUNCTIONS:
+        if expr.function not in FUNCTION_NAMES:
             raise _Problem(RuleError, f"unknown function {expr.function!r}")
-        problem = function_arity_error(expr.function, len(expr.args))
+        problem = arity_error(expr.function, len(expr.args))
         if problem:
             raise _Problem(RuleError, problem)
         for arg in expr.args:

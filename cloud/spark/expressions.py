@@ -2,11 +2,10 @@
 
 These functions run inside Spark's Python workers (called by the UDFs of :mod:`.udfs`) on the
 *values* of terms, decoded from the broadcast term dictionary. They call the engine's own
-operators (``agent.engine.compiler.RUNTIME``) and aggregate function
-(``agent.engine.aggregates.aggregate_value``), so every corner of the semantics (Python int
-arithmetic, true division, round-half-to-even, ``5 == 5.0``, ordering only between numbers or
-between IRIs, errors for non-numbers, division by zero, overflow, ``math.fsum`` sums, the true
-median) is the engine's by construction rather than by re-implementation.
+evaluator, operators and aggregate functions (``agent.engine.values``), so every corner of the
+semantics (Python int arithmetic, true division, round-half-to-even, ``5 == 5.0``, ordering
+only between numbers or between IRIs, errors for non-numbers, division by zero, overflow,
+``math.fsum`` sums, the true median) is the engine's by construction, not a re-implementation.
 
 Nothing here imports pyspark: the module is plain Python, testable without Spark.
 """
@@ -16,9 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from agent.engine.aggregates import aggregate_value
-from agent.engine.compiler import EVAL_ERRORS, RUNTIME
-from agent.engine.language import BinaryOp, Call, Comparison, Constant, Expr, Variable, is_number
+from agent.engine import values as semantics
+from agent.engine.language import Comparison, Expr, Variable, is_number
+from agent.engine.values import EVAL_ERRORS, aggregate_value
 
 __all__ = [
     "EVAL_ERRORS",
@@ -29,9 +28,6 @@ __all__ = [
     "parse_number",
     "reduce_group",
 ]
-
-ARITHMETIC = {"+": "ADD", "-": "SUB", "*": "MUL", "/": "DIV"}
-COMPARE = {"<": "LT", "<=": "LE", ">": "GT", ">=": "GE", "=": "EQ", "!=": "NE"}
 
 
 class Dictionary:
@@ -51,24 +47,13 @@ class Dictionary:
 
 def evaluate(expr: Expr, values: Sequence, row: dict[Variable, int]):
     """The value of ``expr`` under ``row`` (variable -> term id); raises on a run-time error."""
-    if isinstance(expr, Variable):
-        return values[row[expr]]
-    if isinstance(expr, Constant):
-        return expr.value
-    if isinstance(expr, BinaryOp):
-        function = RUNTIME[ARITHMETIC[expr.op]]
-        return function(evaluate(expr.left, values, row), evaluate(expr.right, values, row))
-    assert isinstance(expr, Call)
-    function = RUNTIME["F_" + expr.function]
-    return function(*(evaluate(arg, values, row) for arg in expr.args))
+    return semantics.evaluate(expr, lambda variable: values[row[variable]])
 
 
 def compare(comparison: Comparison, values: Sequence, row: dict[Variable, int]) -> bool | None:
     """True or False, or None for a run-time error (the engine drops the substitution)."""
     try:
-        left = evaluate(comparison.left, values, row)
-        right = evaluate(comparison.right, values, row)
-        return bool(RUNTIME[COMPARE[comparison.op]](left, right))
+        return semantics.compare(comparison, lambda variable: values[row[variable]])
     except EVAL_ERRORS:
         return None
 

@@ -21,11 +21,11 @@ import time
 from collections.abc import Sequence
 from operator import itemgetter
 
-from ..aggregates import aggregate_value
 from ..changes import InputChanges
 from ..executor import Executor, Variant
 from ..language import Aggregate, Atom, Bind, Constant, Negation, Rule, Variable
 from ..store import DataStoreBag, Relation
+from ..values import aggregate_value
 from . import deltas
 from .base import Maintained, Module, NodeState
 
