@@ -1,8 +1,9 @@
 """Golden tests: every folder under tests/golden is a program, its input facts and the expected
 materialisation (see tests/golden/make_golden.py for where the expectations come from).
 
-The same folders will be run through the Spark job, as Soufflé runs its tests through both of
-its back-ends.
+Every folder runs through each way of evaluating a program, as Soufflé runs its tests through
+both of its back-ends: the engine with its modules (closures, renaming, composition...) and
+without them (plain seminaive), rules before facts and after, and the Spark job.
 """
 
 from __future__ import annotations
@@ -28,18 +29,37 @@ def by_predicate(facts) -> dict[str, set]:
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("modules", [True, False], ids=["modules", "seminaive"])
 @pytest.mark.parametrize("rules_first", [True, False], ids=["rules-first", "facts-first"])
-def test_golden_case(case: str, rules_first: bool) -> None:
+def test_golden_case(case: str, modules: bool, rules_first: bool) -> None:
     folder = GOLDEN / case
-    reasoner = Reasoner()
+    reasoner = Reasoner(modules=modules)
     if rules_first:
         reasoner.add_rules(folder / "program.rules")
         reasoner.add_facts(folder / "facts.nt")
     else:
         reasoner.add_facts(folder / "facts.nt")
         reasoner.add_rules(folder / "program.rules")
-    expected = by_predicate(read_facts(folder / "expected.nt"))
-    actual = by_predicate(reasoner.facts())
+    assert_expected(case, reasoner.facts())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_case_through_spark(case: str, spark) -> None:
+    from cloud.spark.materialise import materialise_paths
+
+    folder = GOLDEN / case
+    result = materialise_paths(spark, folder / "program.rules", [folder / "facts.nt"])
+    assert_expected(case, result.facts())
+    # One Spark stratum per hyper-node of the engine.
+    reasoner = Reasoner()
+    reasoner.add_rules(folder / "program.rules")
+    reasoner.add_facts(folder / "facts.nt")
+    assert len(result.reports) == len(reasoner.stats()["hyper_nodes"])
+
+
+def assert_expected(case: str, facts) -> None:
+    expected = by_predicate(read_facts(GOLDEN / case / "expected.nt"))
+    actual = by_predicate(facts)
     for predicate in sorted(set(expected) | set(actual)):
         missing = expected.get(predicate, set()) - actual.get(predicate, set())
         extra = actual.get(predicate, set()) - expected.get(predicate, set())

@@ -24,12 +24,10 @@ from hypothesis import HealthCheck, given, note, settings
 
 from agent.engine import RDF_TYPE, Literal, Reasoner
 from agent.engine.rdf import read_facts
-from simulations.bench.datasets import ds1, ds2
 from tests.reference import to_external
 from tests.strategies import program_and_facts
 
 ROOT = Path(__file__).resolve().parent.parent
-RULE_SETS = ROOT / "rules" / "benchmarks"
 
 
 # ------------------------------------------------------------------ helpers
@@ -277,15 +275,8 @@ def test_closures_evaluated_seminaively_agree(spark):
     assert {r.module for r in result.reports} == {"non-recursive", "seminaive"}
 
 
-# ------------------------------------------------------------------ benchmark rule sets
-@pytest.mark.parametrize(
-    ("rules", "facts"),
-    [("rs1", ds1(30)), ("rs2", ds2(10)), ("rs3", ds2(10))],
-    ids=["rs1-ds1(30)", "rs2-ds2(10)", "rs3-ds2(10)"],
-)
-def test_rule_sets(spark, rules, facts):
-    result, reasoner = same_as_engine(spark, RULE_SETS / f"{rules}.rules", facts)
-    assert len(result.reports) == len(reasoner.stats()["hyper_nodes"])  # the engine's strata
+# The benchmark rule sets (RS1-RS3) run through Spark in tests/test_golden.py, against the
+# expected facts of their golden folders and the engine's strata.
 
 
 # ------------------------------------------------------------------ random programs
