@@ -169,7 +169,7 @@ class Agent:
         since, all converge at the next start. A file that does not parse raises (ParseError
         with its line and column): the agent must not run with half its local program."""
         reasoning = self.config.reasoning
-        from agent.engine.reasoner import load_facts, load_program
+        from agent.engine.loaders import load_facts, load_program
 
         rules = {rule.id: rule for path in reasoning.rules for rule in load_program(path).rules}
         facts = {tuple(fact) for path in reasoning.facts for fact in load_facts(path)}

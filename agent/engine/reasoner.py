@@ -19,13 +19,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 
 from .budget import NO_GUARD, Budget, BudgetGuard
 from .changes import Journal
 from .costs import DEFAULT_COSTS, CostPolicy
 from .dependency import HyperGraph, build_hyper_graph
-from .errors import RuleError, UnknownRuleError, ZodiacError
+from .errors import RuleError, UnknownRuleError
 from .executor import Executor
 from .explain import Derivation, explain_fact
 from .gcpause import FREEZE_AT, collector_paused
@@ -36,8 +35,8 @@ from .language import (
     Program,
     Rule,
     Value,
-    name_anonymous_variables,
 )
+from .loaders import FactInput, load_facts, load_program
 from .maintenance import UpdateDriver, new_node_state
 from .modules import NodeState
 from .reclaim import RECLAIMER
@@ -46,7 +45,6 @@ from .terms import TermDictionary
 from .validation import check_rule
 from .view import MaterialisedView, NodeView
 
-FactInput = tuple
 ProgressCallback = Callable[[str, int, int], None]
 
 
@@ -430,39 +428,12 @@ class Reasoner:
         return key, tuple(ids)  # type: ignore[arg-type]
 
 
-def load_program(source: str | os.PathLike | Program | Iterable[Rule]) -> Program:
-    """Rule text, a path to a rule file, a Program, or Rule objects -> Program."""
-    if isinstance(source, Program):
-        return Program(tuple(map(name_anonymous_variables, source.rules)), source.facts)
-    from .parser import parse_file, parse_program
-
-    if isinstance(source, os.PathLike):
-        return parse_file(source)
-    if isinstance(source, str):
-        if ":-" not in source and "\n" not in source and os.path.exists(source):
-            return parse_file(source)
-        return parse_program(source)
-    return Program(rules=tuple(map(name_anonymous_variables, source)))
-
-
 def by_key(rules: Iterable[Rule]) -> dict[str, Rule]:
     """One rule per content key, the first of each, in order."""
     unique: dict[str, Rule] = {}
     for rule in rules:
         unique.setdefault(rule.key, rule)
     return unique
-
-
-def load_facts(source: str | os.PathLike | Iterable[FactInput]) -> Iterable[FactInput]:
-    """A path to an RDF file (N-Triples, Turtle), or an iterable of fact tuples."""
-    if isinstance(source, (str, os.PathLike)):
-        from .rdf import read_facts
-
-        path = Path(source)
-        if not path.exists():
-            raise ZodiacError(f"no such fact file: {source}")
-        return list(read_facts(path))
-    return list(source)
 
 
 def _by_key(encoded: list[tuple[RelationKey, tuple[int, ...]]]) -> dict[RelationKey, list]:

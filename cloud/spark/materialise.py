@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING
 from agent.engine.dependency import HyperNode, build_hyper_graph, execution_plan
 from agent.engine.errors import RuleError
 from agent.engine.language import Atom, Program, Rule
+from agent.engine.loaders import load_facts, load_program
 from agent.engine.modules.patterns import detect_closure
-from agent.engine.reasoner import by_key, load_facts, load_program
+from agent.engine.reasoner import by_key
 from agent.engine.validation import check_rule
 
 from .closures import symmetric_transitive_closure, transitive_closure
