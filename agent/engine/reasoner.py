@@ -1,10 +1,20 @@
 """The facade users see: ``Reasoner.add_rules / add_facts / facts / query / explain / stats``.
 
-Path of a call, top to bottom::
+Path of a call, top to bottom (seven files from ``add_rules`` to a join loop)::
 
-    add_rules(text) -> parser (Program) -> validation -> dependency (HRDG of hyper-nodes)
-        -> per hyper-node, in topological order: module.materialise
-            -> executor (plan + compiled function per rule) -> store (relations, indexes)
+    reasoner.py     Reasoner.add_rules -> update -> _update: load (loaders.py), check, build
+                    the hyper-node graph (dependency.py), hand over to the driver
+    maintenance.py  UpdateDriver.run -> update_node: per hyper-node, in topological order,
+                    new (compute_afresh), kept (maintain) or changed (see transitions.py)
+    modules/seminaive.py  SeminaiveModule.materialise -> add: every rule, then rounds over
+                    the delta (closure, renaming... modules are alternatives to this one)
+    executor.py     Executor.run: find each atom's relations, plan and compile once, call
+    planner.py      plan_rule: the body ordered into steps (the logical plan)
+    rewrites/       choose: the shape of the code (one file per fast path)
+    compiler.py     RuleCompiler.compile: the Python source of the join loop for that node
+
+``Reasoner.plans(name)`` and ``zodiac-edge explain RULES FACTS --plans`` print every compiled
+plan of a rule, its shape and its source.
 
 Every public method either completes or raises leaving the reasoner exactly as it was: rule
 insertions are checked (syntax, safety, stratification) on a candidate program before anything
