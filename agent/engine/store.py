@@ -36,8 +36,8 @@ class Relation:
     ``index((0,))`` and every insert and delete from it; the set of tuples is built, once, by
     the first caller that reads ``tuples`` (a full scan, another index, a set operation over
     all rows). Why: a transitive closure's output is a set of objects per subject already, and
-    building its tuples is most of its cost (456k pairs on DAG-R: 0.08-0.1 s, against 0.03 s
-    for the closure itself); a reader that looks up subjects, or nobody reading at all, never
+    building its tuples costs more than the closure itself (DAG-R in
+    simulations.bench.modules); a reader that looks up subjects, or nobody reading at all, never
     pays for them."""
 
     __slots__ = ("key", "arity", "_rows", "_count", "_indexes", "_getters")

@@ -1,6 +1,6 @@
 """Small DataFrame helpers shared by the evaluation modules.
 
-Spark charges a fixed cost per job (about 0.05-0.2 s in local mode), which dominates on the
+Spark charges a fixed cost per job, which dominates on the
 small relations of a rule program; so does planning, which grows with a plan's lineage. The
 helpers here are about keeping plans short: every relation a step produces is checkpointed, so
 no plan ever carries more than a few steps of lineage.

@@ -66,10 +66,10 @@ class NodeState:
                 continue
             own = self.own(key)
             # An empty relation (a first evaluation) takes the derived set as it is: every
-            # caller builds ``derived`` for this call. Inserting its facts one by one cost as
-            # much as deriving them (RS2's r18: 40k facts, 4 of 13 ms). The delta returned
-            # must not be the relation's own set, hence the copy (a C-level copy that keeps
-            # the stored hashes, a tenth of that).
+            # caller builds ``derived`` for this call. Inserting its facts one by one costs
+            # about as much as deriving them (simulations.bench.incremental, RS2's r18). The
+            # delta returned must not be the relation's own set, hence the copy (a C-level
+            # copy that keeps the stored hashes, far cheaper).
             new = own.add_all(facts) if len(own) else set(own.adopt(facts))
             if not new:
                 continue
