@@ -67,12 +67,6 @@ class HyperGraph:
     def predecessors(self, index: int) -> list[int]:
         return sorted({i for (i, j) in self.positive | self.negative if j == index})
 
-    def node_of_rule(self, rule_key: str) -> int:
-        for index, node in enumerate(self.nodes):
-            if any(r.key == rule_key for r in node.rules):
-                return index
-        raise KeyError(rule_key)
-
 
 def rule_edges(rules: Sequence[Rule]) -> list[RuleEdge]:
     """The RDG's edges (Ep and En; aggregate reads are kept apart but count as negative)."""

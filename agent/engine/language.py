@@ -324,10 +324,6 @@ class Rule:
                 return item
         return None
 
-    def positive_atoms(self) -> list[Atom]:
-        """Positive atoms of the body (not those inside an aggregate)."""
-        return [item for item in self.body if isinstance(item, Atom)]
-
     def body_relations(self) -> list[tuple[tuple[str, int], str]]:
         """Every relation the body reads, with how: ``positive``, ``negative`` or ``aggregate``.
 

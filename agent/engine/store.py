@@ -257,9 +257,6 @@ class Relation:
             self._indexes[SUBJECT] = kept
             self._getters[SUBJECT] = SUBJECT_GETTERS
 
-    def index_count(self) -> int:
-        return len(self._indexes)
-
 
 def by_subject(rows: Iterable[tuple[int, int]]) -> dict[int, set[int]]:
     """Binary facts grouped as subject -> set of objects (the layout `adopt_subjects` takes)."""
