@@ -45,30 +45,28 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
-from agent.bundle import (
-    FARM_WIDE,
-    AddFacts,
-    AddRules,
-    Bundle,
-    BundleError,
-    BundleLimits,
-    DeleteFacts,
-    DeleteRules,
-    DeviceStatus,
-    KeyRing,
-    RuleRequest,
-    Telemetry,
-    check_sequence,
-    decode_telemetry,
-    encode_fact,
-    open_bundle,
-)
 from agent.claims import OwnershipError
 from agent.config import AgentConfig
 from agent.engine.budget import BudgetExceeded
 from agent.engine.errors import ZodiacError
 from agent.engine.language import RDF_TYPE, Atom, Constant, Variable
+from agent.keys import KeyRing
+from agent.messages import (
+    FARM_WIDE,
+    AddFacts,
+    AddRules,
+    Bundle,
+    BundleError,
+    DeleteFacts,
+    DeleteRules,
+    DeviceStatus,
+    RuleRequest,
+    Telemetry,
+    decode_telemetry,
+    encode_fact,
+)
 from agent.persistence import AgentState, StateError, StreamVersion
+from agent.signing import BundleLimits, check_sequence, open_bundle
 
 log = logging.getLogger("zodiac.agent")
 

@@ -37,8 +37,8 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from agent.bundle import Telemetry, encode_model
 from agent.config import AgentConfig
+from agent.messages import Telemetry, encode_model
 from agent.service import Agent, Outcome
 
 log = logging.getLogger("zodiac.sync")

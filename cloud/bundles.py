@@ -31,7 +31,9 @@ from pathlib import Path
 
 import sqlite_utils
 
-from agent.bundle import (
+from agent.engine.errors import ZodiacError
+from agent.engine.parser import parse_file
+from agent.messages import (
     AddFacts,
     AddRules,
     Bundle,
@@ -41,8 +43,6 @@ from agent.bundle import (
     decode_term,
     encode_fact,
 )
-from agent.engine.errors import ZodiacError
-from agent.engine.parser import parse_file
 
 
 @dataclass

@@ -28,16 +28,16 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from agent.bundle import (
+from agent.engine.language import RDF_TYPE
+from agent.messages import (
     Bundle,
     BundleError,
     DeviceStatus,
     decode_request,
     decode_status,
     fact_tuple,
-    sign_bundle,
 )
-from agent.engine.language import RDF_TYPE
+from agent.signing import sign_bundle
 from cloud.bundles import BundleCutter, Target
 
 log = logging.getLogger("zodiac.cloud")

@@ -23,7 +23,7 @@ import signal
 import threading
 from pathlib import Path
 
-from agent.bundle import load_private_key
+from agent.keys import load_private_key
 from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, device_facts, load_streams
 from cloud.publisher import Publisher
 

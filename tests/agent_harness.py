@@ -17,7 +17,8 @@ import time
 import uuid
 from pathlib import Path
 
-from agent.bundle import (
+from agent.keys import generate_key_pair, load_private_key
+from agent.messages import (
     AddFacts,
     AddRules,
     Bundle,
@@ -28,10 +29,8 @@ from agent.bundle import (
     decode_status,
     encode_fact,
     encode_model,
-    generate_key_pair,
-    load_private_key,
-    sign_bundle,
 )
+from agent.signing import sign_bundle
 from tests.broker import Broker, TestClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,7 +159,7 @@ format = "json"
 
 
 def agent_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "agent.agent_cli", *args]
+    return [sys.executable, "-m", "agent.zodiac_agent_cli", *args]
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ import time
 import msgpack
 import pytest
 
-from agent.bundle import RuleRequest, decode_model, encode_model
+from agent.messages import RuleRequest, decode_model, encode_model
 from tests.agent_harness import (
     AgentProcess,
     Cloud,

@@ -13,9 +13,10 @@ import time
 
 import pytest
 
-from agent.bundle import BundleError, DeleteFacts, encode_fact, open_bundle
 from agent.engine.errors import RuleError
+from agent.messages import BundleError, DeleteFacts, encode_fact
 from agent.persistence import AgentState
+from agent.signing import open_bundle
 from tests.agent_harness import Cloud
 from tests.test_service import make_agent
 

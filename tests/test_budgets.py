@@ -246,7 +246,7 @@ def test_the_cli_takes_the_same_budgets(tmp_path):
         [
             sys.executable,
             "-m",
-            "agent.cli",
+            "agent.zodiac_edge_cli",
             "--max-derived-facts",
             "1000",
             "materialise",

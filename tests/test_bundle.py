@@ -18,34 +18,29 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from agent.bundle import (
+from agent.engine.errors import ZodiacError
+from agent.engine.language import RDF_TYPE, XSD, Literal
+from agent.engine.reasoner import Reasoner
+from agent.keys import KeyRing, generate_key_pair, load_private_key
+from agent.messages import (
     REASONS,
     AddFacts,
     AddRules,
     Bundle,
     BundleError,
-    BundleLimits,
     DeleteFacts,
     DeleteRules,
     DeviceStatus,
-    KeyRing,
     RuleRequest,
     RuleSpec,
-    check_sequence,
     decode_bundle,
     decode_request,
     decode_status,
     decode_term,
     encode_model,
     encode_term,
-    generate_key_pair,
-    load_private_key,
-    open_bundle,
-    sign_bundle,
 )
-from agent.engine.errors import ZodiacError
-from agent.engine.language import RDF_TYPE, XSD, Literal
-from agent.engine.reasoner import Reasoner
+from agent.signing import BundleLimits, check_sequence, open_bundle, sign_bundle
 
 NOW = 1_750_000_000.0
 KID = "cloud-2025"

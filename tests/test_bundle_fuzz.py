@@ -29,7 +29,10 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from agent.bundle import (
+from agent.config import AgentConfig
+from agent.engine import Reasoner
+from agent.engine.language import Literal
+from agent.messages import (
     AddFacts,
     AddRules,
     Bundle,
@@ -39,9 +42,6 @@ from agent.bundle import (
     encode_fact,
     encode_model,
 )
-from agent.config import AgentConfig
-from agent.engine import Reasoner
-from agent.engine.language import Literal
 from agent.persistence import AgentState
 from agent.service import Agent
 from tests.agent_harness import Cloud

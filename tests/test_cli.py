@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import build_parser, main
+from agent.zodiac_edge_cli import build_parser, main
 from agent.engine.rdf import read_facts
 
 RULES = Path("rules/benchmarks/rs1.rules")
@@ -82,7 +82,7 @@ def test_console_script_runs_as_a_process(tmp_path: Path, farm: Path):
         [
             sys.executable,
             "-m",
-            "agent.cli",
+            "agent.zodiac_edge_cli",
             "materialise",
             str(RULES),
             str(farm),

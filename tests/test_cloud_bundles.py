@@ -3,7 +3,7 @@ checked by applying every cut bundle to a real agent state (no Spark, no broker)
 
 from __future__ import annotations
 
-from agent.bundle import sign_bundle
+from agent.signing import sign_bundle
 from cloud.bundles import BundleCutter, Target, device_facts, load_streams
 from tests.agent_harness import Cloud
 from tests.test_service import make_agent

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.bundle import fact_tuple
 from agent.engine.language import RDF_TYPE
+from agent.messages import fact_tuple
 from cloud.bundles import BundleCutter, Target
 from cloud.publisher import Publisher
 from tests.agent_harness import (

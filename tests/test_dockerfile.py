@@ -152,7 +152,7 @@ def test_dockerignore_keeps_out_venv_tests_git_caches_and_output():
         "out/bench.json",
         "zodiac-agent.db",
         "keys/cloud.key",
-        "cloud/cli.py",
+        "cloud/zodiac_cloud_cli.py",
         "deploy/mosquitto/acl",
         "simulations/windfarm/run.py",
     ):
@@ -318,7 +318,8 @@ def test_the_image_holds_the_agent_only_and_cannot_import_cloud(tmp_path, instru
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     probe = (
         "import importlib, importlib.util, json, sys\n"
-        "mods = ['agent', 'agent.engine', 'agent.config', 'agent.bundle', 'agent.sync']\n"
+        "mods = ['agent', 'agent.engine', 'agent.config', 'agent.messages', 'agent.keys',\n"
+        "        'agent.signing', 'agent.sync']\n"
         "files = {m: importlib.import_module(m).__file__ for m in mods}\n"
         "try:\n"
         "    import cloud\n"

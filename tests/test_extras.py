@@ -64,7 +64,7 @@ def test_windfarm_stops_before_starting_without_an_extra(
 def test_cloud_materialise_stops_before_writing_without_pyspark(tmp_path):
     out = tmp_path / "out"
     rules = ROOT / "rules" / "windfarm" / "farm.rules"
-    args = ["-m", "cloud.cli", "materialise", "--rules", str(rules), "--out", str(out)]
+    args = ["-m", "cloud.zodiac_cloud_cli", "materialise", "--rules", str(rules), "--out", str(out)]
     done = run_without(["pyspark"], args, tmp_path)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.splitlines()

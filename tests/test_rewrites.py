@@ -11,7 +11,7 @@ import traceback
 
 import pytest
 
-from agent.cli import main as zodiac_edge
+from agent.zodiac_edge_cli import main as zodiac_edge
 from agent.engine import Reasoner
 from agent.engine.executor import Variant
 from agent.engine.rewrites import REWRITES, Shape

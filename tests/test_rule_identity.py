@@ -14,12 +14,12 @@ import sqlite3
 
 import pytest
 
-from agent.bundle import AddRules, DeleteRules, RuleSpec
 from agent.engine import Reasoner, UnknownRuleError
 from agent.engine import validation as validation_module
 from agent.engine.errors import RuleError
 from agent.engine.language import Atom, Negation, Program, Rule, Variable
 from agent.engine.parser import parse_program
+from agent.messages import AddRules, DeleteRules, RuleSpec
 from agent.persistence import AgentState
 from tests.reference import evaluate, from_external
 from tests.test_service import make_agent

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from agent import service
-from agent.agent_cli import build_parser
-from agent.bundle import AddRules, DeleteRules, RuleRequest, RuleSpec
+from agent.zodiac_agent_cli import build_parser
 from agent.config import AgentConfig
 from agent.engine import RDF_TYPE
+from agent.messages import AddRules, DeleteRules, RuleRequest, RuleSpec
 from agent.service import Agent
 from tests.agent_harness import Cloud, readings_payload
 from tests.test_cli import check_help_texts

@@ -300,7 +300,7 @@ def test_random_programs(spark, case):
 
 # ------------------------------------------------------------------ command line
 def test_cli_writes_parquet_and_ntriples_and_reads_them_back(spark, tmp_path, capsys):
-    from cloud.cli import main
+    from cloud.zodiac_cloud_cli import main
 
     rules = tmp_path / "tc.rules"
     rules.write_text(TC.format(extra="and COMP(X, !=, Z)") + "w(X, N) :- v(X, N) .\n")
@@ -328,7 +328,7 @@ def test_cli_writes_parquet_and_ntriples_and_reads_them_back(spark, tmp_path, ca
 def test_cli_checkpoint_dir_gets_reliable_checkpoints(spark, tmp_path, capsys):
     """``--checkpoint-dir``: every stratum and seminaive round is checkpointed there (files
     appear), the facts are still the engine's, and a reused session gets its setting back."""
-    from cloud.cli import main
+    from cloud.zodiac_cloud_cli import main
 
     rules = tmp_path / "recursive.rules"
     # A symmetric-transitive closure (its own algorithm) and a linear recursion (seminaive).
@@ -357,9 +357,9 @@ def test_cloud_imports_without_pyspark(tmp_path):
         f"""
         import sys
         sys.modules["pyspark"] = None  # any "import pyspark..." now raises ImportError
-        import cloud, cloud.cli, cloud.spark, cloud.spark.materialise, cloud.spark.storage
-        assert cloud.cli.build_parser().format_help()
-        code = cloud.cli.main(["materialise", "--rules", "x.rules", "--out", {str(tmp_path)!r}])
+        import cloud, cloud.zodiac_cloud_cli, cloud.spark, cloud.spark.materialise, cloud.spark.storage
+        assert cloud.zodiac_cloud_cli.build_parser().format_help()
+        code = cloud.zodiac_cloud_cli.main(["materialise", "--rules", "x.rules", "--out", {str(tmp_path)!r}])
         sys.exit(0 if code == 1 else 3)
         """
     )

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.bundle import Telemetry, encode_fact, encode_model
 from agent.config import AgentConfig
+from agent.messages import Telemetry, encode_fact, encode_model
 from agent.service import Agent
 from tests.agent_harness import Cloud, readings_payload
 

@@ -20,7 +20,7 @@ import sys
 import threading
 from pathlib import Path
 
-from agent.agent_cli import JsonFormatter
+from agent.zodiac_agent_cli import JsonFormatter
 from agent.config import AgentConfig
 from agent.service import Agent
 from agent.sync import AgentService

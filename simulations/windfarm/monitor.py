@@ -12,17 +12,17 @@ from dataclasses import dataclass, field
 
 import paho.mqtt.client as mqtt
 
-from agent.bundle import (
+from agent.keys import KeyRing
+from agent.messages import (
     Bundle,
     BundleError,
     DeviceStatus,
-    KeyRing,
     RuleRequest,
     decode_request,
     decode_status,
     decode_telemetry,
-    open_bundle,
 )
+from agent.signing import open_bundle
 from simulations.windfarm.farm import TEMPERATURE
 
 SYS_COUNTERS = {

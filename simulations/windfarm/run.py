@@ -25,7 +25,9 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
-from agent.bundle import AddRules, Bundle, KeyRing, RuleSpec, Telemetry, encode_model, sign_bundle
+from agent.keys import KeyRing
+from agent.messages import AddRules, Bundle, RuleSpec, Telemetry, encode_model
+from agent.signing import sign_bundle
 from simulations.brokerprocess import BrokerError, BrokerProcess
 from simulations.mosquitto import Broker, mosquitto_available
 from simulations.mqttbroker import EmbeddedBroker

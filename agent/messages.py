@@ -1,11 +1,15 @@
-"""Rule bundles: the signed messages that carry rules and facts from the cloud to an edge agent.
+"""The messages between the cloud and an edge agent: rule bundles, device status, rule requests and
+telemetry, as pydantic models encoded with msgpack, and the one error type for refusing them.
+
+Keys live in :mod:`agent.keys`, signing and opening bundles in :mod:`agent.signing`.
 
 A bundle is a pydantic model (:class:`Bundle`) encoded with msgpack. It belongs to a *stream*
 (``base``, ``anomaly/ambient-temperature``...) and carries a version that increases by one per
 bundle of that stream, plus a list of operations applied in order: add rules, delete rules by id,
 add facts, delete facts. The agent remembers the highest version applied per stream, so a bundle
 delivered twice (MQTT QoS 1 is "at least once") is a harmless no-op, and a missing version is
-detected instead of silently leaving the device with half a rule set (:func:`check_sequence`).
+detected instead of silently leaving the device with half a rule set
+(:func:`agent.signing.check_sequence`).
 A ``full_state`` bundle is the whole content of its stream; the cloud sends one to recover a
 device that reported a version gap.
 
@@ -21,17 +25,6 @@ lists ``[predicate, arg1, ...]`` of encoded terms: a msgpack str is an IRI, ints
 booleans are themselves, and any other RDF literal is a map ``{"lit": lexical, "dt": datatype or
 nil, "lang": language or nil}`` (:func:`encode_term` / :func:`decode_term`).
 
-Why this order of checks (:func:`open_bundle`)
----------------------------------------------
-1. *Size first*: refusing an oversized payload costs one ``len()``; nothing else has looked at it.
-2. *Envelope shape, key id, signature*: only the tiny fixed-shape envelope goes through msgpack
-   before the signature is verified. The body is verified *before* it is decoded, so a body
-   forged by someone without the cloud's private key never reaches the msgpack decoder, pydantic
-   or the rule parser: their attack surface is only exposed to the cloud itself.
-3. *Schema, operation count, expiry, rule texts*: even a genuine bundle can be wrong (a cloud bug,
-   a bundle replayed long after it expired), and the agent must refuse it *before* touching its
-   state, so that a bundle is applied entirely or not at all.
-
 Every refusal is a :class:`BundleError` with a machine-readable ``reason`` (reported to the
 cloud in the device status) and a message that says what and where.
 
@@ -42,17 +35,11 @@ This module is imported by the edge agent: it must not import pyspark or anythin
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import time
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import msgpack
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -69,40 +56,6 @@ from agent.engine.language import RDF_TYPE, Rule, Value, is_valid_label
 from agent.engine.language import Literal as RdfLiteral
 from agent.engine.parser import literal_value, parse_program
 from agent.engine.validation import check_rule
-
-__all__ = [
-    "ENVELOPE_VERSION",
-    "REASONS",
-    "AddFacts",
-    "AddRules",
-    "Bundle",
-    "BundleError",
-    "BundleLimits",
-    "DeleteFacts",
-    "DeleteRules",
-    "DeviceStatus",
-    "KeyRing",
-    "LiteralTerm",
-    "Operation",
-    "RuleRequest",
-    "RuleSpec",
-    "check_sequence",
-    "decode_bundle",
-    "decode_model",
-    "decode_request",
-    "decode_status",
-    "decode_term",
-    "encode_fact",
-    "encode_model",
-    "encode_term",
-    "fact_tuple",
-    "generate_key_pair",
-    "load_private_key",
-    "load_public_key",
-    "open_bundle",
-    "parse_rule_spec",
-    "sign_bundle",
-]
 
 ENVELOPE_VERSION = 1
 SIGNATURE_BYTES = 64
@@ -648,228 +601,3 @@ def decode_telemetry(data: bytes) -> Telemetry:
 
 def decode_request(data: bytes) -> RuleRequest:
     return decode_model(data, RuleRequest)
-
-
-# --- keys ---------------------------------------------------------------------------------
-
-
-def _check_key_id(key_id: str) -> str:
-    # The key id is a file name (<key_id>.key): keep it free of path separators.
-    if not isinstance(key_id, str) or not _NAME.fullmatch(key_id):
-        raise ValueError(f"a key id is made of [A-Za-z0-9._-], got {clip(key_id)}")
-    return key_id
-
-
-def generate_key_pair(directory: str | os.PathLike[str], key_id: str) -> tuple[Path, Path]:
-    """Create ``<key_id>.key`` (PEM PKCS8, mode 0o600) and ``<key_id>.pub`` (PEM SPKI).
-
-    Refuses to overwrite an existing key (``FileExistsError``): replacing a signing key by
-    accident would make every device refuse the cloud's bundles. The private key file is created
-    with ``O_EXCL`` and mode 0o600 from the start, so it is never readable by others, not even
-    for an instant.
-    """
-    _check_key_id(key_id)
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    private_path = folder / f"{key_id}.key"
-    public_path = folder / f"{key_id}.pub"
-    if public_path.exists():
-        raise FileExistsError(f"{public_path} already exists")
-    private_key = Ed25519PrivateKey.generate()
-    private_pem = private_key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-    public_pem = private_key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # the umask may have removed bits we want
-        os.write(fd, private_pem)
-    finally:
-        os.close(fd)
-    public_path.write_bytes(public_pem)
-    return private_path, public_path
-
-
-def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
-    """Read an unencrypted PEM PKCS8 Ed25519 private key."""
-    key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ZodiacError(f"{os.fspath(path)}: not an Ed25519 private key")
-    return key
-
-
-def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
-    """Read a PEM SubjectPublicKeyInfo Ed25519 public key."""
-    key = serialization.load_pem_public_key(Path(path).read_bytes())
-    if not isinstance(key, Ed25519PublicKey):
-        raise ZodiacError(f"{os.fspath(path)}: not an Ed25519 public key")
-    return key
-
-
-class KeyRing:
-    """The public keys a device trusts, by key id.
-
-    Several keys can be trusted at once so the cloud can rotate its signing key: devices get
-    the new ``.pub`` first, then the cloud switches, then the old one is removed.
-    """
-
-    def __init__(self, keys: Mapping[str, Ed25519PublicKey] | None = None):
-        self._keys: dict[str, Ed25519PublicKey] = {}
-        for key_id, key in (keys or {}).items():
-            self.add(key_id, key)
-
-    @classmethod
-    def from_directory(cls, directory: str | os.PathLike[str]) -> KeyRing:
-        """Every ``*.pub`` file of ``directory``; the key id is the file name without ``.pub``."""
-        ring = cls()
-        for path in sorted(Path(directory).glob("*.pub")):
-            ring.add(path.stem, load_public_key(path))
-        return ring
-
-    def add(self, key_id: str, public_key: Ed25519PublicKey) -> None:
-        if not isinstance(public_key, Ed25519PublicKey):
-            raise TypeError(f"key {key_id!r} is not an Ed25519 public key")
-        self._keys[_check_key_id(key_id)] = public_key
-
-    def get(self, key_id: str) -> Ed25519PublicKey | None:
-        return self._keys.get(key_id)
-
-    def ids(self) -> list[str]:
-        return sorted(self._keys)
-
-    def __contains__(self, key_id: object) -> bool:
-        return key_id in self._keys
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-
-# --- signing and opening ------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class BundleLimits:
-    """What one bundle may cost a device: payload bytes, and operations (each rule, rule id
-    and fact of every operation counts one)."""
-
-    max_bytes: int = 1_000_000
-    max_operations: int = 10_000
-
-
-def sign_bundle(bundle: Bundle, private_key: Ed25519PrivateKey, key_id: str) -> bytes:
-    """The wire payload for ``bundle``: its encoding, signed by ``private_key`` (the cloud's).
-
-    It does not parse the rules; call :meth:`Bundle.parsed_rules` first to avoid publishing a
-    bundle every device will refuse.
-    """
-    body = encode_model(bundle)
-    envelope = {
-        "v": ENVELOPE_VERSION,
-        "kid": _check_key_id(key_id),
-        "body": body,
-        "sig": private_key.sign(body),
-    }
-    return msgpack.packb(envelope, use_bin_type=True)
-
-
-def open_bundle(
-    payload: bytes,
-    keyring: KeyRing,
-    *,
-    limits: BundleLimits = BundleLimits(),
-    now: float | None = None,
-) -> Bundle:
-    """Verify and decode a wire payload; raise :class:`BundleError` if the agent must refuse it.
-
-    Checks, in this order (see the module docstring for why): size, envelope shape, key id,
-    signature, then the body's schema, operation count, expiry and rule texts.
-    """
-    if not isinstance(payload, (bytes, bytearray, memoryview)):
-        raise BundleError("malformed", f"payload must be bytes, not {type(payload).__name__}")
-    size = len(payload)
-    if size > limits.max_bytes:
-        raise BundleError(
-            "too_large", f"payload of {size} bytes exceeds the limit of {limits.max_bytes}"
-        )
-
-    envelope = _unpack(bytes(payload), "the envelope")
-    if not isinstance(envelope, dict) or set(envelope) != _ENVELOPE_KEYS:
-        keys = sorted(map(str, envelope)) if isinstance(envelope, dict) else None
-        raise BundleError(
-            "malformed",
-            f"the envelope must be a map with keys {sorted(_ENVELOPE_KEYS)}, got "
-            + (f"keys {keys}" if keys is not None else type(envelope).__name__),
-        )
-    version, key_id, body, signature = (envelope[k] for k in ("v", "kid", "body", "sig"))
-    if type(version) is not int or version != ENVELOPE_VERSION:  # bool is an int: be exact
-        raise BundleError("malformed", f"unsupported envelope version {clip(version)}")
-    if not isinstance(key_id, str) or not isinstance(body, bytes):
-        raise BundleError("malformed", "the envelope's kid must be a str and body bin")
-    if not isinstance(signature, bytes) or len(signature) != SIGNATURE_BYTES:
-        raise BundleError("malformed", f"the signature must be {SIGNATURE_BYTES} bytes of bin")
-
-    public_key = keyring.get(key_id)
-    if public_key is None:
-        raise BundleError(
-            "unknown_key", f"signed with unknown key {clip(key_id)} (trusted: {keyring.ids()})"
-        )
-    try:
-        public_key.verify(signature, body)
-    except InvalidSignature:
-        raise BundleError(
-            "bad_signature", f"the signature does not match the body for key {key_id!r}"
-        ) from None
-
-    bundle = decode_bundle(body)
-    where = {"bundle_id": bundle.bundle_id, "stream": bundle.stream}
-    count = bundle.operation_count()
-    if count > limits.max_operations:
-        raise BundleError(
-            "too_many_operations",
-            f"{count} operations (rules, rule ids and facts) exceed the limit of "
-            f"{limits.max_operations}",
-            **where,
-        )
-    current = time.time() if now is None else now
-    if bundle.expires_at is not None and bundle.expires_at < current:
-        raise BundleError(
-            "expired",
-            f"version {bundle.version} expired at {bundle.expires_at} "
-            f"({current - bundle.expires_at:.0f} s ago)",
-            **where,
-        )
-    bundle.parsed_rules()
-    return bundle
-
-
-# --- sequencing ---------------------------------------------------------------------------
-
-
-def check_sequence(bundle: Bundle, applied_version: int | None) -> Literal["apply", "duplicate"]:
-    """Decide what to do with ``bundle`` given the version applied for its stream (None: none).
-
-    * ``"apply"``: the next version (``applied + 1``; ``1`` when nothing is applied yet), or a
-      ``full_state`` bundle newer than what is applied (it replaces the stream, so the gap does
-      not matter);
-    * ``"duplicate"``: a version already applied (MQTT redelivery): a no-op, not an error;
-    * ``BundleError(reason="version_gap")`` otherwise: applying it would skip operations. The
-      message and ``expected_version`` say what the device needs, so the cloud can re-send the
-      missing versions or a full state.
-    """
-    applied = 0 if applied_version is None else applied_version
-    if bundle.version <= applied:
-        return "duplicate"
-    if bundle.version == applied + 1 or bundle.full_state:
-        return "apply"
-    raise BundleError(
-        "version_gap",
-        f"version {bundle.version} skips versions: expected version {applied + 1} "
-        f"(applied: {applied_version}) or a full-state bundle",
-        bundle_id=bundle.bundle_id,
-        stream=bundle.stream,
-        expected_version=applied + 1,
-    )

@@ -1,0 +1,117 @@
+"""Ed25519 keys: the cloud's signing key pair and the agent's ring of trusted public keys.
+
+This module is imported by the edge agent: it must not import pyspark or anything from
+``cloud``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from agent.engine.errors import ZodiacError
+from agent.messages import (
+    _NAME,
+    clip,
+)
+
+# --- keys ---------------------------------------------------------------------------------
+
+
+def _check_key_id(key_id: str) -> str:
+    # The key id is a file name (<key_id>.key): keep it free of path separators.
+    if not isinstance(key_id, str) or not _NAME.fullmatch(key_id):
+        raise ValueError(f"a key id is made of [A-Za-z0-9._-], got {clip(key_id)}")
+    return key_id
+
+
+def generate_key_pair(directory: str | os.PathLike[str], key_id: str) -> tuple[Path, Path]:
+    """Create ``<key_id>.key`` (PEM PKCS8, mode 0o600) and ``<key_id>.pub`` (PEM SPKI).
+
+    Refuses to overwrite an existing key (``FileExistsError``): replacing a signing key by
+    accident would make every device refuse the cloud's bundles. The private key file is created
+    with ``O_EXCL`` and mode 0o600 from the start, so it is never readable by others, not even
+    for an instant.
+    """
+    _check_key_id(key_id)
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    private_path = folder / f"{key_id}.key"
+    public_path = folder / f"{key_id}.pub"
+    if public_path.exists():
+        raise FileExistsError(f"{public_path} already exists")
+    private_key = Ed25519PrivateKey.generate()
+    private_pem = private_key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    public_pem = private_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    fd = os.open(private_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the umask may have removed bits we want
+        os.write(fd, private_pem)
+    finally:
+        os.close(fd)
+    public_path.write_bytes(public_pem)
+    return private_path, public_path
+
+
+def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    """Read an unencrypted PEM PKCS8 Ed25519 private key."""
+    key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ZodiacError(f"{os.fspath(path)}: not an Ed25519 private key")
+    return key
+
+
+def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    """Read a PEM SubjectPublicKeyInfo Ed25519 public key."""
+    key = serialization.load_pem_public_key(Path(path).read_bytes())
+    if not isinstance(key, Ed25519PublicKey):
+        raise ZodiacError(f"{os.fspath(path)}: not an Ed25519 public key")
+    return key
+
+
+class KeyRing:
+    """The public keys a device trusts, by key id.
+
+    Several keys can be trusted at once so the cloud can rotate its signing key: devices get
+    the new ``.pub`` first, then the cloud switches, then the old one is removed.
+    """
+
+    def __init__(self, keys: Mapping[str, Ed25519PublicKey] | None = None):
+        self._keys: dict[str, Ed25519PublicKey] = {}
+        for key_id, key in (keys or {}).items():
+            self.add(key_id, key)
+
+    @classmethod
+    def from_directory(cls, directory: str | os.PathLike[str]) -> KeyRing:
+        """Every ``*.pub`` file of ``directory``; the key id is the file name without ``.pub``."""
+        ring = cls()
+        for path in sorted(Path(directory).glob("*.pub")):
+            ring.add(path.stem, load_public_key(path))
+        return ring
+
+    def add(self, key_id: str, public_key: Ed25519PublicKey) -> None:
+        if not isinstance(public_key, Ed25519PublicKey):
+            raise TypeError(f"key {key_id!r} is not an Ed25519 public key")
+        self._keys[_check_key_id(key_id)] = public_key
+
+    def get(self, key_id: str) -> Ed25519PublicKey | None:
+        return self._keys.get(key_id)
+
+    def ids(self) -> list[str]:
+        return sorted(self._keys)
+
+    def __contains__(self, key_id: object) -> bool:
+        return key_id in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
