@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.zodiac_edge_cli import build_parser, main
 from agent.engine.rdf import read_facts
+from agent.zodiac_edge_cli import build_parser, main
 
 RULES = Path("rules/benchmarks/rs1.rules")
 

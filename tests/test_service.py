@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 
 from agent import service
-from agent.zodiac_agent_cli import build_parser
 from agent.config import AgentConfig
 from agent.engine import RDF_TYPE
 from agent.messages import AddRules, DeleteRules, RuleRequest, RuleSpec
 from agent.service import Agent
+from agent.zodiac_agent_cli import build_parser
 from tests.agent_harness import Cloud, readings_payload
 from tests.test_cli import check_help_texts
 

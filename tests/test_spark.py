@@ -357,9 +357,10 @@ def test_cloud_imports_without_pyspark(tmp_path):
         f"""
         import sys
         sys.modules["pyspark"] = None  # any "import pyspark..." now raises ImportError
-        import cloud, cloud.zodiac_cloud_cli, cloud.spark, cloud.spark.materialise, cloud.spark.storage
-        assert cloud.zodiac_cloud_cli.build_parser().format_help()
-        code = cloud.zodiac_cloud_cli.main(["materialise", "--rules", "x.rules", "--out", {str(tmp_path)!r}])
+        import cloud, cloud.spark, cloud.spark.materialise, cloud.spark.storage
+        import cloud.zodiac_cloud_cli as cli
+        assert cli.build_parser().format_help()
+        code = cli.main(["materialise", "--rules", "x.rules", "--out", {str(tmp_path)!r}])
         sys.exit(0 if code == 1 else 3)
         """
     )
