@@ -136,7 +136,7 @@ def _materialise(args: argparse.Namespace) -> int:
                 closures=not args.no_closures,
                 progress=progress,
             )
-            counts = write_parquet(result, out / "parquet")
+            counts = write_parquet(result, result.space, out / "parquet")
             written, skipped = write_facts_ntriples(result.stream(), out / "facts.nt")
             errors = result.runtime_errors
     finally:

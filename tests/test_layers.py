@@ -3,8 +3,8 @@
 * ``agent`` never imports ``cloud``, ``simulations``, ``tests`` or pyspark (the edge image
   installs ``agent`` alone); ``cloud`` never imports ``simulations`` or ``tests``.
 * No import cycle anywhere in ``agent``, ``cloud`` or ``simulations`` (imports inside functions
-  count too: a cycle hidden in a function is still a cycle a reader must untangle; imports under
-  ``if TYPE_CHECKING:`` name annotation types only and do not).
+  count too, and so do imports for annotations under ``if TYPE_CHECKING:``: a cycle hidden
+  there is still a cycle a reader must untangle).
 * The engine's layers only import downwards: text -> program -> plan -> execution -> storage,
   with the update machinery and the facade on top (``ENGINE_LAYERS``).
 """
@@ -55,18 +55,8 @@ def imports_of(path: Path, modules: set[str] | None = None) -> set[str]:
     # The package relative imports start from: a.b.c -> a.b, and a.b.__init__ -> a.b too.
     package = name.split(".")[:-1]
     tree = ast.parse(path.read_text(), str(path))
-    # Imports under ``if TYPE_CHECKING:`` name types for annotations only: not a dependency.
-    typing_only = {
-        id(child)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
-        for statement in node.body
-        for child in ast.walk(statement)
-    }
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):

@@ -25,7 +25,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,7 +38,6 @@ from .terms import RelationKey, TermSpace
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
 
-    from .materialise import Materialisation
 
 MANIFEST = "manifest.json"
 FORMAT = "zodiac-cloud facts v1"
@@ -124,15 +123,18 @@ def dataset_name(key: RelationKey, taken: set[str]) -> str:
     return base
 
 
-def write_parquet(result: Materialisation, directory: str | os.PathLike) -> dict[RelationKey, int]:
-    """One Parquet dataset per relation plus ``manifest.json``; returns the facts written."""
+def write_parquet(
+    relations: Mapping[RelationKey, DataFrame], space: TermSpace, directory: str | os.PathLike
+) -> dict[RelationKey, int]:
+    """One Parquet dataset per relation plus ``manifest.json``; returns the facts written.
+    ``relations`` are encoded frames (a ``Materialisation`` is one), ``space`` their terms."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
-    terms = terms_frame(result.space).persist()
+    terms = terms_frame(space).persist()
     taken: set[str] = set()
     entries, written = [], {}
-    for key in sorted(result):
-        frame = result[key]
+    for key in sorted(relations):
+        frame = relations[key]
         name = dataset_name(key, taken)
         decoded(frame, key[1], terms).write.mode("overwrite").parquet(str(root / name))
         written[key] = frame.count()
