@@ -407,8 +407,12 @@ class _RuleGenerator:
         return main[:preamble_end] + self.out.lines + main[preamble_end:]
 
     def emit_preamble(self) -> None:
+        """Each atom's tuples or index, fetched once per call. A grouped join reads its first
+        atom through an index of its own (``emit_grouped``): fetching its tuples as well would
+        build them for a relation stored by subject only, for nothing."""
+        grouped_first = self.plan.steps[0] if isinstance(self.node, GroupedJoin) else None
         for step in self.plan.steps:
-            if isinstance(step, ScanStep) and step.delta:
+            if isinstance(step, ScanStep) and step.delta or step is grouped_first:
                 continue
             if not isinstance(step, (ScanStep, NegationStep)):
                 continue
