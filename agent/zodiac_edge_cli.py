@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from .engine import Reasoner, ZodiacError
@@ -177,7 +179,7 @@ def load(args: argparse.Namespace, progress: Progress) -> Reasoner:
         progress.step(f"reading {path}")
         reasoner.add_facts(path)
     progress.step(f"loading rules {args.rules}")
-    reasoner.add_rules(args.rules)
+    reasoner.add_rules(Path(args.rules))
     return reasoner
 
 
@@ -190,7 +192,11 @@ def run_materialise(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -
         explicit = set(Reasoner.facts(_explicit_only(reasoner)))
         facts = (f for f in facts if f not in explicit)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as handle:
+        try:
+            handle = open(args.output, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+        except OSError as error:
+            raise ZodiacError(f"cannot write {args.output}: {error.strerror or error}") from None
+        with handle:
             written = write_ntriples(facts, handle)
     else:
         written = write_ntriples(facts, out)
@@ -229,7 +235,9 @@ def _print_stats(reasoner: Reasoner, written: int, write_seconds: float) -> None
 
 
 def run_query(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> None:
-    answers = reasoner.query(args.pattern)
+    from .engine.parser import parse_atom
+
+    answers = reasoner.query(parse_atom(args.pattern, source="--pattern"))
     if args.format == "json":
         json.dump(answers, out, default=str, indent=1)
         out.write("\n")
@@ -247,7 +255,7 @@ def run_explain(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> No
         print_plans(reasoner, args.plans, out)
         return
 
-    atom = parse_atom(args.fact)
+    atom = parse_atom(args.fact, source="--fact")
     if not atom.is_ground():
         raise ZodiacError(f"--fact must be ground (no variables): {args.fact}")
     values = [t.value for t in atom.terms if isinstance(t, Constant)]
@@ -294,8 +302,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         )
     except ZodiacError as error:
         progress.close()
-        sys.stderr.write(f"zodiac-edge: error: {error}\n")
+        # One line: the first line of the message says what and where (file:line:column);
+        # the rest (the rule's full text) can be thousands of characters.
+        sys.stderr.write(f"zodiac-edge: error: {str(error).splitlines()[0]}\n")
         return 2
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as Unix tools do. Point stdout at
+        # /dev/null so that the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return 0
 
 

@@ -40,3 +40,29 @@ class StratificationError(ZodiacError):
 
 class UnknownRuleError(ZodiacError):
     """``delete_rules`` named a rule the reasoner does not have."""
+
+
+def read_bytes(path, what: str) -> bytes:
+    """The bytes of an input file, or a ZodiacError that says which file and why (missing, a
+    directory, unreadable) instead of an OSError's traceback."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise ZodiacError(f"no such {what}: {path}") from None
+    except IsADirectoryError:
+        raise ZodiacError(f"{what} {path} is a directory, not a file") from None
+    except OSError as error:
+        raise ZodiacError(f"cannot read {what} {path}: {error.strerror or error}") from None
+
+
+class NonFiniteError(ZodiacError, ValueError):
+    """A NaN or an infinity where a number is stored (a literal, a fact, a computed value).
+    They are refused everywhere (docs/semantics.md): NaN equals nothing, not even itself, so it
+    cannot be a term. A ValueError too, so that a bind computing one is a run-time error."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__(
+            f"not a finite number: {value!r} (NaN and INF are refused as numbers, see "
+            "docs/semantics.md)"
+        )

@@ -44,12 +44,19 @@ and saying what was expected; rules that parse but are unsafe raise the
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Mapping
 from typing import NoReturn
 
-from agent.engine.errors import ParseError, RuleError, UnsafeRuleError
+from agent.engine.errors import (
+    NonFiniteError,
+    ParseError,
+    RuleError,
+    UnsafeRuleError,
+    read_bytes,
+)
 from agent.engine.gcpause import collector_paused
 from agent.engine.language import (
     RDF_TYPE,
@@ -105,8 +112,7 @@ def parse_program(text: str, source: str = "<text>") -> Program:
 def parse_file(path: str | os.PathLike[str]) -> Program:
     """Parse a UTF-8 rule file; errors name the path as given."""
     source = os.fspath(path)
-    with open(path, "rb") as handle:
-        data = handle.read()
+    data = read_bytes(path, "rule file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -162,7 +168,10 @@ def literal_value(lexical: str, datatype: str | None = None, language: str | Non
     if datatype in _INTEGER_TYPES and _INTEGER_LEXICAL.fullmatch(lexical):
         return int(lexical)
     if datatype in _FLOAT_TYPES and _FLOAT_LEXICAL.fullmatch(lexical):
-        return float(lexical)
+        number = float(lexical)
+        if not math.isfinite(number):
+            raise NonFiniteError(lexical)
+        return number
     if datatype == XSD + "boolean" and lexical in _BOOLEANS:
         return _BOOLEANS[lexical]
     return Literal(lexical, datatype)
@@ -202,6 +211,8 @@ _COMPARISONS = {
     "<": "<", "<=": "<=", "=": "=", "==": "=", "!=": "!=", "<>": "!=", ">=": ">=", ">": ">",
 }  # fmt: skip
 _ARITHMETIC = frozenset("+-*/")
+MAX_EXPRESSION_DEPTH = 64  # parentheses, calls and unary minus nested in one expression
+MAX_EXPRESSION_OPERATORS = 256  # arithmetic operators in one expression
 
 
 class Token:
@@ -339,6 +350,8 @@ class _Parser:
         # Names of the form _N written by the user: anonymous variables must avoid them.
         self.taken = {t.text for t in self.tokens if t.kind == VAR and t.text[0] == "_"}
         self.anonymous = 0
+        self.depth = 0  # expression nesting (see enter)
+        self.operators = 0  # operators of the current top-level expression (see operator)
 
     # -- token access
 
@@ -638,27 +651,58 @@ class _Parser:
     # -- expressions
 
     def expr(self) -> Expr:
-        left = self.product()
-        while self.at_punct("+") or self.at_punct("-"):
-            op = self.advance().text
-            left = BinaryOp(op, left, self.product())
-        return left
+        if self.depth == 0:
+            self.operators = 0
+        self.enter()
+        try:
+            left = self.product()
+            while self.at_punct("+") or self.at_punct("-"):
+                op = self.operator().text
+                left = BinaryOp(op, left, self.product())
+            return left
+        finally:
+            self.depth -= 1
 
     def product(self) -> Expr:
         left = self.unary()
         while self.at_punct("*") or self.at_punct("/"):
-            op = self.advance().text
+            op = self.operator().text
             left = BinaryOp(op, left, self.unary())
         return left
 
     def unary(self) -> Expr:
         if not self.at_punct("-"):
             return self.primary()
-        self.advance()
-        operand = self.unary()
+        self.operator()
+        self.enter()
+        try:
+            operand = self.unary()
+        finally:
+            self.depth -= 1
         if isinstance(operand, Constant) and is_number(operand.value):
             return Constant(-operand.value)  # type: ignore[operator]
         return BinaryOp("-", Constant(0), operand)
+
+    def enter(self) -> None:
+        """One level deeper into an expression (parentheses, a call, a unary minus). Every
+        later stage (validation, planning, compiling, explaining) walks expressions
+        recursively, so depth is bounded here, where the error can name a line and column."""
+        self.depth += 1
+        if self.depth > MAX_EXPRESSION_DEPTH:
+            raise self.error(
+                self.peek(), f"expression nested deeper than {MAX_EXPRESSION_DEPTH} levels"
+            )
+
+    def operator(self) -> Token:
+        """Take an arithmetic operator, counting it: a flat sum is a deep tree too."""
+        self.operators += 1
+        if self.operators > MAX_EXPRESSION_OPERATORS:
+            raise self.error(
+                self.peek(),
+                f"an expression has at most {MAX_EXPRESSION_OPERATORS} operators: split it "
+                "into several binds",
+            )
+        return self.advance()
 
     def primary(self) -> Expr:
         token = self.peek()
@@ -775,6 +819,13 @@ class _Parser:
         self.fail("expected a term (variable, <iri>, prefix:name, number or string)")
 
     def literal(self) -> Value:
+        start = self.peek()
+        try:
+            return self.typed_literal()
+        except NonFiniteError as error:
+            raise self.error(start, str(error)) from None
+
+    def typed_literal(self) -> Value:
         lexical = str(self.advance().value)
         if self.peek().kind == LANG:
             return literal_value(lexical, None, self.advance().text[1:])

@@ -32,7 +32,7 @@ from rdflib.parser import Parser as RdflibParser
 from rdflib.plugin import PluginException
 from rdflib.plugin import get as get_plugin
 
-from agent.engine.errors import ParseError
+from agent.engine.errors import NonFiniteError, ParseError, ZodiacError, read_bytes
 from agent.engine.language import RDF_TYPE, XSD, Literal, Value
 from agent.engine.parser import literal_value
 
@@ -66,9 +66,7 @@ def read_facts(path: str | os.PathLike[str], format: str | None = None) -> Itera
     source = os.fspath(path)
     if format is None:
         format = _EXTENSION_FORMATS.get(os.path.splitext(source)[1].lower(), "turtle")
-    with open(path, "rb") as handle:
-        data = handle.read()
-    return _parse(data, format, source)
+    return _parse(read_bytes(path, "fact file"), format, source)
 
 
 def parse_facts(text: str, format: str = "turtle", source: str = "<text>") -> Iterator[Fact]:
@@ -120,7 +118,13 @@ def _parse(data: bytes, format: str, source: str) -> Iterator[Fact]:
         finally:
             rdflib.NORMALIZE_LITERALS = saved
             _RDFLIB_TERM_LOG.removeFilter(_quiet_term_warnings)
-    return (_fact(s, p, o) for s, p, o in graph)
+    facts = []
+    for s, p, o in graph:
+        try:
+            facts.append(_fact(s, p, o))
+        except NonFiniteError as error:
+            raise ZodiacError(f"{source}: {error}") from None
+    return iter(facts)
 
 
 def _quiet_term_warnings(record: logging.LogRecord) -> bool:

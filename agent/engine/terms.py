@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import RuleError, ZodiacError
+from .errors import NonFiniteError, RuleError, ZodiacError
 from .language import RDF_TYPE, Atom, Literal, Value
 
 
@@ -58,7 +58,7 @@ class TermDictionary:
         if found is not None:
             return found
         if key[0] == "n" and isinstance(value, float) and not math.isfinite(value):
-            raise ValueError(f"not a finite number: {value!r}")
+            raise NonFiniteError(value)
         new_id = len(self.values)
         self._ids[key] = new_id
         self.values.append(value)
