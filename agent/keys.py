@@ -13,7 +13,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from agent.engine.errors import ZodiacError
+from agent.engine.errors import ZodiacError, read_bytes
 from agent.messages import (
     _NAME,
     clip,
@@ -73,7 +73,10 @@ def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
 
 def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
     """Read a PEM SubjectPublicKeyInfo Ed25519 public key."""
-    key = serialization.load_pem_public_key(Path(path).read_bytes())
+    try:
+        key = serialization.load_pem_public_key(read_bytes(path, "public key file"))
+    except ValueError:
+        raise ZodiacError(f"{os.fspath(path)}: not a PEM public key") from None
     if not isinstance(key, Ed25519PublicKey):
         raise ZodiacError(f"{os.fspath(path)}: not an Ed25519 public key")
     return key
@@ -94,6 +97,8 @@ class KeyRing:
     @classmethod
     def from_directory(cls, directory: str | os.PathLike[str]) -> KeyRing:
         """Every ``*.pub`` file of ``directory``; the key id is the file name without ``.pub``."""
+        if not Path(directory).is_dir():
+            raise ZodiacError(f"trusted_keys: {os.fspath(directory)} is not a directory of keys")
         ring = cls()
         for path in sorted(Path(directory).glob("*.pub")):
             ring.add(path.stem, load_public_key(path))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterable
@@ -98,6 +99,19 @@ CREATE TABLE derived (
     PRIMARY KEY (node, rel, a0, a1, a2, rest)
 ) WITHOUT ROWID;
 """
+
+
+TERM_KINDS = ("i", "z", "f", "b", "l")  # IRI, integer (as text), float, boolean, literal
+INTEGER_TEXT = re.compile(r"-?[0-9]+")
+REBUILD = (
+    "to rebuild it, move the file away and start the agent again: it recreates the state "
+    "and the cloud resends its streams"
+)
+
+
+def clip(value: object, limit: int = 120) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class StateError(ZodiacError):
@@ -182,7 +196,56 @@ class AgentState:
         self._saved_terms = 0
         self.reasoner: Reasoner
         if load:  # ``load=False``: only the SQL summary is wanted (health checks)
-            self.load_report = self._load(created=not existed)
+            problems = self.check_integrity()
+            if problems:
+                self.conn.close()
+                raise StateError(f"{self.path}: damaged agent state: {problems[0]}; {REBUILD}")
+            try:
+                self.load_report = self._load(created=not existed)
+            except (ValueError, TypeError, KeyError, IndexError) as error:
+                self.conn.close()
+                raise StateError(
+                    f"{self.path}: damaged agent state ({clip(error)}); {REBUILD}"
+                ) from None
+
+    def check_integrity(self) -> list[str]:
+        """What makes the file unusable although SQLite finds it sound: terms of unknown kinds
+        or values that are not what their kind says, term ids with gaps, facts naming terms
+        or relations that do not exist, saved rules that do not parse. ``zodiac-agent status``
+        reports these; opening the state for use refuses them."""
+        conn = self.conn
+        problems = []
+        count, low, high = conn.execute("SELECT count(*), min(id), max(id) FROM terms").fetchone()
+        if count and (low != 0 or high != count - 1):
+            problems.append(f"term ids are not 0..{count - 1} (found {low}..{high})")
+        kinds = [k for (k,) in conn.execute("SELECT DISTINCT kind FROM terms")]
+        unknown = sorted(set(kinds) - set(TERM_KINDS))
+        if unknown:
+            problems.append(f"terms of unknown kind {clip(unknown)}")
+        for term_id, value in conn.execute("SELECT id, value FROM terms WHERE kind = 'z'"):
+            if not isinstance(value, str) or not INTEGER_TEXT.fullmatch(value):
+                problems.append(f"term {term_id} is an integer whose value {clip(value)} is not")
+                break
+        bad_floats = conn.execute(
+            "SELECT id FROM terms WHERE kind = 'f' AND typeof(value) NOT IN ('real', 'integer')"
+        ).fetchone()
+        if bad_floats:
+            problems.append(f"term {bad_floats[0]} is a float whose value is not a number")
+        for table in ("facts", "derived"):
+            dangling = conn.execute(
+                f"SELECT count(*) FROM {table} WHERE a0 >= ?1 OR a1 >= ?1 OR a2 >= ?1 "
+                "OR a0 < -1 OR a1 < -1 OR a2 < -1 OR rel NOT IN (SELECT id FROM relations)",
+                (count,),
+            ).fetchone()[0]
+            if dangling:
+                problems.append(f"{dangling} row(s) of {table} name missing terms or relations")
+        for name, text in conn.execute("SELECT name, text FROM rules"):
+            try:
+                _parse_rule(name, text)
+            except (ZodiacError, ValueError) as error:
+                problems.append(f"saved rule {clip(name)} is damaged: {clip(error)}")
+                break
+        return problems
 
     # ------------------------------------------------------------------ opening
     def _check_file(self, *, migrate: bool = True) -> None:
@@ -200,7 +263,13 @@ class AgentState:
         meta = dict(self.conn.execute("SELECT key, value FROM meta").fetchall())
         if meta.get("format") != FORMAT:
             raise StateError(f"{self.path}: not a zodiac-edge agent state (format {meta!r})")
-        version = int(meta.get("schema_version", "0"))
+        try:
+            version = int(meta.get("schema_version", "0"))
+        except ValueError:
+            raise StateError(
+                f"{self.path}: damaged agent state: schema version "
+                f"{clip(meta.get('schema_version'))} is not a number; {REBUILD}"
+            ) from None
         if version != SCHEMA_VERSION:
             if version not in MIGRATIONS:
                 raise StateError(
@@ -608,7 +677,12 @@ def _create_atomically(path: Path) -> None:
     renamed over ``path`` (an empty file left by an earlier attempt, if any): a start killed at
     any point leaves either no state (the next start creates it) or a complete empty one,
     never a file the agent then refuses as foreign. Leftovers of killed attempts are removed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StateError(
+            f"{path}: cannot create the agent state here ({error.strerror or error})"
+        ) from None
     leftovers = [*path.parent.glob(f".{path.name}.creating-*"), path.with_name(path.name + "-shm")]
     for stale in leftovers:
         stale.unlink(missing_ok=True)
@@ -640,7 +714,10 @@ def _create_atomically(path: Path) -> None:
 
 def _connect(path: Path) -> sqlite3.Connection:
     """Autocommit off by hand: ``with conn`` then wraps each change in BEGIN/COMMIT."""
-    conn = sqlite3.connect(path, isolation_level="DEFERRED", check_same_thread=False)
+    try:
+        conn = sqlite3.connect(path, isolation_level="DEFERRED", check_same_thread=False)
+    except sqlite3.OperationalError as error:
+        raise StateError(f"{path}: cannot open the agent state ({error})") from None
     conn.execute("PRAGMA busy_timeout=5000")
     return conn
 

@@ -129,7 +129,6 @@ class Agent:
         self.limits = BundleLimits(
             max_bytes=config.keys.max_bundle_bytes, max_operations=config.keys.max_operations
         )
-        config.database.parent.mkdir(parents=True, exist_ok=True)
         self.state = AgentState(
             config.database,
             synchronous=config.synchronous,

@@ -130,6 +130,12 @@ def cmd_status(config: AgentConfig, args: argparse.Namespace) -> int:
         print(json.dumps({"healthy": False, "error": str(error)}))
         return 1
     with state:
+        problems = state.check_integrity()
+        if problems:
+            print(
+                json.dumps({"healthy": False, "error": "damaged agent state", "problems": problems})
+            )
+            return 1
         summary = state.summary()
     print(
         json.dumps(

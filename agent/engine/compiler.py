@@ -220,7 +220,7 @@ class _RuleGenerator:
         elif isinstance(node, SemiJoin):
             body = self.emit_semijoin(node)
         else:
-            self.emit_preamble()
+            self.emit_preamble(self.plan.steps[0] if isinstance(node, GroupedJoin) else None)
             out.line("for _once in ONCE:")
             out.indent()
             if isinstance(node, ExistsSplit):
@@ -406,13 +406,12 @@ class _RuleGenerator:
         self.out.line("return False")
         return main[:preamble_end] + self.out.lines + main[preamble_end:]
 
-    def emit_preamble(self) -> None:
-        """Each atom's tuples or index, fetched once per call. A grouped join reads its first
-        atom through an index of its own (``emit_grouped``): fetching its tuples as well would
-        build them for a relation stored by subject only, for nothing."""
-        grouped_first = self.plan.steps[0] if isinstance(self.node, GroupedJoin) else None
+    def emit_preamble(self, skip: ScanStep | None = None) -> None:
+        """Each atom's tuples or index, fetched once per call, except ``skip``: a grouped join
+        reads its first atom through an index of its own (``emit_grouped``), and fetching its
+        tuples as well would build them for a relation stored by subject only, for nothing."""
         for step in self.plan.steps:
-            if isinstance(step, ScanStep) and step.delta or step is grouped_first:
+            if isinstance(step, ScanStep) and step.delta or step is skip:
                 continue
             if not isinstance(step, (ScanStep, NegationStep)):
                 continue

@@ -1,0 +1,165 @@
+"""Bad input to ``zodiac-agent``: a broken configuration, unusable paths and keys, and a state
+file damaged in ways SQLite does not notice. Every case is a non-zero exit with a clear message
+and no traceback (an exception escaping ``main`` is one); a damaged state is reported by
+``status``, refused by ``query`` and ``run`` with how to rebuild it, and never changed."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from contextlib import closing
+
+import pytest
+
+from agent.zodiac_agent_cli import main
+from tests.agent_harness import Cloud
+from tests.test_service import make_agent
+
+CONFIG = """device = "t1"
+farm = "farm1"
+database = "{database}"
+[keys]
+trusted_keys = "{keys}"
+"""
+
+
+@pytest.fixture
+def cloud(tmp_path):
+    return Cloud(tmp_path / "cloud")
+
+
+def config_file(tmp_path, cloud, *, database="t1.db", keys=None, text=None):
+    path = tmp_path / "agent.toml"
+    path.write_text(
+        text if text is not None else CONFIG.format(database=database, keys=keys or cloud.keys)
+    )
+    return path
+
+
+def run(argv, capsys) -> tuple[int, str]:
+    try:
+        code = main([str(a) for a in argv])
+    finally:  # the agent logs to the stderr of this test's capture: do not keep it
+        for name in ("", "zodiac", "zodiac.agent", "zodiac.sync"):
+            logging.getLogger(name).handlers.clear()
+    captured = capsys.readouterr()
+    text = captured.err + captured.out
+    assert "Traceback" not in text
+    return code, text
+
+
+# (id, how the configuration is broken, what the message names)
+CONFIGS = [
+    ("config-missing", lambda d, c: d / "none.toml", "none.toml"),
+    ("config-is-directory", lambda d, c: d, ""),
+    ("config-not-toml", lambda d, c: config_file(d, c, text="device = \n[["), "agent.toml"),
+    (
+        "config-wrong-type",
+        lambda d, c: config_file(d, c, text='device = 5\nfarm = "f"\n'),
+        "device",
+    ),
+    (
+        "config-unknown-key",
+        lambda d, c: config_file(
+            d, c, text=CONFIG.format(database="t1.db", keys=c.keys) + "colour = 'red'\n"
+        ),
+        "colour",
+    ),
+    (
+        "database-is-directory",
+        lambda d, c: (d / "db").mkdir() or config_file(d, c, database="db"),
+        "db",
+    ),
+    ("database-parent-is-a-file", lambda d, c: parent_is_a_file(d, c), "file"),
+    ("trusted-keys-missing", lambda d, c: config_file(d, c, keys=d / "no-keys"), "no-keys"),
+    ("trusted-key-garbage", lambda d, c: garbage_key(d, c), "k.pub"),
+]
+KEYS_ONLY = {"trusted-keys-missing", "trusted-key-garbage"}  # only `run` reads the keys
+CASES = [
+    (case, command)
+    for case in CONFIGS
+    for command in ("status", "run", "query")
+    if command == "run" or case[0] not in KEYS_ONLY
+]
+
+
+def parent_is_a_file(folder, cloud):
+    (folder / "file").write_text("x")
+    return config_file(folder, cloud, database="file/t1.db")
+
+
+def garbage_key(folder, cloud):
+    (folder / "bad").mkdir()
+    (folder / "bad" / "k.pub").write_text("garbage")
+    return config_file(folder, cloud, keys=folder / "bad")
+
+
+@pytest.mark.parametrize(("case", "command"), CASES, ids=[f"{c[0]}-{m}" for c, m in CASES])
+def test_a_broken_configuration_is_a_clear_refusal(tmp_path, capsys, cloud, case, command):
+    _, make, names = case
+    config = make(tmp_path, cloud)
+    extra = ["<p>(X)"] if command == "query" else []
+    code, text = run([command, "--config", config, *extra], capsys)
+    assert code != 0, text
+    assert names in text
+
+
+def damage_terms_kind(conn):
+    conn.execute("UPDATE terms SET kind = 'q' WHERE id = 0")
+
+
+def damage_schema_version(conn):
+    conn.execute("UPDATE meta SET value = 'two' WHERE key = 'schema_version'")
+
+
+def damage_missing_term(conn):
+    conn.execute(
+        "UPDATE facts SET a1 = 99999 WHERE rowid IN (SELECT rowid FROM facts LIMIT 1)"
+        if False
+        else "UPDATE facts SET a1 = 99999"
+    )
+
+
+def damage_integer_iri(conn):
+    conn.execute("INSERT INTO terms (id, kind, value) SELECT max(id) + 1, 'z', 'twelve' FROM terms")
+
+
+def damage_term_gap(conn):
+    conn.execute("DELETE FROM terms WHERE id = (SELECT min(id) FROM terms)")
+
+
+def damage_rule_text(conn):
+    conn.execute("UPDATE rules SET text = 'q: <q>(X :- .'")
+
+
+DAMAGES = [
+    damage_terms_kind,
+    damage_schema_version,
+    damage_missing_term,
+    damage_integer_iri,
+    damage_term_gap,
+    damage_rule_text,
+]
+
+
+@pytest.mark.parametrize("damage", DAMAGES, ids=[d.__name__ for d in DAMAGES])
+def test_a_damaged_state_is_reported_refused_and_left_alone(tmp_path, capsys, cloud, damage):
+    agent = make_agent(tmp_path, cloud)
+    bundle = cloud.bundle(
+        "base", 1, rules={"q": "q: <q>(X) :- <p>(X, Y) ."}, facts=[("p", "a", 12), ("p", "b", 3.5)]
+    )
+    assert agent.handle_bundle(cloud.sign(bundle)).status == "applied"
+    agent.close()
+    database = tmp_path / "t1.db"
+    with closing(sqlite3.connect(database)) as conn, conn:
+        damage(conn)
+    before = database.read_bytes()
+    config = tmp_path / "agent.toml"
+    code, text = run(["status", "--config", config], capsys)
+    assert code == 1 and '"healthy": false' in text and "damaged" in text, text
+    for command in (["query", "--config", config, "<q>(X)"], ["run", "--config", config]):
+        code, text = run(command, capsys)
+        assert code == 1, text
+        assert "damaged agent state" in text and "move the file away" in text, text
+        assert len(text.strip().splitlines()) == 1, text
+    assert database.read_bytes() == before
