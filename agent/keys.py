@@ -65,7 +65,12 @@ def generate_key_pair(directory: str | os.PathLike[str], key_id: str) -> tuple[P
 
 def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     """Read an unencrypted PEM PKCS8 Ed25519 private key."""
-    key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    try:
+        key = serialization.load_pem_private_key(
+            read_bytes(path, "private key file"), password=None
+        )
+    except (ValueError, TypeError):  # not PEM, or encrypted
+        raise ZodiacError(f"{os.fspath(path)}: not an unencrypted PEM private key") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise ZodiacError(f"{os.fspath(path)}: not an Ed25519 private key")
     return key

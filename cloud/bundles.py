@@ -59,6 +59,8 @@ def load_streams(directory: str | Path) -> dict[str, dict[str, str]]:
     Raises ZodiacError for an unlabelled rule (its id would be a hash of its text, which
     changes whenever the rule is edited, so the device could never delete the old version)."""
     root = Path(directory)
+    if not root.is_dir():
+        raise ZodiacError(f"{directory}: not a directory of rule streams (<stream>.rules)")
     streams: dict[str, dict[str, str]] = {}
     for path in sorted(root.rglob("*.rules")):
         name = path.relative_to(root).with_suffix("").as_posix()
@@ -110,8 +112,11 @@ class BundleCutter:
         self.farm = farm
         self.ttl = ttl
         # Used from the publisher's MQTT thread too (always under the publisher's lock).
-        self.db = sqlite_utils.Database(sqlite3.connect(path, check_same_thread=False))
-        self.db.conn.execute("PRAGMA journal_mode=WAL")
+        try:
+            self.db = sqlite_utils.Database(sqlite3.connect(path, check_same_thread=False))
+            self.db.conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.Error as error:
+            raise ZodiacError(f"{path}: cannot open the publisher's state ({error})") from None
         if "sent" not in self.db.table_names():
             self.db["sent"].create(
                 {"device": str, "stream": str, "version": int, "target": str, "at": float},

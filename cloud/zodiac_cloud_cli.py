@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zodiac-cloud: {error}", file=sys.stderr)
         return 1
     except (ZodiacError, OSError) as error:
-        print(f"zodiac-cloud: {error}", file=sys.stderr)
+        # One line: the first says what and where; the rest (a rule's text) can be long.
+        print(f"zodiac-cloud: {str(error).splitlines()[0]}", file=sys.stderr)
         return 1
 
 
