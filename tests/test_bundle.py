@@ -500,3 +500,13 @@ def test_key_files_and_key_ring(tmp_path: Path):
     (tmp_path / "keys" / "broken.pub").write_text("not a key")
     with pytest.raises((ValueError, ZodiacError)):
         KeyRing.from_directory(tmp_path / "keys")
+
+
+@pytest.mark.parametrize("depth", [100, 1_010, 100_000])
+def test_an_envelope_nested_deep_is_malformed_not_a_crash(private_key, keyring, depth):
+    """A msgpack payload of ``depth`` nested one-element arrays (a 1,010-deep one raised
+    RecursionError once): refused as malformed before anything else looks at it."""
+    payload = b"\x91" * depth + b"\xc0"
+    with pytest.raises(BundleError) as info:
+        open_bundle(payload, keyring, now=NOW)
+    assert info.value.reason == "malformed"
