@@ -124,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RULE",
         help="print the plans compiled for RULE (a label or content key; every rule if omitted)",
     )
+    explain.add_argument(
+        "--max-depth",
+        type=_positive(int),
+        default=None,
+        metavar="N",
+        help="with --fact: show premises down to N levels, summarise deeper ones (default: all)",
+    )
     return parser
 
 
@@ -261,9 +268,11 @@ def run_explain(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> No
     values = [t.value for t in atom.terms if isinstance(t, Constant)]
     fact = (RDF_TYPE, values[0], atom.predicate) if atom.arity == 1 else (atom.predicate, *values)
     try:
-        out.write(str(reasoner.explain(fact)) + "\n")
+        tree = reasoner.explain(fact)
     except KeyError:
         raise ZodiacError(f"{args.fact} does not hold") from None
+    out.write("\n".join(tree.lines(args.max_depth)) + "\n")
+    out.write(f"# {tree.size} distinct facts, {tree.height} levels of rules\n")
 
 
 def print_plans(reasoner: Reasoner, name: str, out: TextIO) -> None:

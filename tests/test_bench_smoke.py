@@ -101,3 +101,16 @@ def test_spark_benchmark_mismatch_is_loud():
     counts[("hasNeighbour", 2)] -= 1
     with pytest.raises(bench.MismatchError, match="hasNeighbour"):
         bench.check_equal(case, want, None, None, counts)
+
+
+# ------------------------------------------------------------------ simulations.bench.explain
+
+
+def test_explain_benchmark_prints_every_case_and_the_target(capsys):
+    from simulations.bench import explain
+
+    assert explain.main(["--quick", "--sample", "3"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines()[2:] if line and not line.startswith("Target")]
+    assert len(rows) == len(explain.cases(quick=True))
+    assert "Target: every explanation" in out

@@ -1,0 +1,173 @@
+"""Benchmark: how long ``Reasoner.explain`` takes, and how large its trees are.
+
+    python -m simulations.bench.explain [--quick] [--sample N]
+
+For each program (RS1-RS3 over the benchmark data sets, road connections over a chain of
+roads, nonlinear with symmetry and linear), the materialisation is built once, then facts are
+explained one by one: a fixed random sample of every relation plus the hardest facts (the two
+ends of every chain, both ways). Printed per program: the facts explained, the median and the
+slowest time per explanation, the largest tree (height: levels of rule applications; size:
+distinct facts) and, for scale, the time to materialise. An explanation is interactive: the
+slowest one is the figure to watch (it took seconds for a transitive relation over a chain of
+50 roads when proofs were found by depth-first search).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.engine import Reasoner
+from agent.engine.language import RDF_TYPE
+from simulations.bench.datasets import ds1, ds2, turbine
+
+RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
+
+ROADS = """
+c1: <connected>(X, Y) :- <road>(X, Y) .
+c2: <connected>(X, Y) :- <connected>(Y, X) .
+c3: <connected>(X, Z) :- <connected>(X, Y) and <connected>(Y, Z) .
+"""
+ROADS_LINEAR = """
+c1: <reach>(X, Y) :- <road>(X, Y) .
+c2: <reach>(X, Z) :- <reach>(X, Y) and <road>(Y, Z) .
+"""
+
+
+def city(i: int) -> str:
+    return f"city{i}"
+
+
+def road_chain(n: int) -> list[tuple]:
+    return [("road", city(i), city(i + 1)) for i in range(n)]
+
+
+@dataclass
+class Case:
+    name: str
+    data: str
+    rules: str
+    facts: Callable[[], list[tuple]]
+    hardest: list[tuple]  # facts explained besides the sample
+    target: bool = True  # counts for the 50 ms target (False: a larger size, for scale)
+
+
+def cases(quick: bool) -> list[Case]:
+    roads = [10, 50] if quick else [50, 400, 2000]
+    found = [
+        Case(
+            "roads",
+            f"chain({n})",
+            ROADS,
+            lambda n=n: road_chain(n),
+            _ends("connected", n),
+            target=n <= 400,
+        )
+        for n in roads
+    ]
+    found += [
+        Case(
+            "roads-linear",
+            f"chain({n})",
+            ROADS_LINEAR,
+            lambda n=n: road_chain(n),
+            [("reach", city(0), city(n))],
+            target=n <= 400,
+        )
+        for n in roads
+    ]
+    for n in [20] if quick else [100, 400]:
+        ends = [("hasNeighbour", turbine(1), turbine(n)), ("hasNeighbour", turbine(n), turbine(1))]
+        found.append(Case("RS1", f"DS1({n})", _rules("rs1"), lambda n=n: ds1(n), ends))
+    for name in ("rs2", "rs3"):
+        for w in [10] if quick else [50, 200]:
+            found.append(Case(name.upper(), f"DS2({w})", _rules(name), lambda w=w: ds2(w), []))
+    return found
+
+
+def _rules(name: str) -> str:
+    return (RULES / f"{name}.rules").read_text()
+
+
+def _ends(relation: str, n: int) -> list[tuple]:
+    return [
+        (relation, city(0), city(n)),
+        (relation, city(n), city(0)),
+        (relation, city(0), city(0)),
+    ]
+
+
+@dataclass
+class Result:
+    case: Case
+    materialise: float
+    explained: int
+    times: list[float]
+    height: int
+    size: int
+
+
+def run_case(case: Case, sample: int, seed: int = 0) -> Result:
+    reasoner = Reasoner()
+    reasoner.add_rules(case.rules)
+    start = time.perf_counter()
+    reasoner.add_facts(case.facts())
+    materialise = time.perf_counter() - start
+    rng = random.Random(seed)
+    wanted = list(case.hardest)
+    by_relation: dict[str, list[tuple]] = {}
+    for fact in reasoner.facts():
+        relation = fact[2] if fact[0] == RDF_TYPE else fact[0]  # a class, or a predicate
+        by_relation.setdefault(relation, []).append(fact)
+    for facts in by_relation.values():
+        facts.sort(key=repr)
+        wanted += rng.sample(facts, min(sample, len(facts)))
+    times, height, size = [], 0, 0
+    for fact in wanted:
+        start = time.perf_counter()
+        tree = reasoner.explain(fact)
+        times.append(time.perf_counter() - start)
+        height, size = max(height, tree.height), max(size, tree.size)
+    return Result(case, materialise, len(wanted), times, height, size)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
+    parser.add_argument("--sample", type=int, default=20, help="facts explained per relation")
+    args = parser.parse_args(argv)
+    header = (
+        f"{'program':<13} {'data':<12} {'facts':>7} {'median ms':>10} {'slowest ms':>11} "
+        f"{'height':>7} {'size':>6} {'materialise s':>14}"
+    )
+    print(header)
+    print("-" * len(header))
+    slowest = 0.0
+    for case in cases(args.quick):
+        result = run_case(case, args.sample)
+        worst = max(result.times)
+        if case.target:
+            slowest = max(slowest, worst)
+        print(
+            f"{case.name:<13} {case.data:<12} {result.explained:>7} "
+            f"{statistics.median(result.times) * 1000:>10.2f} {worst * 1000:>11.2f} "
+            f"{result.height:>7} {result.size:>6} {result.materialise:>14.3f}"
+            + ("" if case.target else "   (for scale)"),
+            flush=True,
+        )
+    verdict = "met" if slowest < 0.05 else "NOT met"
+    print(
+        f"\nTarget: every explanation of these programs at the benchmark sizes under 50 ms: "
+        f"{verdict} (slowest {slowest * 1000:.1f} ms; rows marked 'for scale' do not count)."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
