@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from agent.engine.errors import ZodiacError
+from cloud.spark.driver import LOCAL_BELOW
 
 __all__ = ["build_parser", "main"]
 
@@ -81,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="evaluate closure hyper-nodes seminaively instead of by the dedicated algorithms",
     )
+    run.add_argument(
+        "--local-below",
+        type=_non_negative,
+        default=LOCAL_BELOW,
+        metavar="N",
+        help="evaluate a hyper-node that reads at most N facts with the edge engine on the "
+        f"driver instead of in Spark jobs (default {LOCAL_BELOW:,}; 0: everything in Spark)",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress lines on standard error")
     run.set_defaults(handler=_materialise)
     _add_publisher_commands(commands)
@@ -96,6 +105,16 @@ def _add_publisher_commands(commands) -> None:
             raise
         return
     add_commands(commands)
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,6 +155,7 @@ def _materialise(args: argparse.Namespace) -> int:
                 args.facts,
                 closures=not args.no_closures,
                 progress=progress,
+                local_below=args.local_below,
             )
             counts = write_parquet(result, result.space, out / "parquet")
             written, skipped = write_facts_ntriples(result.stream(), out / "facts.nt")

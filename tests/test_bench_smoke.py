@@ -61,7 +61,7 @@ def test_spark_benchmark_prints_table_and_reading(spark, capsys):
     and round), and RS2 on Spark is checked against the engine in tests/test_spark.py."""
     from simulations.bench import spark as bench
 
-    status = bench.main(["--widths", "--ds1", "10", "20", "--no-warmup"])
+    status = bench.main(["--widths", "--ds1", "10", "20", "--no-warmup", "--no-fixed-cost"])
     captured = capsys.readouterr()
     assert status == 0, captured.err
     lines = captured.out.splitlines()

@@ -43,13 +43,22 @@ def test_golden_case(case: str, modules: bool, rules_first: bool) -> None:
     assert_expected(case, reasoner.facts())
 
 
+@pytest.mark.parametrize("local_below", [0, 40, None], ids=["spark", "mixed", "driver"])
 @pytest.mark.parametrize("case", CASES)
-def test_golden_case_through_spark(case: str, spark) -> None:
+def test_golden_case_through_spark(case: str, local_below: int | None, spark) -> None:
+    """Every hyper-node in Spark jobs; the small ones on the driver (``local_below=40``: a
+    mix in one run); every one on the driver (the default threshold, for these sizes)."""
     from cloud.spark.materialise import materialise_paths
 
     folder = GOLDEN / case
-    result = materialise_paths(spark, folder / "program.rules", [folder / "facts.nt"])
+    options = {} if local_below is None else {"local_below": local_below}
+    result = materialise_paths(spark, folder / "program.rules", [folder / "facts.nt"], **options)
     assert_expected(case, result.facts())
+    modules = [report.module for report in result.reports]
+    if local_below == 0:
+        assert "driver" not in modules
+    elif local_below is None:
+        assert set(modules) == {"driver"}
     # One Spark stratum per hyper-node of the engine.
     reasoner = Reasoner()
     reasoner.add_rules(folder / "program.rules")

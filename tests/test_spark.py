@@ -45,9 +45,12 @@ def engine(program, facts: list[tuple]) -> Reasoner:
 
 
 def same_as_engine(spark, program, facts: list[tuple], **options):
-    """Materialise with both; assert equal typed facts; return (Spark result, reasoner)."""
+    """Materialise with both; assert equal typed facts; return (Spark result, reasoner).
+    Every hyper-node runs in Spark unless ``local_below`` says otherwise: these tests are
+    about the Spark operators, not the driver-side path (``cloud/spark/driver.py``)."""
     from cloud.spark.materialise import materialise
 
+    options.setdefault("local_below", 0)
     reasoner = engine(program, facts)
     result = materialise(spark, program, facts, **options)
     got, want = typed(result.facts()), typed(reasoner.facts())
@@ -294,8 +297,10 @@ def test_random_programs(spark, case):
     note(f"program:\n{program}")
     note(f"facts: {facts}")
     want = typed(engine(program, facts).facts())
-    got = typed(materialise_facts(spark, program, facts))
-    assert got == want, f"missing {want - got}, extra {got - want}"
+    got = typed(materialise_facts(spark, program, facts, local_below=0))
+    assert got == want, f"in Spark: missing {want - got}, extra {got - want}"
+    got = typed(materialise_facts(spark, program, facts))  # small: on the driver
+    assert got == want, f"on the driver: missing {want - got}, extra {got - want}"
 
 
 # ------------------------------------------------------------------ command line
@@ -320,7 +325,8 @@ def test_cli_writes_parquet_and_ntriples_and_reads_them_back(spark, tmp_path, ca
     # A Parquet fact directory is an input too: the same program over its own output.
     second = tmp_path / "second"
     argv = ["materialise", "--rules", str(rules), "--facts", str(first / "parquet")]
-    assert main([*argv, "--out", str(second), "--quiet"]) == 0
+    # (the first run evaluated these small hyper-nodes on the driver; this one in Spark)
+    assert main([*argv, "--out", str(second), "--quiet", "--local-below", "0"]) == 0
     assert typed(read_facts(second / "facts.nt")) == want
     assert (second / "parquet" / "manifest.json").is_file()
 
@@ -342,6 +348,7 @@ def test_cli_checkpoint_dir_gets_reliable_checkpoints(spark, tmp_path, capsys):
     checkpoints, out = tmp_path / "checkpoints", tmp_path / "out"
     before = spark.sparkContext.getCheckpointDir()
     argv = ["materialise", "--rules", str(rules), "--facts", str(data), "--out", str(out)]
+    argv += ["--local-below", "0"]  # every hyper-node in Spark: the driver checkpoints nothing
     assert main([*argv, "--checkpoint-dir", str(checkpoints), "--quiet"]) == 0
     capsys.readouterr()
     assert typed(read_facts(out / "facts.nt")) == want
@@ -369,3 +376,25 @@ def test_cloud_imports_without_pyspark(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert "pyspark is not installed" in done.stderr and "cloud" in done.stderr
+
+
+# ------------------------------------------------------------------ the driver-side path
+def test_small_hyper_nodes_run_on_the_driver_and_an_exploding_one_in_spark(spark, monkeypatch):
+    """With the default threshold every hyper-node here reads few facts, so each runs on the
+    driver, except the product whose output is over the (lowered) limit: it is handed back to
+    Spark. Run-time errors met on the driver are counted like Spark's."""
+    import cloud.spark.materialise as job
+
+    monkeypatch.setattr(job, "MAX_OUTPUT", 500)
+    program = (
+        "pair(X, Y) :- n(X) and n(Y) .\n"
+        "half(X, H) :- v(X, N) and bind(N / 2 as H) .\n"
+        "inv(X, R) :- v(X, N) and bind(1 / N as R) .\n"
+    )
+    facts = [(RDF_TYPE, f"x{i}", "n") for i in range(30)]
+    facts += [("v", "a", 4), ("v", "b", 0), ("v", "c", 2.5)]
+    result, reasoner = same_as_engine(spark, program, facts, local_below=job.LOCAL_BELOW)
+    modules = {tuple(report.rules): report.module for report in result.reports}
+    assert [m for m in modules.values() if m != "driver"] == ["non-recursive"], modules
+    assert result.counts()[("pair", 2)] == 900
+    assert result.runtime_errors > 0 and reasoner.stats()["runtime_errors"] > 0

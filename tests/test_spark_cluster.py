@@ -45,6 +45,7 @@ def test_the_job_on_a_standalone_cluster_gives_the_engines_model(cluster, tmp_pa
         "--facts", str(CASE / "facts.nt"),
         "--out", str(out),
         "--quiet",
+        "--local-below", "0",  # every hyper-node in Spark jobs, on the workers
     ]  # fmt: skip
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     env.pop("SPARK_HOME", None)

@@ -5,6 +5,7 @@ Path of a call::
     rules -> checks + HRDG (agent.engine.dependency: the engine's own strata)
     facts -> term ids on the driver (terms.TermSpace) -> one DataFrame per relation
     per hyper-node, in the engine's own topological order of the HRDG (execution_plan):
+        small inputs             -> driver.evaluate_on_driver (the engine itself, on the job's ids)
         aggregate rule           -> rules.evaluate_aggregate (groupBy over distinct substitutions)
         transitive closure       -> closures.transitive_closure (seminaive squaring)
         symmetric-transitive     -> closures.symmetric_transitive_closure (large/small-star CC)
@@ -18,6 +19,11 @@ of earlier hyper-nodes, as the engine's DataStoreBag shows them). A hyper-node's
 checkpointed when it is done (``frames.cut``: local checkpoints, or reliable ones when the
 SparkContext has a checkpoint directory), as are every seminaive delta and, every few rounds, a
 recursive node's growing relations: no plan carries more than a few rounds of lineage.
+
+Relations that are small stay on the driver as well, as sets of term-id tuples (the explicit
+facts parsed there, the results of hyper-nodes evaluated there): a hyper-node whose inputs are
+all small is evaluated by the engine on the driver (``driver.py``), with no Spark job at all,
+and a DataFrame of a driver-side relation is only made when a Spark step or the caller needs it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from agent.engine.reasoner import by_key
 from agent.engine.validation import check_rule
 
 from .closures import symmetric_transitive_closure, transitive_closure
+from .driver import LOCAL_BELOW, MAX_OUTPUT, evaluate_on_driver, fits, inputs_of
 from .frames import cut, schema, settle, union_all
 from .rules import evaluate_rule
 from .session import require_pyspark
@@ -77,10 +84,18 @@ class Materialisation(dict[RelationKey, "DataFrame"]):
     ``facts()`` yields exactly what ``Reasoner.facts()`` yields for the same program and facts.
     """
 
-    def __init__(self, space: TermSpace, frames: dict, reports: list[NodeReport]) -> None:
+    def __init__(
+        self,
+        space: TermSpace,
+        frames: dict,
+        reports: list[NodeReport],
+        local: dict[RelationKey, set[tuple]] | None = None,
+    ) -> None:
         super().__init__(frames)
         self.space = space
         self.reports = reports
+        # Relations whose facts are on the driver too (read without a Spark job).
+        self.local = {key: rows for key, rows in (local or {}).items() if key in frames}
 
     def facts(self, key: RelationKey | None = None) -> Iterator[tuple]:
         """Every fact (or those of one relation) as ``(predicate, *values)``, a class fact as
@@ -92,6 +107,10 @@ class Materialisation(dict[RelationKey, "DataFrame"]):
         from pyspark.sql import functions as F
 
         keys = sorted(self) if key is None else [k for k in [key] if k in self]
+        for relation in [k for k in keys if k in self.local]:
+            for row in self.local[relation]:
+                yield self.space.external(relation, row)
+        keys = [k for k in keys if k not in self.local]
         if not keys:
             return
         width = max(arity for _, arity in keys)
@@ -109,11 +128,15 @@ class Materialisation(dict[RelationKey, "DataFrame"]):
     def stream(self) -> Iterator[tuple]:
         """Like :meth:`facts`, one partition at a time (one Spark job per partition)."""
         for relation in sorted(self):
-            for row in self[relation].toLocalIterator():
+            rows = self.local.get(relation)
+            for row in self[relation].toLocalIterator() if rows is None else rows:
                 yield self.space.external(relation, tuple(row))
 
     def counts(self) -> dict[RelationKey, int]:
-        return {key: frame.count() for key, frame in sorted(self.items())}
+        return {
+            key: len(self.local[key]) if key in self.local else frame.count()
+            for key, frame in sorted(self.items())
+        }
 
     @property
     def runtime_errors(self) -> int:
@@ -128,25 +151,33 @@ def materialise(
     *,
     closures: bool = True,
     progress: Progress | None = None,
+    local_below: int = LOCAL_BELOW,
 ) -> Materialisation:
     """Materialise ``program`` (a Program, rule text, a rule file or Rule objects) over
     ``facts`` (fact tuples as ``Reasoner.add_facts`` takes them, or an RDF file).
 
     ``closures=False`` evaluates closure hyper-nodes seminaively, like the engine's
-    ``Reasoner(modules=False)``. Raises the engine's errors (ParseError, RuleError,
-    StratificationError) for a program the engine would refuse.
+    ``Reasoner(modules=False)``. A hyper-node that reads at most ``local_below`` facts is
+    evaluated on the driver by the engine (``driver.py``; 0: every hyper-node in Spark).
+    Raises the engine's errors (ParseError, RuleError, StratificationError) for a program the
+    engine would refuse.
     """
     require_pyspark()
     rules, parsed = checked_rules(program)
     space = TermSpace(spark)
     # The engine's encoding order: the program's own facts, then the given ones.
     encoded = space.encode_facts([*parsed.facts, *load_facts(facts)])
-    frames = {
-        key: spark.createDataFrame(sorted(rows), schema(key[1])) for key, rows in encoded.items()
-    }
     counts = {key: len(rows) for key, rows in encoded.items()}
     return materialise_frames(
-        spark, rules, space, frames, counts, closures=closures, progress=progress
+        spark,
+        rules,
+        space,
+        {},
+        counts,
+        closures=closures,
+        progress=progress,
+        local=encoded,
+        local_below=local_below,
     )
 
 
@@ -156,9 +187,11 @@ def materialise_facts(
     facts: FactSource = (),
     *,
     closures: bool = True,
+    local_below: int = LOCAL_BELOW,
 ) -> set[tuple]:
     """The materialisation as a set of fact tuples, the form of ``set(Reasoner.facts())``."""
-    return set(materialise(spark, program, facts, closures=closures).facts())
+    result = materialise(spark, program, facts, closures=closures, local_below=local_below)
+    return set(result.facts())
 
 
 def materialise_paths(
@@ -168,6 +201,7 @@ def materialise_paths(
     *,
     closures: bool = True,
     progress: Progress | None = None,
+    local_below: int = LOCAL_BELOW,
 ) -> Materialisation:
     """Like :func:`materialise`, with facts from files: RDF files (N-Triples, Turtle...),
     parsed on the driver, and fact directories written by ``storage.write_parquet``, whose
@@ -189,8 +223,10 @@ def materialise_paths(
         else:
             for key, rows in space.encode_facts(load_facts(path)).items():
                 encoded.setdefault(key, set()).update(rows)
+    local = {key: rows for key, rows in encoded.items() if key not in parts}
     for key, rows in encoded.items():
-        parts.setdefault(key, []).append(spark.createDataFrame(sorted(rows), schema(key[1])))
+        if key in parts:  # also in a fact directory: the union is made in Spark
+            parts[key].append(spark.createDataFrame(sorted(rows), schema(key[1])))
         counts[key] = counts.get(key, 0) + len(rows)
     frames = {}
     for key, pieces in parts.items():
@@ -198,7 +234,15 @@ def materialise_paths(
         if len(pieces) > 1:
             frames[key], counts[key] = settle(frames[key].distinct())
     return materialise_frames(
-        spark, rules, space, frames, counts, closures=closures, progress=progress
+        spark,
+        rules,
+        space,
+        frames,
+        counts,
+        closures=closures,
+        progress=progress,
+        local=local,
+        local_below=local_below,
     )
 
 
@@ -227,11 +271,17 @@ def materialise_frames(
     *,
     closures: bool = True,
     progress: Progress | None = None,
+    local: dict[RelationKey, set[tuple]] | None = None,
+    local_below: int = LOCAL_BELOW,
 ) -> Materialisation:
-    """The core: ``frames`` hold the explicit facts, already encoded with ``space``;
-    ``counts`` their sizes (used to leave empty relations out of the result)."""
+    """The core: the explicit facts, already encoded with ``space``, are in ``frames``
+    (DataFrames) or ``local`` (id tuples on the driver); ``counts`` their sizes (used to leave
+    empty relations out of the result and to choose where a hyper-node runs)."""
     graph = build_hyper_graph(rules)
     job = _Job(spark, space, dict(frames), closures, progress)
+    job.local = dict(local or {})
+    job.counts = counts
+    job.local_below = local_below
     reports = []
     # The engine's own order (a topological order of the HRDG, Algorithm 4): with the rule
     # constants and computed numbers encoded in the same order, a number computed as both 4
@@ -244,8 +294,8 @@ def materialise_frames(
         if progress:
             progress(report.describe(len(graph.nodes)))
     space.release()  # every relation is checkpointed: no UDF reads the dictionary again
-    kept = {key: frame for key, frame in job.frames.items() if counts.get(key, 0) > 0}
-    return Materialisation(space, kept, reports)
+    kept = {key: job.frame(key) for key in {*job.frames, *job.local} if counts.get(key, 0) > 0}
+    return Materialisation(space, kept, reports, job.local)
 
 
 class _Job:
@@ -265,15 +315,29 @@ class _Job:
         self.closures = closures
         self.progress = progress
         self.keep: list[DataFrame] = []  # cached intermediates of the current hyper-node
+        # Relations whose facts are (also) on the driver, and every relation's size.
+        self.local: dict[RelationKey, set[tuple]] = {}
+        self.counts: dict[RelationKey, int] = {}
+        self.local_below = LOCAL_BELOW
+        self.max_output = MAX_OUTPUT
 
     def frame(self, key: RelationKey) -> DataFrame:
+        """The relation as a DataFrame (made from the driver's copy the first time)."""
         found = self.frames.get(key)
         if found is None:
-            found = self.frames[key] = self.spark.createDataFrame([], schema(key[1]))
+            rows = sorted(self.local.get(key, ()))
+            found = self.frames[key] = self.spark.createDataFrame(rows, schema(key[1]))
         return found
 
     def run(self, index: int, node: HyperNode) -> NodeReport:
         started = time.perf_counter()
+        if self.on_driver(node):
+            sizes = {key: len(self.local[key]) for key in node.heads}
+            seconds = time.perf_counter() - started
+            return NodeReport(index, [r.id for r in node.rules], "driver", 1, seconds, sizes)
+        for key in node.heads:  # Spark's result replaces any copy on the driver
+            self.frame(key)
+            self.local.pop(key, None)
         pattern = detect_closure(node.rules) if self.closures else None
         if any(rule.aggregate() is not None for rule in node.rules):
             module, rounds = "aggregate", self.once(node)
@@ -294,6 +358,31 @@ class _Job:
         return NodeReport(
             index, [r.id for r in node.rules], module, rounds, time.perf_counter() - started, sizes
         )
+
+    def on_driver(self, node: HyperNode) -> bool:
+        """Evaluate the hyper-node with the engine on the driver if its inputs are small
+        (``driver.py``); False when it must run in Spark (large inputs, or an output that
+        would be too large)."""
+        inputs = inputs_of(node)
+        if not fits([self.counts.get(key, 0) for key in inputs], self.local_below):
+            return False
+        for key in inputs:  # small relations computed in Spark come to the driver
+            if key not in self.local and key in self.frames:
+                self.local[key] = {tuple(row) for row in self.frames[key].collect()}
+        facts = {key: self.local.get(key, set()) for key in inputs}
+        done = evaluate_on_driver(
+            node, self.space, facts, closures=self.closures, max_output=self.max_output
+        )
+        if done is None:
+            return False
+        heads, errors = done
+        if errors:
+            self.space.errors.add(errors)
+        for key, rows in heads.items():
+            self.local[key] = rows
+            self.counts[key] = len(rows)
+            self.frames.pop(key, None)  # made again from the driver's copy when needed
+        return True
 
     def finish(self, node: HyperNode, sizes: dict[RelationKey, int]) -> None:
         """Checkpoint and count the node's relations; release its cached intermediates."""

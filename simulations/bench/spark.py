@@ -160,13 +160,19 @@ def run_engine(case: Case, timeout: float) -> tuple[Reasoner, float]:
     return holder[0], elapsed
 
 
-def run_spark(spark: SparkSession, case: Case, timeout: float) -> tuple[Any, dict, float]:
+def run_spark(
+    spark: SparkSession, case: Case, timeout: float, local_below: int = 0
+) -> tuple[Any, dict, float]:
+    """The job on ``case``; ``local_below=0`` (the series' setting): every hyper-node in Spark
+    jobs, since the series measure Spark's evaluation itself, not the driver-side path."""
     from cloud.spark.materialise import materialise
 
     out: dict[str, Any] = {}
 
     def job() -> None:
-        out["result"] = result = materialise(spark, case.program, case.facts)
+        out["result"] = result = materialise(
+            spark, case.program, case.facts, local_below=local_below
+        )
         out["counts"] = result.counts()
 
     with job_deadline(spark, timeout) as expired:
@@ -343,7 +349,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shuffle-partitions", type=int, default=8, help="as zodiac-cloud's")
     parser.add_argument("--driver-memory", default="8g", help="spark.driver.memory (local mode)")
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
+    parser.add_argument(
+        "--no-fixed-cost",
+        action="store_true",
+        help="skip the fixed-cost table (RS2 DS2(10) and a 30-turbine farm, with and without "
+        "the driver-side path)",
+    )
+    parser.add_argument(
+        "--cores-width",
+        type=int,
+        default=None,
+        help="DS2 width of the 1-vs-2-core speed-up (default 800, --quick 20; 0 skips it; "
+        "not run on a caller's session)",
+    )
     args = parser.parse_args(argv)
+    if args.cores_width is None:
+        args.cores_width = 20 if args.quick else 800
     widths = args.widths if args.widths is not None else QUICK_WIDTHS if args.quick else WIDTHS
     sizes = args.ds1 if args.ds1 is not None else QUICK_DS1_SIZES if args.quick else DS1_SIZES
 
@@ -384,7 +405,80 @@ def main(argv: list[str] | None = None) -> int:
             spark.stop()
     print(setting)
     print_table(rows)
+    if not args.no_fixed_cost:
+        session = spark_or_new(running, args)
+        try:
+            print_fixed_cost(session, startup, args.timeout)
+        finally:
+            if running is None:
+                session.stop()
+    if args.cores_width and running is None:
+        print_core_speedup(args, args.cores_width)
     return 0
+
+
+def spark_or_new(running, args) -> SparkSession:
+    from cloud.spark.session import local_session
+
+    return running or local_session(
+        args.master,
+        app_name="zodiac-bench-spark",
+        shuffle_partitions=args.shuffle_partitions,
+        extra={"spark.driver.memory": args.driver_memory},
+    )
+
+
+def fixed_cost_cases() -> list[Case]:
+    from simulations.windfarm.cloud import FARM_PROGRAM
+    from simulations.windfarm.farm import Farm
+
+    farm = Farm.grid(30).layout_facts()
+    return [rs2_case(10), Case("farm", "30 turbines", FARM_PROGRAM.read_text(), farm)]
+
+
+def print_fixed_cost(spark: SparkSession, startup: float, timeout: float) -> None:
+    """The job as zodiac-cloud runs it (small hyper-nodes on the driver) and with every
+    hyper-node in Spark, on the small inputs of one farm, against the session's start-up."""
+    from cloud.spark.driver import LOCAL_BELOW
+
+    print(f"\nFixed cost (session start-up {startup:.1f} s; best of 2 each):")
+    print(
+        f"{'case':<22} {'default s':>10} {'x start-up':>11} {'all Spark s':>12} {'x start-up':>11}"
+    )
+    for case in fixed_cost_cases():
+        times = []
+        for local_below in (LOCAL_BELOW, 0):
+            times.append(min(run_spark(spark, case, timeout, local_below)[2] for _ in range(2)))
+        print(
+            f"{case.name:<22} {times[0]:>10.2f} {times[0] / startup:>11.2f} "
+            f"{times[1]:>12.2f} {times[1] / startup:>11.2f}",
+            flush=True,
+        )
+
+
+def print_core_speedup(args, width: int) -> None:
+    """RS2 over DS2(width), every hyper-node in Spark, with one and with two executor cores
+    (local[1], local[2]: a new session each), and the speed-up."""
+    from cloud.spark.session import local_session
+
+    case, seconds = rs2_case(width), {}
+    for cores in (1, 2):
+        spark = local_session(
+            f"local[{cores}]",
+            app_name="zodiac-bench-spark-cores",
+            shuffle_partitions=args.shuffle_partitions,
+            extra={"spark.driver.memory": args.driver_memory},
+        )
+        try:
+            run_spark(spark, rs2_case(5), args.timeout)  # warm-up, untimed
+            seconds[cores] = run_spark(spark, case, args.timeout)[2]
+        finally:
+            spark.stop()
+        progress(f"{case.name} on local[{cores}]: {seconds[cores]:.1f} s")
+    print(
+        f"\nCores: {case.name}, every hyper-node in Spark: 1 core {seconds[1]:.1f} s, "
+        f"2 cores {seconds[2]:.1f} s, speed-up {seconds[1] / seconds[2]:.2f}x"
+    )
 
 
 if __name__ == "__main__":
