@@ -130,3 +130,13 @@ def test_a_bad_bundle_ttl_is_a_usage_error(tmp_path, capsys, ttl):
     with pytest.raises(SystemExit) as exit_:
         main(["publish", *publisher_args(tmp_path), "--devices", "t1", "--bundle-ttl", ttl])
     assert exit_.value.code == 2 and "--bundle-ttl" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "1.5"])
+def test_a_bad_local_below_is_a_usage_error(tmp_path, capsys, value):
+    write(tmp_path, {"r.rules": RULES})
+    argv = ["materialise", "--rules", str(tmp_path / "r.rules"), "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--local-below", value])
+    assert exit_.value.code == 2 and "--local-below" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -185,6 +185,8 @@ USAGE = [  # argparse errors: exit 2 and a usage line
     ["--max-memory-mb", "0", "materialise", "r.rules"],
     ["materialise"],
     ["explain", "r.rules"],
+    ["explain", "r.rules", "--fact", "<q>(<a>)", "--max-depth", "0"],
+    ["explain", "r.rules", "--fact", "<q>(<a>)", "--max-depth", "deep"],
     ["frobnicate"],
 ]
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from agent.engine import Derivation, Reasoner
 from agent.engine.language import Atom, Program, Rule
+from simulations.bench.explain import ROADS, ROADS_LINEAR, road_chain
 from tests.reference import finish, from_external, ground, match, same, to_external
 from tests.strategies import closure_pools, incremental_programs, pool_facts, program_and_facts
 
@@ -109,25 +110,10 @@ def test_proofs_stay_right_after_insertions_and_deletions(pool: Program, data):
     explain_all(reasoner)
 
 
-ROADS_NONLINEAR = """
-c1: <connected>(X, Y) :- <road>(X, Y) .
-c2: <connected>(X, Y) :- <connected>(Y, X) .
-c3: <connected>(X, Z) :- <connected>(X, Y) and <connected>(Y, Z) .
-"""
-ROADS_LINEAR = """
-c1: <reach>(X, Y) :- <road>(X, Y) .
-c2: <reach>(X, Z) :- <reach>(X, Y) and <road>(Y, Z) .
-"""
-
-
-def road_chain(n: int) -> list[tuple]:
-    return [("road", f"city{i}", f"city{i + 1}") for i in range(n)]
-
-
 @pytest.mark.parametrize("n", [1, 2, 7, 50, 300])
 def test_a_closure_fact_is_proved_along_a_shortest_path_split_in_halves(n: int):
     reasoner = Reasoner()
-    reasoner.add_rules(ROADS_NONLINEAR)
+    reasoner.add_rules(ROADS)
     reasoner.add_facts(road_chain(n))
     # city_n back to city0: n edges read backwards (c2), joined by c3 in ceil(log2 n) levels
     tree = reasoner.explain(("connected", f"city{n}", "city0"))
@@ -177,7 +163,7 @@ def test_explaining_a_closure_fact_of_a_large_relation_is_immediate():
     """Not a timing test: the budget of rule-body steps is what fails if the search is
     exponential (it was, for a transitive relation over a 50-road chain)."""
     reasoner = Reasoner()
-    reasoner.add_rules(ROADS_NONLINEAR)
+    reasoner.add_rules(ROADS)
     reasoner.add_facts(road_chain(2000))
     tree = reasoner.explain(("connected", "city17", "city1990"))
     assert tree.height == 1 + math.ceil(math.log2(1973))  # forward: c1, then joins

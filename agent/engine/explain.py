@@ -45,7 +45,7 @@ from .language import (
     Rule,
     Variable,
 )
-from .modules.patterns import detect_closure, symmetric_shape, transitive_shape
+from .modules.patterns import ClosurePattern, detect_closure, symmetric_shape, transitive_shape
 from .planner import BindStep, FilterStep, NegationStep, Plan, ScanStep, plan_rule
 from .store import Relation, RelationKey
 from .values import EVAL_ERRORS
@@ -162,6 +162,7 @@ class _Explainer:
         self.proved: dict[Fact, Derivation] = {}
         self.steps = 0
         self.plans: dict[tuple[Rule, frozenset[Variable]], Plan] = {}
+        self.closures: dict[str, ClosurePattern | None] = {}  # hyper-node name -> its shape
 
     # ------------------------------------------------------------------ dispatch
     def prove(self, key: RelationKey, args: tuple[int, ...]) -> Derivation:
@@ -193,7 +194,9 @@ class _Explainer:
             aggregate = rule.aggregate()
             if aggregate is not None:
                 return self.aggregate_proof(rule, aggregate, key, args)
-        closure = detect_closure(node.rules)
+        if node.name not in self.closures:
+            self.closures[node.name] = detect_closure(node.rules)
+        closure = self.closures[node.name]
         if closure is not None and closure.relation == key:
             found = self.closure_proof(node, key, args)
             if found is not None:
@@ -209,15 +212,23 @@ class _Explainer:
 
     # ------------------------------------------------------------------ rule instances
     def instance_proof(
-        self, rule: Rule, key: RelationKey, args: tuple[int, ...], binding: dict[Variable, int]
+        self,
+        rule: Rule,
+        key: RelationKey,
+        args: tuple[int, ...],
+        binding: dict[Variable, int],
+        premises: list[Fact] | None = None,
     ) -> Derivation:
-        premises = [self.prove(*premise) for premise in self.premises_of(rule, binding)]
+        """The rule instance's tree; ``premises`` are its positive premises if known."""
+        if premises is None:
+            premises = self.premises_of(rule, binding)
+        proofs = [self.prove(*premise) for premise in premises]
         absent = [
             self.describe_negated(item.atom, binding)
             for item in rule.body
             if isinstance(item, Negation)
         ]
-        return Derivation(self.view.external(key, args), rule.id, premises, absent)
+        return Derivation(self.view.external(key, args), rule.id, proofs, absent)
 
     def premises_of(self, rule: Rule, binding: dict[Variable, int]) -> list[Fact]:
         return [
@@ -348,7 +359,7 @@ class _Explainer:
         for fact in order:
             instance = chosen[fact]
             self.proved[fact] = self.instance_proof(
-                instance.rule, fact[0], fact[1], instance.binding
+                instance.rule, fact[0], fact[1], instance.binding, instance.premises
             )
         return self.proved[goal]
 

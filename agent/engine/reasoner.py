@@ -77,15 +77,19 @@ class Reasoner:
         progress: ProgressCallback | None = None,
         budget: Budget | None = None,
         costs: CostPolicy = DEFAULT_COSTS,
+        terms: TermDictionary | None = None,
     ) -> None:
         """``modules=False`` evaluates every hyper-node with plain seminaive evaluation
         instead of the specialised closure modules (for comparison, and as a safety switch).
         ``budget`` limits every update (derived facts held, memory, wall time; see budget.py):
-        an update over budget raises BudgetExceeded and leaves the reasoner as it was."""
+        an update over budget raises BudgetExceeded and leaves the reasoner as it was (its
+        facts and rules; terms it encoded stay in the dictionary, which only grows).
+        ``terms`` shares a caller's term dictionary instead of a new one: the cloud job
+        evaluates small strata with the engine on its own term ids (cloud/spark/driver.py)."""
         self.use_modules = modules
         self.budget = budget
         self.costs = costs  # the recompute thresholds of maintenance (costs.py)
-        self.terms = TermDictionary()
+        self.terms = terms if terms is not None else TermDictionary()
         self.edb = DataStore("edb")
         # Rules by name (label, or content key for an unlabelled rule): what users add and
         # delete. Several names may denote one rule (the same content under two labels).
@@ -106,14 +110,15 @@ class Reasoner:
     def restore(
         cls,
         *,
-        terms: list[Value],
+        terms: list[Value] | TermDictionary,
         rules: list[Rule],
         edb: dict[RelationKey, set],
         nodes: dict[frozenset[str], tuple[str, dict[RelationKey, set]]],
         modules: bool = True,
         progress: ProgressCallback | None = None,
     ) -> Reasoner:
-        """A reasoner from a saved state, without recomputing: ``terms`` in id order, the rules
+        """A reasoner from a saved state, without recomputing: ``terms`` in id order (or a
+        dictionary to share, see ``__init__``), the rules
         (each named by its ``id``), the explicit facts and, per hyper-node (keyed by its rules'
         content keys), its name and IDB.
 
@@ -121,8 +126,11 @@ class Reasoner:
         state saved by a different engine version, say), everything is recomputed from the
         rules and explicit facts instead, and ``stats()["restored"]`` says so. Modules rebuild
         auxiliary state (closure adjacency, aggregate groups) on the first change they see."""
-        reasoner = cls(modules=modules, progress=progress)
-        reasoner.terms.load(terms)
+        if isinstance(terms, TermDictionary):  # the caller's, shared (see __init__)
+            reasoner = cls(modules=modules, progress=progress, terms=terms)
+        else:
+            reasoner = cls(modules=modules, progress=progress)
+            reasoner.terms.load(terms)
         for key, facts in edb.items():
             reasoner.edb.relation(key).add_all(facts)
         program = by_key(rules)

@@ -278,9 +278,7 @@ def materialise_frames(
     (DataFrames) or ``local`` (id tuples on the driver); ``counts`` their sizes (used to leave
     empty relations out of the result and to choose where a hyper-node runs)."""
     graph = build_hyper_graph(rules)
-    job = _Job(spark, space, dict(frames), closures, progress)
-    job.local = dict(local or {})
-    job.counts = counts
+    job = _Job(spark, space, dict(frames), dict(local or {}), counts, closures, progress)
     job.local_below = local_below
     reports = []
     # The engine's own order (a topological order of the HRDG, Algorithm 4): with the rule
@@ -306,18 +304,21 @@ class _Job:
         spark: SparkSession,
         space: TermSpace,
         frames: dict[RelationKey, DataFrame],
+        local: dict[RelationKey, set[tuple]],
+        counts: dict[RelationKey, int],
         closures: bool,
         progress: Progress | None,
     ) -> None:
         self.spark = spark
         self.space = space
         self.frames = frames
+        # Relations whose facts are (also) on the driver, and every relation's size (updated
+        # as hyper-nodes run: it decides where the next one runs).
+        self.local = local
+        self.counts = counts
         self.closures = closures
         self.progress = progress
         self.keep: list[DataFrame] = []  # cached intermediates of the current hyper-node
-        # Relations whose facts are (also) on the driver, and every relation's size.
-        self.local: dict[RelationKey, set[tuple]] = {}
-        self.counts: dict[RelationKey, int] = {}
         self.local_below = LOCAL_BELOW
         self.max_output = MAX_OUTPUT
 

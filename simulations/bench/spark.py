@@ -368,19 +368,14 @@ def main(argv: list[str] | None = None) -> int:
     widths = args.widths if args.widths is not None else QUICK_WIDTHS if args.quick else WIDTHS
     sizes = args.ds1 if args.ds1 is not None else QUICK_DS1_SIZES if args.quick else DS1_SIZES
 
-    from cloud.spark.session import local_session, require_pyspark
+    from cloud.spark.session import require_pyspark
 
     require_pyspark()
     from pyspark.sql import SparkSession
 
     running = SparkSession.getActiveSession()  # a caller's session (a test's) is reused
     started = time.perf_counter()
-    spark = running or local_session(
-        args.master,
-        app_name="zodiac-bench-spark",
-        shuffle_partitions=args.shuffle_partitions,
-        extra={"spark.driver.memory": args.driver_memory},
-    )
+    spark = spark_or_new(running, args)
     spark.range(1).count()
     startup = time.perf_counter() - started
     setting = (
