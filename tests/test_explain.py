@@ -167,3 +167,35 @@ def test_explaining_a_closure_fact_of_a_large_relation_is_immediate():
     reasoner.add_facts(road_chain(2000))
     tree = reasoner.explain(("connected", "city17", "city1990"))
     assert tree.height == 1 + math.ceil(math.log2(1973))  # forward: c1, then joins
+
+
+def test_a_rule_replaced_under_its_label_explains_with_the_new_body():
+    """Bundles replace a rule by deleting its label and adding a new body under it in one
+    update: the proof must use the new body, named by the label."""
+    reasoner = Reasoner()
+    reasoner.add_rules(ROADS_LINEAR)
+    reasoner.add_facts(road_chain(6))
+    reasoner.update(
+        delete_rules=["c2"],
+        add_rules="c2: <reach>(X, Z) :- <road>(X, Y) and <reach>(Y, Z) .",
+    )
+    tree = reasoner.explain(("reach", "city0", "city6"))
+    check_proof(reasoner, tree)
+    assert tree.rule == "c2" and tree.height == 6
+    assert [p.fact[0] for p in tree.premises] == ["road", "reach"]  # the new body's order
+
+
+def test_a_state_restored_from_sqlite_explains_like_the_one_saved(tmp_path):
+    """The agent's state comes back from its SQLite file without recomputing (closure modules
+    adopt the saved facts): its proofs are as short as before the restart."""
+    from agent.persistence import AgentState
+
+    path = tmp_path / "agent.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=ROADS, add_facts=road_chain(40))
+        before = state.reasoner.explain(("connected", "city40", "city0"))
+    with AgentState(path) as state:
+        assert state.load_report.how == "loaded"
+        after = state.reasoner.explain(("connected", "city40", "city0"))
+        check_proof(state.reasoner, after)
+    assert (after.height, after.size) == (before.height, before.size) == (8, 159)
