@@ -9,6 +9,10 @@ output, is stored likewise: `Relation.adopt_subjects`). The ratio ``materialise 
 the figure to watch: absolute times on shared machines are noisy, ratios measured in one run
 much less so.
 
+Then, per case, the memory the materialisation takes (simulations/bench/memory.py): peak and
+retained Python allocations, resident-set growth, and both per stored fact (facts counted once
+per store holding them, as ``Reasoner.count`` does).
+
 Default cases: RS1 on DS1(50..400), RS2 and RS3 on DS2(50, 100, 200) (DS2(200) is the paper's
 ~800-turbine data set). The best of ``--repeat`` runs is reported.
 """
@@ -25,6 +29,7 @@ from pathlib import Path
 from agent.engine import Reasoner
 from agent.engine.store import DataStore, by_subject
 from simulations.bench.datasets import ds1, ds2
+from simulations.bench.memory import footprint, megabytes
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
@@ -100,20 +105,54 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case, best reported")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory table")
     args = parser.parse_args(argv)
+    chosen = cases(args.quick)
     header = (
         f"{'rules':<10} {'data':<9} {'facts':>9} {'materialise s':>14} {'store s':>9} {'ratio':>7}"
     )
     print(header)
     print("-" * len(header))
-    for rule_file, data_name, facts in cases(args.quick):
+    for rule_file, data_name, facts in chosen:
         result = run_case(rule_file, data_name, facts, args.repeat)
         print(
             f"{result.rules:<10} {result.data:<9} {result.facts:>9} {result.materialise:>14.3f} "
             f"{result.store:>9.3f} {result.ratio:>7.1f}",
             flush=True,
         )
+    if not args.no_memory:
+        print()
+        print_memory(chosen)
     return 0
+
+
+def print_memory(chosen: list[tuple[str, str, list]]) -> None:
+    header = (
+        f"{'rules':<10} {'data':<9} {'facts':>9} {'traced peak MB':>15} {'kept MB':>8} "
+        f"{'kept B/fact':>12} {'RSS MB':>7} {'RSS B/fact':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    for rule_file, data_name, facts in chosen:
+        used = footprint(lambda rules=rule_file, data=facts: _materialised(rules, data), _count)
+        print(
+            f"{rule_file:<10} {data_name:<9} {used.facts:>9} {megabytes(used.traced_peak):>15} "
+            f"{megabytes(used.traced_kept):>8} {used.per_fact(used.traced_kept):>12.0f} "
+            f"{megabytes(used.rss):>7} {used.per_fact(used.rss):>11.0f}",
+            flush=True,
+        )
+
+
+def _materialised(rule_file: str, facts: list) -> Reasoner:
+    reasoner = Reasoner()
+    reasoner.add_facts(facts)
+    reasoner.add_rules(RULES / rule_file)
+    return reasoner
+
+
+def _count(reasoner: object) -> int:
+    assert isinstance(reasoner, Reasoner)
+    return reasoner.count()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,93 @@
+"""The benchmarks' one memory gauge: what building a materialisation costs in memory.
+
+Two figures, because neither alone tells the truth:
+
+* **traced**: the peak and the retained size of Python allocations (``tracemalloc``) while the
+  action runs. It sees every Python object, but not memory a C extension takes from ``malloc``
+  itself (pyroaring's bitmaps, SQLite's page cache): a store kept in such structures would look
+  free.
+* **RSS**: the growth of the process's resident set over the action, which sees everything but
+  also counts freed memory the allocator keeps for later.
+
+Each measurement runs in a forked child, so an earlier case's freed-but-kept memory does not
+hide a later case's growth, and tracing (which slows allocation down) never touches a timing.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass(frozen=True)
+class Footprint:
+    facts: int
+    traced_peak: int  # bytes
+    traced_kept: int  # bytes still allocated when the action returned, result alive
+    rss: int  # bytes of resident-set growth, result alive
+
+    def per_fact(self, size: int) -> float:
+        return size / self.facts if self.facts else float("nan")
+
+
+def resident() -> int:
+    """The process's resident set size in bytes (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+def footprint(build: Callable[[], object], count: Callable[[object], int]) -> Footprint:
+    """Memory taken by ``build()`` (and held by what it returns), ``count(result)`` facts.
+
+    Two forked children: one for RSS, untraced, one under tracemalloc."""
+    rss, facts = _in_child(_rss_of, build, count)
+    peak, kept = _in_child(_traced_of, build, count)
+    return Footprint(facts=facts, traced_peak=peak, traced_kept=kept, rss=rss)
+
+
+def _rss_of(build, count) -> tuple[int, int]:
+    gc.collect()
+    before = resident()
+    result = build()
+    gc.collect()
+    return resident() - before, count(result)
+
+
+def _traced_of(build, count) -> tuple[int, int]:
+    gc.collect()
+    tracemalloc.start()
+    result = build()
+    gc.collect()
+    kept, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del result
+    return peak, kept
+
+
+def _in_child(measure, build, count) -> tuple[int, int]:
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+
+    def child() -> None:
+        sender.send(measure(build, count))
+        sender.close()
+
+    process = context.Process(target=child)
+    process.start()
+    sender.close()
+    try:
+        found = receiver.recv()
+    except EOFError:
+        raise RuntimeError("the memory measurement's child process died") from None
+    process.join()
+    return found
+
+
+def megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f}"
