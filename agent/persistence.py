@@ -17,12 +17,20 @@ content key (``Rule.key``); hyper-nodes by the content keys of their rules. Repl
 rule's body therefore deletes one row and inserts another in the change's transaction, and a
 hyper-node is never matched to the rules of another body under the same labels.
 
-Layout choices, for load speed: a fact is stored as integer columns ``a0, a1, a2`` (−1 when
-absent) plus ``rest`` (the ids of columns 3 and up, comma-separated, almost always empty), so
-loading a binary relation is one ``SELECT a0, a1`` whose rows already are the engine's tuples.
+Layout choices, for load speed: an explicit fact is stored as integer columns ``a0, a1, a2``
+(−1 when absent) plus ``rest`` (the ids of columns 3 and up, comma-separated, almost always
+empty), so loading a binary relation is one ``SELECT a0, a1`` whose rows already are the
+engine's tuples. Derived facts, which outnumber explicit ones by far, are stored by **prefix**:
+one row per hyper-node, relation and value of every column but the last (for a binary relation:
+per subject), packed in the same ``a0, a1, a2, rest`` columns, holding the last column's ids
+as a compressed bitmap (pyroaring's ``BitMap``, in the portable Roaring format) with its size
+and largest id (``size``, ``high``: counts and integrity checks without reading the bitmaps).
+A binary relation is then read back as the engine's subject -> objects sets directly (see
+``Relation.adopt_subjects``), and the file is a fraction of a row per fact (docs/storage.md).
 Hyper-nodes get a row each, keyed by a number that follows the in-memory IDB store (a kept or
-reduced hyper-node keeps its rows and receives only differences; a new, split or recomputed one
-is written in full; a dropped one is deleted).
+reduced hyper-node keeps its rows and receives only differences, applied to the bitmaps of the
+prefixes they touch; a new, split or recomputed one is written in full; a dropped one is
+deleted).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlite_utils
+from pyroaring import BitMap
 
 from agent.claims import ClaimChange, RuleClaims, plan_change
 from agent.engine.budget import Budget
@@ -44,10 +53,10 @@ from agent.engine.errors import ZodiacError
 from agent.engine.language import Literal, Program, Rule, Value, atom_fact
 from agent.engine.parser import parse_program
 from agent.engine.reasoner import Reasoner
-from agent.engine.store import RelationKey
+from agent.engine.store import SUBJECT, Relation, RelationKey, SavedFacts, by_subject
 
 FORMAT = "zodiac-edge agent state"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 EXPECTED_TABLES = {
     "meta",
@@ -96,8 +105,9 @@ CREATE TABLE requests (
 CREATE TABLE derived (
     node INTEGER NOT NULL, rel INTEGER NOT NULL, a0 INTEGER NOT NULL, a1 INTEGER NOT NULL,
     a2 INTEGER NOT NULL, rest TEXT NOT NULL,
+    size INTEGER NOT NULL, high INTEGER NOT NULL, objects BLOB NOT NULL,
     PRIMARY KEY (node, rel, a0, a1, a2, rest)
-) WITHOUT ROWID;
+) WITHOUT ROWID;  -- one row per (hyper-node, relation, prefix): see "Layout choices" above
 """
 
 
@@ -231,10 +241,10 @@ class AgentState:
         ).fetchone()
         if bad_floats:
             problems.append(f"term {bad_floats[0]} is a float whose value is not a number")
-        for table in ("facts", "derived"):
+        for table, more in (("facts", ""), ("derived", " OR high >= ?1 OR high < 0")):
             dangling = conn.execute(
                 f"SELECT count(*) FROM {table} WHERE a0 >= ?1 OR a1 >= ?1 OR a2 >= ?1 "
-                "OR a0 < -1 OR a1 < -1 OR a2 < -1 OR rel NOT IN (SELECT id FROM relations)",
+                "OR a0 < -1 OR a1 < -1 OR a2 < -1 OR rel NOT IN (SELECT id FROM relations)" + more,
                 (count,),
             ).fetchone()[0]
             if dangling:
@@ -330,18 +340,11 @@ class AgentState:
             rule = rules.get(name) or _parse_rule(name, text)
             rules.setdefault(name, rule)
             self._rule_claims.setdefault(name, {})[stream] = rule.key
-        stored_nodes: dict[frozenset[str], tuple[str, dict[RelationKey, set]]] = {}
+        stored_nodes: dict[frozenset[str], tuple[str, dict[RelationKey, SavedFacts]]] = {}
         row_of: dict[frozenset[str], int] = {}
         for node_id, name, rule_keys in conn.execute("SELECT id, name, rules FROM nodes"):
             keys = frozenset(json.loads(rule_keys))
-            facts: dict[RelationKey, set] = {}
-            for (rid,) in conn.execute(
-                "SELECT DISTINCT rel FROM derived WHERE node = ?", (node_id,)
-            ).fetchall():
-                key = relations[rid]
-                facts[key] = _load_rows(
-                    conn, "derived", "node = ? AND rel = ?", (node_id, rid), key[1]
-                )
+            facts = _load_derived(conn, node_id, relations, len(terms))
             stored_nodes[keys] = (name, facts)
             row_of[keys] = node_id
         self.reasoner = Reasoner.restore(
@@ -416,13 +419,16 @@ class AgentState:
     def summary(self) -> dict:
         """Counts straight from the file, without loading the reasoner (for health checks)."""
         one = self.conn.execute
+        columns = {row[1] for row in one("PRAGMA table_info(derived)")}
+        # (a file of schema version 3 or older, not migrated by a health check: a row per fact)
+        counted = "COALESCE(SUM(size), 0)" if "size" in columns else "COUNT(*)"
         last_error = self.get_meta("last_error")
         return {
             "database": str(self.path),
             "applied": self.applied_versions(),
             "rules": one("SELECT COUNT(*) FROM rules").fetchone()[0],
             "explicit_facts": one("SELECT COUNT(*) FROM facts").fetchone()[0],
-            "derived_rows": one("SELECT COUNT(*) FROM derived").fetchone()[0],
+            "derived_facts": one(f"SELECT {counted} FROM derived").fetchone()[0],
             "hyper_nodes": one("SELECT COUNT(*) FROM nodes").fetchone()[0],
             "open_requests": one(
                 "SELECT COUNT(*) FROM requests WHERE status NOT IN ('resolved', 'cleared')"
@@ -627,8 +633,7 @@ class AgentState:
                     (node.name, rules, module, row),
                 )
                 if entry is not None:
-                    self._write_derived(row, entry.changes.removed, delete=True)
-                    self._write_derived(row, entry.changes.added, delete=False)
+                    self._update_derived(row, entry.changes.removed, entry.changes.added)
                 kept[node.name] = row
                 continue
             cursor = self.conn.execute(
@@ -636,29 +641,67 @@ class AgentState:
                 (node.name, rules, module),
             )
             row = kept[node.name] = int(cursor.lastrowid)  # type: ignore[arg-type]
-            everything = {key: rel.tuples for key, rel in node.store.relations.items() if len(rel)}
-            self._write_derived(row, everything, delete=False)
+            self._write_derived(row, node.store.relations)
         for gone in set(rows.values()) - set(kept.values()):
             self.conn.execute("DELETE FROM derived WHERE node = ?", (gone,))
             self.conn.execute("DELETE FROM nodes WHERE id = ?", (gone,))
         self._node_rows = kept
 
-    def _write_derived(self, row: int, facts: dict[RelationKey, set], *, delete: bool) -> None:
-        for key, rows in facts.items():
-            if not rows:
-                continue
-            rid = self._rel_id(key)
-            if delete:
-                self.conn.executemany(
-                    "DELETE FROM derived WHERE node = ? AND rel = ? AND a0 = ? AND a1 = ? "
-                    "AND a2 = ? AND rest = ?",
-                    ((row, rid, *_pack(args)) for args in rows),
+    def _write_derived(self, row: int, relations: dict[RelationKey, Relation]) -> None:
+        """A hyper-node's derived facts in full: one row per prefix (module docstring)."""
+        self.conn.executemany(
+            "INSERT INTO derived (node, rel, a0, a1, a2, rest, size, high, objects) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                _derived_row(row, self._rel_id(key), prefix, BitMap(objects))
+                for key, relation in relations.items()
+                if len(relation)
+                for prefix, objects in _by_prefix(relation)
+            ),
+        )
+
+    def _update_derived(
+        self, row: int, removed: dict[RelationKey, set], added: dict[RelationKey, set]
+    ) -> None:
+        """A kept hyper-node's net changes, applied to the bitmaps of the prefixes they touch
+        (read, changed, written back; a bitmap left empty is deleted). The changes must be net:
+        a removed fact saved, an added one not; anything else means the journal and the file
+        disagree, and is raised as an integrity error (``apply`` then reloads from the file)."""
+        touched: dict[tuple[int, tuple[int, ...]], tuple[BitMap, BitMap]] = {}
+        for side, changes in enumerate((removed, added)):
+            for key, facts in changes.items():
+                if not facts:
+                    continue
+                rid = self._rel_id(key)
+                for fact in facts:
+                    found = touched.get((rid, fact[:-1]))
+                    if found is None:
+                        found = touched[(rid, fact[:-1])] = (BitMap(), BitMap())
+                    found[side].add(fact[-1])
+        where = "node = ? AND rel = ? AND a0 = ? AND a1 = ? AND a2 = ? AND rest = ?"
+        for (rid, prefix), (gone, new) in touched.items():
+            packed = _pack_prefix(prefix)
+            saved = self.conn.execute(
+                f"SELECT objects FROM derived WHERE {where}", (row, rid, *packed)
+            ).fetchone()
+            objects = BitMap.deserialize(saved[0]) if saved else BitMap()
+            if not gone.issubset(objects) or new.intersect(objects - gone):
+                raise sqlite3.IntegrityError(
+                    f"hyper-node row {row}, relation {rid}, prefix {prefix}: the saved facts "
+                    "do not match the change being written"
                 )
-            else:
-                self.conn.executemany(
-                    "INSERT INTO derived (node, rel, a0, a1, a2, rest) VALUES (?, ?, ?, ?, ?, ?)",
-                    ((row, rid, *_pack(args)) for args in rows),
+            objects -= gone
+            objects |= new
+            if objects:
+                self.conn.execute(
+                    "INSERT INTO derived (node, rel, a0, a1, a2, rest, size, high, objects) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node, rel, a0, a1, a2, rest) "
+                    "DO UPDATE SET size = excluded.size, high = excluded.high, "
+                    "objects = excluded.objects",
+                    _derived_row(row, rid, prefix, objects),
                 )
+            elif saved:
+                self.conn.execute(f"DELETE FROM derived WHERE {where}", (row, rid, *packed))
 
 
 # ---------------------------------------------------------------------- encoding helpers
@@ -744,6 +787,63 @@ def _unpack(arity: int, a0: int, a1: int, a2: int, rest: str) -> tuple[int, ...]
     if arity <= 3:
         return head
     return head + tuple(int(x) for x in rest.split(","))
+
+
+def _pack_prefix(prefix: tuple[int, ...]) -> tuple[int, int, int, str]:
+    """A derived row's prefix (every column but the last) in the ``a0, a1, a2, rest`` columns."""
+    return _pack(prefix) if prefix else (-1, -1, -1, "")
+
+
+def _derived_row(node: int, rid: int, prefix: tuple[int, ...], objects: BitMap) -> tuple:
+    objects.run_optimize()  # runs of consecutive ids (a sensor's readings) as ranges
+    return (node, rid, *_pack_prefix(prefix), len(objects), objects.max(), objects.serialize())
+
+
+def _by_prefix(relation: Relation) -> Iterable[tuple[tuple[int, ...], Iterable[int]]]:
+    """A relation's facts grouped by every column but the last: (prefix, last-column ids).
+    A binary relation's index on its subject, where the engine keeps one, is that grouping."""
+    if relation.arity == 2:
+        subjects = relation.existing_index(SUBJECT)
+        if subjects is None:
+            subjects = by_subject(relation.tuples)
+        return (((subject,), objects) for subject, objects in subjects.items())
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for fact in relation.tuples:
+        found = groups.get(fact[:-1])
+        if found is None:
+            groups[fact[:-1]] = [fact[-1]]
+        else:
+            found.append(fact[-1])
+    return groups.items()
+
+
+def _load_derived(
+    conn: sqlite3.Connection, node: int, relations: dict[int, RelationKey], term_count: int
+) -> dict[RelationKey, SavedFacts]:
+    """One hyper-node's derived facts: a binary relation as subject -> set of objects (which
+    the engine adopts as its storage, ``Relation.adopt_subjects``), any other as a set of
+    tuples. A row whose bitmap does not match its size and largest id, or names a term that
+    does not exist, raises ValueError (a damaged state)."""
+    found: dict[RelationKey, SavedFacts] = {}
+    for rid, a0, a1, a2, rest, size, high, blob in conn.execute(
+        "SELECT rel, a0, a1, a2, rest, size, high, objects FROM derived WHERE node = ?", (node,)
+    ):
+        key = relations[rid]
+        objects = BitMap.deserialize(blob)
+        if len(objects) != size or not size or objects.max() != high or high >= term_count:
+            raise ValueError(f"a derived row of relation {key[0]} does not match its bitmap")
+        if key[1] == 2:
+            subjects = found.get(key)
+            if subjects is None:
+                subjects = found[key] = {}
+            subjects[a0] = set(objects)  # type: ignore[index]
+        else:
+            prefix = _unpack(key[1] - 1, a0, a1, a2, rest)
+            rows = found.get(key)
+            if rows is None:
+                rows = found[key] = set()
+            rows.update([prefix + (last,) for last in objects])  # type: ignore[union-attr]
+    return found
 
 
 def _load_rows(
@@ -845,5 +945,32 @@ def _claims_per_source(conn: sqlite3.Connection) -> int:
     return 3
 
 
+def _derived_by_prefix(conn: sqlite3.Connection) -> int:
+    """Version 3 -> 4: derived facts were saved one row per fact; now one row per hyper-node,
+    relation and prefix, with the last column's ids as a bitmap (module docstring). The rows
+    are regrouped, so the first start after the upgrade still loads without recomputing."""
+    conn.execute("ALTER TABLE derived RENAME TO derived_v3")
+    conn.executescript(
+        next(statement + ";" for statement in SCHEMA.split(";") if "TABLE derived" in statement)
+    )
+    arities = dict(conn.execute("SELECT id, arity FROM relations"))
+    groups: dict[tuple[int, int, tuple[int, ...]], BitMap] = {}
+    for node, rid, a0, a1, a2, rest in conn.execute(
+        "SELECT node, rel, a0, a1, a2, rest FROM derived_v3"
+    ):
+        fact = _unpack(arities[rid], a0, a1, a2, rest)
+        found = groups.get((node, rid, fact[:-1]))
+        if found is None:
+            found = groups[(node, rid, fact[:-1])] = BitMap()
+        found.add(fact[-1])
+    conn.executemany(
+        "INSERT INTO derived (node, rel, a0, a1, a2, rest, size, high, objects) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (_derived_row(*where, objects) for where, objects in groups.items()),
+    )
+    conn.execute("DROP TABLE derived_v3")
+    return 4
+
+
 # Schema version -> the step that migrates a file of that version to the next one.
-MIGRATIONS = {1: _rules_by_name_and_key, 2: _claims_per_source}
+MIGRATIONS = {1: _rules_by_name_and_key, 2: _claims_per_source, 3: _derived_by_prefix}

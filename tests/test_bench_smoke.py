@@ -114,3 +114,33 @@ def test_explain_benchmark_prints_every_case_and_the_target(capsys):
     rows = [line for line in out.splitlines()[2:] if line and not line.startswith("Target")]
     assert len(rows) == len(explain.cases(quick=True))
     assert "Target: every explanation" in out
+
+
+# ------------------------------------------------------ simulations.bench.materialise / .restart
+def memory_rows(out: str, title: str) -> list[list[str]]:
+    """The rows of the memory table, which follows the header line containing ``title``."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if title in line)
+    return [line.split() for line in lines[start + 1 :] if line.strip() and set(line) != {"-"}]
+
+
+def test_materialise_benchmark_prints_memory_per_fact(capsys):
+    from simulations.bench import materialise
+
+    assert materialise.main(["--quick", "--repeat", "1"]) == 0
+    rows = memory_rows(capsys.readouterr().out, "RSS B/fact")
+    assert len(rows) == len(materialise.cases(quick=True))
+    for row in rows:  # rules data facts peak kept kept/fact rss rss/fact
+        facts, peak, kept, per_fact = int(row[2]), float(row[3]), float(row[4]), float(row[5])
+        assert facts > 0 and peak >= kept > 0
+        assert 20 < per_fact < 2000  # a Python object per fact at least, not a gigabyte
+
+
+def test_restart_benchmark_prints_memory_after_recompute_and_restart(capsys):
+    from simulations.bench import restart
+
+    assert restart.main(["--quick"]) == 0
+    rows = memory_rows(capsys.readouterr().out, "restart: kept B/fact")
+    assert len(rows) == 2
+    for row in rows:  # case (two words), facts, then kept and RSS per fact: recompute, restart
+        assert int(row[2]) > 0 and float(row[3]) > 0 and float(row[5]) > 0

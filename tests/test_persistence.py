@@ -23,7 +23,8 @@ from agent.engine import RDF_TYPE, Reasoner
 from agent.engine.errors import ParseError, StratificationError
 from agent.engine.language import Literal, Program
 from agent.engine.parser import parse_program
-from agent.persistence import AgentState, StateError, StreamVersion
+from agent.persistence import SCHEMA_VERSION, AgentState, StateError, StreamVersion
+from tests.old_states import derived_per_fact
 from tests.strategies import closure_pools, incremental_programs, pool_facts
 
 STEP_SETTINGS = settings(
@@ -228,6 +229,87 @@ def test_newer_schema_is_refused(tmp_path):
     with AgentState(path) as state:
         state.set_meta("schema_version", "99")
     with pytest.raises(StateError, match="schema version 99"):
+        AgentState(path)
+
+
+WIDE = """
+reach(X, Y) :- link(X, Y) .
+reach(X, Z) :- reach(X, Y), link(Y, Z) .
+hub(X) :- link(X, Y), link(X, Z), Y != Z .
+via(X, Y, Z) :- link(X, Y), link(Y, Z) .
+loop4(X, Y, Z, X) :- via(X, Y, Z), link(Z, X) .
+"""
+WIDE_FACTS = [("link", f"n{i}", f"n{(i * 7 + k) % 40}") for i in range(40) for k in (1, 3)]
+
+
+def test_derived_facts_are_saved_one_row_per_prefix(tmp_path):
+    """Derived facts of every arity are saved per (hyper-node, relation, all columns but the
+    last), the last column as a bitmap; the summary counts facts, not rows."""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=WIDE, add_facts=WIDE_FACTS)
+        derived = sum(node.size() for node in state.reasoner.view().nodes)
+        prefixes = {
+            (node.name, key, fact[:-1])
+            for node in state.reasoner.view().nodes
+            for key, relation in node.store.relations.items()
+            for fact in relation.tuples
+        }
+        expected = set(state.reasoner.facts())
+        assert state.summary()["derived_facts"] == derived
+        assert state.conn.execute("SELECT count(*) FROM derived").fetchone()[0] == len(prefixes)
+        assert len(prefixes) < derived / 2
+    with AgentState(path) as state:
+        assert state.load_report.how == "loaded"
+        assert set(state.reasoner.facts()) == expected
+
+
+def test_a_state_file_of_schema_version_3_is_migrated_without_recomputing(tmp_path):
+    """Version 3 saved a row per derived fact; the upgrade regroups the rows, so the first
+    start after it loads the saved materialisation instead of recomputing it."""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=WIDE, add_facts=WIDE_FACTS)
+        expected = set(state.reasoner.facts())
+        saved = state.reasoner
+    conn = sqlite3.connect(path)
+    with conn:
+        written = derived_per_fact(conn, saved)
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.close()
+    assert written == sum(node.size() for node in saved.view().nodes)
+    with AgentState(path) as state:
+        assert state.get_meta("schema_version") == str(SCHEMA_VERSION)
+        assert state.load_report.how == "loaded"
+        assert set(state.reasoner.facts()) == expected
+        state.apply(delete_facts=WIDE_FACTS[:10], add_facts=[("link", "n0", "x")])
+        expected = set(state.reasoner.facts())
+        remaining = [*WIDE_FACTS[10:], ("link", "n0", "x")]
+        assert expected == scratch(parse_program(WIDE).rules, remaining)
+    with AgentState(path) as state:
+        assert state.load_report.how == "loaded"
+        assert set(state.reasoner.facts()) == expected
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE derived SET objects = x'00ff00ff' WHERE a0 = (SELECT min(a0) FROM derived)",
+        "UPDATE derived SET size = size + 1",
+        "UPDATE derived SET high = high - 1",
+        "UPDATE derived SET high = 1000000",
+    ],
+    ids=["garbage bitmap", "wrong size", "wrong largest id", "missing term"],
+)
+def test_a_damaged_derived_row_is_refused(tmp_path, damage):
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=WIDE, add_facts=WIDE_FACTS)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(damage)
+    conn.close()
+    with pytest.raises(StateError, match="damaged agent state"):
         AgentState(path)
 
 

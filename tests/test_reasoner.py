@@ -15,6 +15,7 @@ from agent.engine import (
     UnsafeRuleError,
     ZodiacError,
 )
+from agent.engine.terms import MAX_TERMS
 
 ANCESTORS = """
 anc(X, Y) :- parent(X, Y) .
@@ -180,6 +181,20 @@ def test_malformed_fact_tuples_are_refused(family):
         with pytest.raises(ZodiacError):
             family.add_facts([("parent", "x", "y"), bad])
     assert snapshot(family) == before
+
+
+def test_the_term_dictionary_limit_is_refused_and_changes_nothing(family):
+    """Term ids are 32-bit (the saved state's bitmaps hold 32-bit values): the update that
+    would bring one term too many is refused, with the reason, before anything changes. The
+    limit is lowered here to reach it; the real one is 2**32."""
+    assert MAX_TERMS == 2**32 and family.terms.limit == MAX_TERMS
+    family.terms.limit = len(family.terms) + 1
+    before = snapshot(family)
+    with pytest.raises(ZodiacError, match="term dictionary is full"):
+        family.add_facts([("parent", "new-1", "new-2")])
+    assert snapshot(family) == before
+    family.add_facts([("parent", "a", "new-1")])  # one new term still fits
+    assert ("parent", "a", "new-1") in set(family.facts())
 
 
 def test_delete_rules_by_id_and_by_text(family):

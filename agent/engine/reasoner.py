@@ -50,7 +50,7 @@ from .loaders import FactInput, load_facts, load_program
 from .maintenance import UpdateDriver, new_node_state
 from .modules import NodeState
 from .reclaim import RECLAIMER
-from .store import DataStore, RelationKey
+from .store import DataStore, RelationKey, SavedFacts
 from .terms import TermDictionary
 from .validation import check_rule
 from .view import MaterialisedView, NodeView
@@ -113,14 +113,15 @@ class Reasoner:
         terms: list[Value] | TermDictionary,
         rules: list[Rule],
         edb: dict[RelationKey, set],
-        nodes: dict[frozenset[str], tuple[str, dict[RelationKey, set]]],
+        nodes: dict[frozenset[str], tuple[str, dict[RelationKey, SavedFacts]]],
         modules: bool = True,
         progress: ProgressCallback | None = None,
     ) -> Reasoner:
         """A reasoner from a saved state, without recomputing: ``terms`` in id order (or a
         dictionary to share, see ``__init__``), the rules
         (each named by its ``id``), the explicit facts and, per hyper-node (keyed by its rules'
-        content keys), its name and IDB.
+        content keys), its name and IDB (per relation a set of tuples, or subject -> objects
+        for a binary relation, kept as the relation's storage: store.SavedFacts).
 
         The saved hyper-nodes must be exactly those of the rules' HRDG; if they are not (a
         state saved by a different engine version, say), everything is recomputed from the
@@ -148,8 +149,8 @@ class Reasoner:
             name, facts = nodes[logical.rule_keys]
             reasoner._node_names[logical.rule_keys] = name
             idb = DataStore(name)
-            for key, rows in facts.items():
-                idb.relation(key).add_all(rows)
+            for key, saved in facts.items():
+                idb.relation(key).fill(saved)
             predecessors = [reasoner.nodes[i].idb for i in graph.predecessors(index)]
             node = new_node_state(name, logical, idb, reasoner.edb, predecessors, None, modules)
             node.module.adopt(node)  # type: ignore[union-attr]

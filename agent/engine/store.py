@@ -22,6 +22,10 @@ from operator import itemgetter
 from .gcpause import FREEZE_AT, collector_paused
 from .language import RelationKey
 
+# A relation's facts as a saved state hands them over: a set of tuples, or, for a binary
+# relation, subject -> set of objects (taken as the relation's storage, see adopt_subjects).
+SavedFacts = set[tuple[int, ...]] | dict[int, set[int]]
+
 EMPTY: frozenset = frozenset()
 SUBJECT = (0,)  # the bound columns of a binary relation's index on its subject
 SUBJECT_GETTERS = (itemgetter(0), itemgetter(1))
@@ -183,6 +187,13 @@ class Relation:
         self._count = sum(map(len, subjects.values()))
         self._indexes[SUBJECT] = subjects
         self._getters[SUBJECT] = SUBJECT_GETTERS
+
+    def fill(self, facts: SavedFacts) -> None:
+        """Fill an empty relation from saved facts (see SavedFacts)."""
+        if isinstance(facts, dict):
+            self.adopt_subjects(facts)
+        else:
+            self.add_all(facts)
 
     def remove_all(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
         """Delete facts; returns those that were present.

@@ -16,6 +16,12 @@ import math
 from .errors import NonFiniteError, RuleError, ZodiacError
 from .language import RDF_TYPE, Atom, Literal, Value
 
+# Term ids are unsigned 32-bit integers: the agent's state saves sets of ids as compressed
+# bitmaps of 32-bit values (agent/persistence.py). Four billion distinct terms is far beyond
+# what one device or one farm holds; reaching the limit is refused as bad input (the update
+# that brought the 2**32-th term changes nothing), never an overflow later.
+MAX_TERMS = 2**32
+
 
 def term_key(value: Value) -> tuple:
     """The dictionary key of a value: a kind tag plus the value."""
@@ -43,11 +49,12 @@ class TermDictionary:
     Ids are never reused, so an id held anywhere (a fact, a compiled constant) stays valid.
     """
 
-    __slots__ = ("_ids", "values")
+    __slots__ = ("_ids", "values", "limit")
 
     def __init__(self) -> None:
         self._ids: dict[tuple, int] = {}
         self.values: list[Value] = []
+        self.limit = MAX_TERMS  # (lowered by tests, to reach it)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -60,6 +67,11 @@ class TermDictionary:
         if key[0] == "n" and isinstance(value, float) and not math.isfinite(value):
             raise NonFiniteError(value)
         new_id = len(self.values)
+        if new_id >= self.limit:
+            raise ZodiacError(
+                f"the term dictionary is full: {self.limit:,} distinct terms, the most term "
+                f"ids of 32 bits can number; {value!r} is one too many"
+            )
         self._ids[key] = new_id
         self.values.append(value)
         return new_id

@@ -134,7 +134,7 @@ def print_memory(chosen: list[tuple[str, str, list]]) -> None:
     print(header)
     print("-" * len(header))
     for rule_file, data_name, facts in chosen:
-        used = footprint(lambda rules=rule_file, data=facts: _materialised(rules, data), _count)
+        used = footprint(_materialised, _count, rule_file, facts)
         print(
             f"{rule_file:<10} {data_name:<9} {used.facts:>9} {megabytes(used.traced_peak):>15} "
             f"{megabytes(used.traced_kept):>8} {used.per_fact(used.traced_kept):>12.0f} "

@@ -9,8 +9,11 @@ Two figures, because neither alone tells the truth:
 * **RSS**: the growth of the process's resident set over the action, which sees everything but
   also counts freed memory the allocator keeps for later.
 
-Each measurement runs in a forked child, so an earlier case's freed-but-kept memory does not
-hide a later case's growth, and tracing (which slows allocation down) never touches a timing.
+Each measurement runs in a fresh child of a clean server process (multiprocessing's
+"forkserver"): a child forked from the benchmark itself would reuse the memory earlier cases
+freed, already resident, and show less growth than a new process has. Tracing (which slows
+allocation down) never touches a timing. ``build`` and ``count`` must therefore be module-level
+functions, and ``args`` picklable.
 """
 
 from __future__ import annotations
@@ -42,27 +45,29 @@ def resident() -> int:
         return int(statm.read().split()[1]) * PAGE
 
 
-def footprint(build: Callable[[], object], count: Callable[[object], int]) -> Footprint:
-    """Memory taken by ``build()`` (and held by what it returns), ``count(result)`` facts.
+def footprint(
+    build: Callable[..., object], count: Callable[[object], int], *args: object
+) -> Footprint:
+    """Memory taken by ``build(*args)`` (and held by what it returns), ``count(result)`` facts.
 
-    Two forked children: one for RSS, untraced, one under tracemalloc."""
-    rss, facts = _in_child(_rss_of, build, count)
-    peak, kept = _in_child(_traced_of, build, count)
+    Two children: one for RSS, untraced, one under tracemalloc."""
+    rss, facts = _in_child(_rss_of, build, count, args)
+    peak, kept = _in_child(_traced_of, build, count, args)
     return Footprint(facts=facts, traced_peak=peak, traced_kept=kept, rss=rss)
 
 
-def _rss_of(build, count) -> tuple[int, int]:
+def _rss_of(build, count, args) -> tuple[int, int]:
     gc.collect()
     before = resident()
-    result = build()
+    result = build(*args)
     gc.collect()
     return resident() - before, count(result)
 
 
-def _traced_of(build, count) -> tuple[int, int]:
+def _traced_of(build, count, args) -> tuple[int, int]:
     gc.collect()
     tracemalloc.start()
-    result = build()
+    result = build(*args)
     gc.collect()
     kept, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -70,15 +75,15 @@ def _traced_of(build, count) -> tuple[int, int]:
     return peak, kept
 
 
-def _in_child(measure, build, count) -> tuple[int, int]:
-    context = multiprocessing.get_context("fork")
+def _child(sender, measure, build, count, args) -> None:
+    sender.send(measure(build, count, args))
+    sender.close()
+
+
+def _in_child(measure, build, count, args) -> tuple[int, int]:
+    context = multiprocessing.get_context("forkserver")
     receiver, sender = context.Pipe(duplex=False)
-
-    def child() -> None:
-        sender.send(measure(build, count))
-        sender.close()
-
-    process = context.Process(target=child)
+    process = context.Process(target=_child, args=(sender, measure, build, count, args))
     process.start()
     sender.close()
     try:

@@ -13,7 +13,9 @@ For each (rule set, data set), in one run:
 * ``update``: one small fact change committed (the steady state of an agent), vs the same
   change in memory only.
 
-Ratios are the figures to watch (absolute times on shared machines are noisy).
+Ratios are the figures to watch (absolute times on shared machines are noisy). Then, per
+case, the memory held after recomputing and after a restart (simulations/bench/memory.py):
+Python allocations kept and resident-set growth, per fact.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from agent.engine import Reasoner
 from agent.persistence import AgentState
 from simulations.bench.datasets import ds1, ds2
+from simulations.bench.memory import Footprint, footprint
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
@@ -40,7 +43,7 @@ def timed(action):
     return time.perf_counter() - started, result
 
 
-def run_case(rule_file: str, data_name: str, facts: list) -> dict:
+def run_case(rule_file: str, data_name: str, facts: list, measure_memory: bool = True) -> dict:
     rules = (RULES / rule_file).read_text()
     recompute, reasoner = timed(lambda: _materialise(rules, facts))
     with tempfile.TemporaryDirectory() as directory:
@@ -58,6 +61,10 @@ def run_case(rule_file: str, data_name: str, facts: list) -> dict:
             os.path.getsize(p) for p in Path(directory).glob("agent.db-*")
         )
         state.close()
+        memory = {}
+        if measure_memory:
+            memory["recompute"] = footprint(_materialise, _count, rules, facts)
+            memory["restart"] = footprint(_restarted, _count, path)
     return {
         "case": f"{rule_file[:-6].upper()} {data_name}",
         "facts": reasoner.count(),
@@ -67,7 +74,17 @@ def run_case(rule_file: str, data_name: str, facts: list) -> dict:
         "update_disk": update_disk,
         "update_mem": update_mem,
         "mb": size / 1e6,
+        "memory": memory,
     }
+
+
+def _restarted(path: Path) -> Reasoner:
+    return AgentState(path).reasoner
+
+
+def _count(reasoner: object) -> int:
+    assert isinstance(reasoner, Reasoner)
+    return reasoner.count()
 
 
 def _materialise(rules: str, facts: list) -> Reasoner:
@@ -80,6 +97,7 @@ def _materialise(rules: str, facts: list) -> Reasoner:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small data sets only")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory table")
     args = parser.parse_args(argv)
     if args.quick:
         cases = [("rs1.rules", "DS1(50)", ds1(50)), ("rs2.rules", "DS2(50)", ds2(50))]
@@ -94,14 +112,30 @@ def main(argv: list[str] | None = None) -> int:
         f"{'restart/recompute':>19}{'update disk/mem':>17}{'file MB':>9}"
     )
     print(header)
+    results = []
     for rule_file, data_name, facts in cases:
-        r = run_case(rule_file, data_name, facts)
+        r = run_case(rule_file, data_name, facts, measure_memory=not args.no_memory)
+        results.append(r)
         print(
             f"{r['case']:<14}{r['facts']:>9}{r['recompute']:>13.3f}{r['save']:>14.3f}"
             f"{r['restart']:>11.3f}{r['restart'] / r['recompute']:>19.2f}"
             f"{r['update_disk'] / max(r['update_mem'], 1e-9):>17.1f}{r['mb']:>9.1f}",
             flush=True,
         )
+    if not args.no_memory:
+        print()
+        print(
+            f"{'case':<14}{'facts':>9}{'recompute: kept B/fact':>24}{'RSS B/fact':>12}"
+            f"{'restart: kept B/fact':>22}{'RSS B/fact':>12}"
+        )
+        for r in results:
+            before: Footprint = r["memory"]["recompute"]
+            after: Footprint = r["memory"]["restart"]
+            print(
+                f"{r['case']:<14}{r['facts']:>9}{before.per_fact(before.traced_kept):>24.0f}"
+                f"{before.per_fact(before.rss):>12.0f}{after.per_fact(after.traced_kept):>22.0f}"
+                f"{after.per_fact(after.rss):>12.0f}"
+            )
     return 0
 
 

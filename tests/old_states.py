@@ -1,0 +1,34 @@
+"""Rewrite an agent state file in an older schema's layout, to test the migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from agent.engine.language import RelationKey
+from agent.engine.reasoner import Reasoner
+
+# The derived table of schema versions 1 to 3: one row per derived fact.
+DERIVED_PER_FACT = (
+    "CREATE TABLE derived (node INTEGER NOT NULL, rel INTEGER NOT NULL, a0 INTEGER NOT NULL, "
+    "a1 INTEGER NOT NULL, a2 INTEGER NOT NULL, rest TEXT NOT NULL, "
+    "PRIMARY KEY (node, rel, a0, a1, a2, rest)) WITHOUT ROWID"
+)
+
+
+def derived_per_fact(conn: sqlite3.Connection, reasoner: Reasoner) -> int:
+    """Replace the derived table by version 3's, holding the reasoner's derived facts one row
+    per fact (hyper-nodes matched by name). Returns the number of rows written."""
+    relations = conn.execute("SELECT id, name, arity FROM relations")
+    relation_ids: dict[RelationKey, int] = {(name, arity): rid for rid, name, arity in relations}
+    node_ids = dict(conn.execute("SELECT name, id FROM nodes"))
+    conn.execute("DROP TABLE derived")
+    conn.execute(DERIVED_PER_FACT)
+    rows = []
+    for node in reasoner.view().nodes:
+        for key, relation in node.store.relations.items():
+            for fact in relation.tuples:
+                padded = (*fact, -1, -1, -1)[:3]
+                rest = ",".join(map(str, fact[3:]))
+                rows.append((node_ids[node.name], relation_ids[key], *padded, rest))
+    conn.executemany("INSERT INTO derived VALUES (?, ?, ?, ?, ?, ?)", rows)
+    return len(rows)
