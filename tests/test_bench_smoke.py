@@ -144,3 +144,31 @@ def test_restart_benchmark_prints_memory_after_recompute_and_restart(capsys):
     assert len(rows) == 2
     for row in rows:  # case (two words), facts, then kept and RSS per fact: recompute, restart
         assert int(row[2]) > 0 and float(row[3]) > 0 and float(row[5]) > 0
+
+
+# ------------------------------------------------------------------ simulations.bench.bitmaps
+def test_bitmap_benchmark_compares_both_sides_on_every_row(capsys):
+    from simulations.bench import bitmaps
+
+    assert bitmaps.main(["--quick", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.rstrip().endswith((" ms", " B"))]
+    assert len(rows) == 2 * 6 + 3  # six rows per workload, three for the closure
+    for line in rows:  # (a tiny run's memory growth may round to no new page)
+        set_side, bitmap_side = (float(x) for x in line.split()[-4:-2])
+        assert set_side >= 0 and bitmap_side >= 0
+        assert line.endswith(" B") or (set_side > 0 and bitmap_side > 0)
+
+
+# ------------------------------------------------------------------ simulations.bench.peers
+def test_peer_benchmark_runs_both_engines_and_they_agree(capsys):
+    """Each side in its own process, on the same CSV file; the fact counts must agree (the
+    benchmark exits 1 on a mismatch)."""
+    from simulations.bench import peers
+
+    assert peers.main(["--quick", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if "total time" not in line]
+    sides = [row[0] for row in rows if row and row[0] in peers.SIDES]
+    assert sides == ["ours", "ours-no-modules", "nemo", "ours", "nemo"]
+    assert "MISMATCH" not in out and out.count("total time:") == 3
