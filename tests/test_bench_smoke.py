@@ -172,3 +172,24 @@ def test_peer_benchmark_runs_both_engines_and_they_agree(capsys):
     sides = [row[0] for row in rows if row and row[0] in peers.SIDES]
     assert sides == ["ours", "ours-no-modules", "nemo", "ours", "nemo"]
     assert "MISMATCH" not in out and out.count("total time:") == 3
+
+
+# ------------------------------------------------------ memory in .incremental and .modules
+def test_incremental_benchmark_prints_peak_memory_per_row(capsys):
+    assert incremental.main(["--quick", "--only", "rs3", "--memory"]) == 0
+    out = capsys.readouterr().out
+    rows = memory_rows(out, "update peak MB")
+    rows = [row for row in rows if row[0] == "RS3"]
+    assert len(rows) == quick_row_count(["rs3"])
+    for row in rows:  # RS3 name data update-MB scratch-MB ratio
+        assert float(row[4]) > 0 and float(row[5]) > 0
+
+
+def test_modules_benchmark_prints_memory_of_both_sides(capsys):
+    from simulations.bench import modules
+
+    assert modules.main(["--quick", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("memory, ")]
+    assert [line.split()[1] for line in lines] == ["module", "seminaive"]
+    assert all(float(line.split()[3]) > 0 for line in lines)

@@ -9,6 +9,8 @@
    ``--repeat`` per side, alternating), then 100 random edge deletions and re-insertions (one
    update each), module vs seminaive. The module stores the closure by subject; the row
    "+ first full scan" adds the time a reader scanning all of it pays to build its tuples.
+   Then the memory each side holds after materialising (simulations/bench/memory.py: Python
+   allocations kept and resident-set growth, per fact).
 3. RS2 over DS2(200) end to end, with and without modules.
 
 Every pair of runs is checked to give the same facts. Ratios are what to compare: absolute
@@ -25,6 +27,7 @@ from pathlib import Path
 from agent.engine import Reasoner
 from simulations.bench.datasets import ds1, ds2
 from simulations.bench.materialise import store_time
+from simulations.bench.memory import footprint
 from simulations.bench.timing import timed
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
@@ -39,6 +42,15 @@ def materialise(rules, facts, modules: bool) -> tuple[Reasoner, float]:
     reasoner = Reasoner(modules=modules)
     reasoner.add_facts(facts)
     return reasoner, timed(lambda: reasoner.add_rules(rules))
+
+
+def _materialised(rules: str, facts: list, modules: bool) -> Reasoner:
+    return materialise(rules, facts, modules)[0]
+
+
+def _count(reasoner: object) -> int:
+    assert isinstance(reasoner, Reasoner)
+    return reasoner.count()
 
 
 def module_of(reasoner: Reasoner) -> str:
@@ -140,6 +152,13 @@ def dag_rows(nodes: int, edges: int, changes: int, repeat: int) -> None:
         print(
             f"{label:<20} module {fast[index]:>8.3f} s   seminaive {slow[index]:>8.3f} s   "
             f"speed-up {slow[index] / fast[index]:>6.1f}x"
+        )
+    for modules, side in ((True, "module"), (False, "seminaive")):
+        used = footprint(_materialised, _count, TC_RULE, facts, modules)
+        print(
+            f"{'memory, ' + side:<20} kept {used.per_fact(used.traced_kept):>6.0f} B/fact   "
+            f"RSS {used.per_fact(used.rss):>6.0f} B/fact   (peak traced "
+            f"{used.traced_peak / 1e6:.0f} MB)"
         )
     both = builds[True] + scan
     print(
