@@ -153,7 +153,7 @@ def test_bitmap_benchmark_compares_both_sides_on_every_row(capsys):
     assert bitmaps.main(["--quick", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.rstrip().endswith((" ms", " B"))]
-    assert len(rows) == 2 * 6 + 3  # six rows per workload, three for the closure
+    assert len(rows) == 2 * 7 + 3  # seven rows per workload, three for the closure
     for line in rows:  # (a tiny run's memory growth may round to no new page)
         set_side, bitmap_side = (float(x) for x in line.split()[-4:-2])
         assert set_side >= 0 and bitmap_side >= 0
