@@ -820,10 +820,11 @@ def _by_prefix(relation: Relation) -> Iterable[tuple[tuple[int, ...], Iterable[i
 def _load_derived(
     conn: sqlite3.Connection, node: int, relations: dict[int, RelationKey], term_count: int
 ) -> dict[RelationKey, SavedFacts]:
-    """One hyper-node's derived facts: a binary relation as subject -> set of objects (which
-    the engine adopts as its storage, ``Relation.adopt_subjects``), any other as a set of
-    tuples. A row whose bitmap does not match its size and largest id, or names a term that
-    does not exist, raises ValueError (a damaged state)."""
+    """One hyper-node's derived facts: a binary relation as subject -> bitmap of objects
+    (which the engine adopts as its storage, ``Relation.adopt_subjects``, and turns into Python
+    sets only when a plan first reads the relation), any other as a set of tuples. A row
+    whose bitmap does not match its size and largest id, or names a term that does not exist,
+    raises ValueError (a damaged state)."""
     found: dict[RelationKey, SavedFacts] = {}
     for rid, a0, a1, a2, rest, size, high, blob in conn.execute(
         "SELECT rel, a0, a1, a2, rest, size, high, objects FROM derived WHERE node = ?", (node,)
@@ -836,7 +837,7 @@ def _load_derived(
             subjects = found.get(key)
             if subjects is None:
                 subjects = found[key] = {}
-            subjects[a0] = set(objects)  # type: ignore[index]
+            subjects[a0] = objects  # type: ignore[index]  (a bitmap: see Relation)
         else:
             prefix = _unpack(key[1] - 1, a0, a1, a2, rest)
             rows = found.get(key)

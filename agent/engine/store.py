@@ -16,6 +16,7 @@ column is free, else tuples. Compiled rules rely on this layout.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from itertools import chain, repeat
 from operator import itemgetter
 
@@ -23,8 +24,9 @@ from .gcpause import FREEZE_AT, collector_paused
 from .language import RelationKey
 
 # A relation's facts as a saved state hands them over: a set of tuples, or, for a binary
-# relation, subject -> set of objects (taken as the relation's storage, see adopt_subjects).
-SavedFacts = set[tuple[int, ...]] | dict[int, set[int]]
+# relation, subject -> objects (taken as the relation's storage, see adopt_subjects; the
+# objects a set, or any set-like container of ints: the agent's state hands over bitmaps).
+SavedFacts = set[tuple[int, ...]] | dict[int, AbstractSet[int]]
 
 EMPTY: frozenset = frozenset()
 SUBJECT = (0,)  # the bound columns of a binary relation's index on its subject
@@ -42,9 +44,17 @@ class Relation:
     all rows). Why: a transitive closure's output is a set of objects per subject already, and
     building its tuples costs more than the closure itself (DAG-R in
     simulations.bench.modules); a reader that looks up subjects, or nobody reading at all, never
-    pays for them."""
+    pays for them.
 
-    __slots__ = ("key", "arity", "_rows", "_count", "_indexes", "_getters")
+    **Foreign buckets.** `adopt_subjects` also takes objects in another set-like container
+    (the agent's saved state hands over compressed bitmaps, which hold a dense set of ids in a
+    few bytes each). The relation's own methods need only membership, iteration, ``add`` and
+    ``discard`` of a bucket, so it keeps them as they are; `index` hands compiled rules (which
+    do set algebra with Python sets) Python sets, converting every bucket the first time a
+    plan asks. A relation no plan reads (a leaf output, answered only to queries) is never
+    converted."""
+
+    __slots__ = ("key", "arity", "_rows", "_count", "_indexes", "_getters", "_foreign")
 
     def __init__(self, key: RelationKey) -> None:
         self.key = key
@@ -53,6 +63,7 @@ class Relation:
         self._count = 0  # the size while _rows is None
         self._indexes: dict[tuple[int, ...], dict] = {}
         self._getters: dict[tuple[int, ...], tuple[itemgetter, itemgetter]] = {}
+        self._foreign = False  # some subject bucket is not a Python set (see the docstring)
 
     @property
     def tuples(self) -> set[tuple[int, ...]]:
@@ -110,6 +121,8 @@ class Relation:
     def index(self, bound: tuple[int, ...]) -> dict:
         """The index on the given (sorted) bound columns, built now if it does not exist."""
         index = self._indexes.get(bound)
+        if self._foreign and bound == SUBJECT:
+            self._thaw()
         if index is None:
             if not bound or len(bound) >= self.arity:
                 raise ValueError(f"an index needs some but not all columns bound, got {bound}")
@@ -123,8 +136,17 @@ class Relation:
         return index
 
     def existing_index(self, bound: tuple[int, ...]) -> dict | None:
-        """The index on these bound columns if it exists; never builds one."""
+        """The index on these bound columns if it exists; never builds one. (Its buckets may be
+        foreign set-likes, see the class docstring: read them by membership and iteration.)"""
         return self._indexes.get(bound)
+
+    def _thaw(self) -> None:
+        """Turn every foreign subject bucket into a Python set (see the class docstring)."""
+        subjects = self._indexes[SUBJECT]
+        for subject, objects in subjects.items():
+            if objects.__class__ is not set:
+                subjects[subject] = set(objects)
+        self._foreign = False
 
     def add_all(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
         """Insert facts; returns those that were not already present."""
@@ -174,16 +196,18 @@ class Relation:
             return self.add_all(facts)
         self._rows = facts
         self.drop_indexes()
+        self._foreign = False
         return facts
 
-    def adopt_subjects(self, subjects: dict[int, set[int]]) -> None:
+    def adopt_subjects(self, subjects: dict[int, AbstractSet[int]]) -> None:
         """Fill an empty binary relation with subject -> objects sets the caller hands over
-        and will not use again (no set may be empty): subject-keyed storage, see the class
-        docstring."""
+        and will not use again (no set may be empty; sets, or foreign set-likes with ``add``
+        and ``discard``): subject-keyed storage, see the class docstring."""
         if self.arity != 2 or len(self):
             raise ValueError(f"{self!r}: adopt_subjects needs an empty binary relation")
         self.drop_indexes()
         self._rows = None
+        self._foreign = any(objects.__class__ is not set for objects in subjects.values())
         self._count = sum(map(len, subjects.values()))
         self._indexes[SUBJECT] = subjects
         self._getters[SUBJECT] = SUBJECT_GETTERS
@@ -255,6 +279,7 @@ class Relation:
         at once, and an index whose readers were deleted is never built again)."""
         self._rows = set()
         self._count = 0
+        self._foreign = False
         self._indexes.clear()
         self._getters.clear()
 
@@ -264,7 +289,9 @@ class Relation:
         kept = self._indexes.get(SUBJECT) if self._rows is None else None
         self._indexes.clear()
         self._getters.clear()
-        if kept is not None:
+        if kept is None:
+            self._foreign = False
+        else:
             self._indexes[SUBJECT] = kept
             self._getters[SUBJECT] = SUBJECT_GETTERS
 
