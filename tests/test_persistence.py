@@ -264,6 +264,40 @@ def test_derived_facts_are_saved_one_row_per_prefix(tmp_path):
         assert set(state.reasoner.facts()) == expected
 
 
+def test_reading_a_restored_state_keeps_its_relations_on_bitmaps(tmp_path):
+    """After a restart, derived binary relations hold the saved bitmaps. Reading through the
+    public API (facts, count, stats, query, with and without a subject) answers as a fresh
+    reasoner does, and builds no tuples and no Python sets for a relation one store holds."""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=WIDE, add_facts=WIDE_FACTS)
+    fresh = Reasoner()
+    fresh.add_rules(WIDE)
+    fresh.add_facts(WIDE_FACTS)
+    with AgentState(path) as state:
+        reasoner = state.reasoner
+        reach = next(
+            relation
+            for node in reasoner.view().nodes
+            for key, relation in node.store.relations.items()
+            if key == ("reach", 2)
+        )
+        assert not reach.rows_built
+        assert set(reasoner.facts()) == set(fresh.facts())
+        assert reasoner.count() == fresh.count()
+        assert reasoner.stats()["predicates"] == fresh.stats()["predicates"]
+        for subject in ["n0", "n7", "x", "n39"]:
+            pattern = f"<reach>(<{subject}>, Y)"
+            got, wanted = reasoner.query(pattern), fresh.query(pattern)
+            assert sorted(map(repr, got)) == sorted(map(repr, wanted))
+        assert sorted(map(repr, reasoner.query("<reach>(X, <n3>)"))) == sorted(
+            map(repr, fresh.query("<reach>(X, <n3>)"))
+        )
+        assert not reach.rows_built  # nothing above built its tuples
+        buckets = reach.existing_index((0,))
+        assert buckets and all(b.__class__ is not set for b in buckets.values())
+
+
 def test_a_state_file_of_schema_version_3_is_migrated_without_recomputing(tmp_path):
     """Version 3 saved a row per derived fact; the upgrade regroups the rows, so the first
     start after it loads the saved materialisation instead of recomputing it."""

@@ -406,7 +406,7 @@ class Reasoner:
             names.setdefault(rule.key, []).append(name)
         view = self.view()
         per_predicate = {
-            f"{name}/{arity}": len(view.visible((name, arity))) for name, arity in view.relations()
+            f"{name}/{arity}": view.size((name, arity)) for name, arity in view.relations()
         }
         return {
             "facts": sum(per_predicate.values()),

@@ -10,11 +10,12 @@ hyper-nodes, and offers no method that writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from .language import RDF_TYPE, Atom, Constant, Rule, Value, Variable
-from .store import DataStore, Relation, RelationKey
+from .store import SUBJECT, DataStore, Relation, RelationKey
 from .terms import TermDictionary
 
 
@@ -67,6 +68,40 @@ class MaterialisedView:
             union |= tuples
         return union
 
+    def scan(self, key: RelationKey) -> Iterable[tuple[int, ...]]:
+        """The facts of ``key``, each once, for reading through, without building the tuples
+        of a relation kept by subject: one holder's own iteration; of several, their set union
+        when they all hold tuples (in C), else each holder's facts not held by an earlier one.
+        Do not change the reasoner while iterating."""
+        holders = self.holders(key)
+        if len(holders) == 1:
+            return holders[0]
+        if all(relation.rows_built for relation in holders):
+            return self.visible(key)
+        return _distinct(holders)
+
+    def of_subject(self, key: RelationKey, subject: int) -> set[tuple[int, int]]:
+        """The facts of binary ``key`` whose subject is ``subject``: through each relation's
+        subject index where it has one (a relation kept by subject always does), else by a
+        pass over its facts."""
+        found: set[tuple[int, int]] = set()
+        for relation in self.holders(key):
+            index = relation.existing_index(SUBJECT)
+            if index is not None:
+                found.update(zip(repeat(subject), index.get(subject, ())))
+            else:
+                found.update(fact for fact in relation if fact[0] == subject)  # type: ignore[misc]
+        return found
+
+    def size(self, key: RelationKey) -> int:
+        """Number of distinct facts of ``key`` (no tuples built when one relation holds them)."""
+        holders = self.holders(key)
+        if len(holders) == 1:
+            return len(holders[0])
+        if all(relation.rows_built for relation in holders):
+            return len(self.visible(key))
+        return sum(1 for _ in _distinct(holders))
+
     def holds(self, key: RelationKey, args: tuple[int, ...]) -> bool:
         return any(args in relation for relation in self.holders(key))
 
@@ -76,7 +111,7 @@ class MaterialisedView:
 
     def count(self) -> int:
         """Number of distinct facts, explicit and derived."""
-        return sum(len(self.visible(key)) for key in self.relations())
+        return sum(self.size(key) for key in self.relations())
 
     # ------------------------------------------------------------------ decoded
     def external(self, key: RelationKey, args: tuple[int, ...]) -> tuple:
@@ -93,17 +128,17 @@ class MaterialisedView:
             wanted = RDF_TYPE if arity == 1 else name
             if predicate is not None and predicate != wanted:
                 continue
-            for args in self.visible(key):
+            for args in self.scan(key):
                 yield self.external(key, args)
 
     def facts_named(self, name: str) -> Iterator[tuple]:
         for key in sorted(k for k in self.relations() if k[0] == name):
-            for args in self.visible(key):
+            for args in self.scan(key):
                 yield self.external(key, args)
 
     def edb_facts(self) -> Iterator[tuple]:
         for key, relation in sorted(self.edb.relations.items()):
-            for args in relation.tuples:
+            for args in relation:
                 yield self.external(key, args)
 
     def query(self, atom: Atom) -> list[dict[str, Value]]:
@@ -121,7 +156,11 @@ class MaterialisedView:
         answers: list[dict[str, Value]] = []
         seen: set[tuple] = set()
         decode = self.terms.values
-        for args in self.visible(atom.relation):
+        if len(wanted) == 2 and wanted[0] is not None:  # a subject given: read its objects
+            rows: Iterable[tuple[int, ...]] = self.of_subject(atom.relation, wanted[0])
+        else:
+            rows = self.scan(atom.relation)
+        for args in rows:
             binding: dict[Variable, int] = {}
             ok = True
             for term, want, value in zip(atom.terms, wanted, args, strict=True):
@@ -155,3 +194,18 @@ class MaterialisedView:
             if rule in node.rules:
                 return node
         return None
+
+
+def _distinct(holders: list[Relation]) -> Iterator[tuple[int, ...]]:
+    """The facts of several relations, each once: all of the largest, then those of each
+    smaller one that no larger one holds (membership tests only for the smaller ones' facts:
+    a closure's output beside its few base facts costs a pass over the few)."""
+    holders = sorted(holders, key=len, reverse=True)
+    for position, relation in enumerate(holders):
+        earlier = holders[:position]
+        if not earlier:
+            yield from relation
+            continue
+        for fact in relation:
+            if not any(fact in other for other in earlier):
+                yield fact
