@@ -283,6 +283,8 @@ def test_reading_a_restored_state_keeps_its_relations_on_bitmaps(tmp_path):
             if key == ("reach", 2)
         )
         assert not reach.rows_built
+        holders = reasoner.view().holders(("reach", 2))  # the closure and its base rule's node
+        assert len(holders) == 2 and set(holders[0]) & set(holders[1])  # (overlapping)
         assert set(reasoner.facts()) == set(fresh.facts())
         assert reasoner.count() == fresh.count()
         assert reasoner.stats()["predicates"] == fresh.stats()["predicates"]
