@@ -49,10 +49,13 @@ class TermDictionary:
     Ids are never reused, so an id held anywhere (a fact, a compiled constant) stays valid.
     """
 
-    __slots__ = ("_ids", "values", "limit")
+    __slots__ = ("_ids", "_iris", "values", "limit")
 
     def __init__(self) -> None:
         self._ids: dict[tuple, int] = {}
+        # IRIs (plain str values) again, keyed by the string itself: most terms are IRIs, and
+        # this skips building a key tuple per lookup (the load path's largest cost).
+        self._iris: dict[str, int] = {}
         self.values: list[Value] = []
         self.limit = MAX_TERMS  # (lowered by tests, to reach it)
 
@@ -60,6 +63,10 @@ class TermDictionary:
         return len(self.values)
 
     def encode(self, value: Value) -> int:
+        if value.__class__ is str:
+            found = self._iris.get(value)  # type: ignore[arg-type]
+            if found is not None:
+                return found
         key = term_key(value)
         found = self._ids.get(key)
         if found is not None:
@@ -73,6 +80,8 @@ class TermDictionary:
                 f"ids of 32 bits can number; {value!r} is one too many"
             )
         self._ids[key] = new_id
+        if value.__class__ is str:
+            self._iris[value] = new_id  # type: ignore[index]
         self.values.append(value)
         return new_id
 
@@ -102,7 +111,7 @@ class TermDictionary:
             if not isinstance(cls, str):
                 raise ZodiacError(f"a class must be an IRI string, got {cls!r} in {fact!r}")
             return (cls, 1), (self.encode(subject),)
-        return (predicate, len(args)), tuple(self.encode(a) for a in args)
+        return (predicate, len(args)), tuple(map(self.encode, args))
 
     def lookup(self, value: Value) -> int | None:
         """The id of a value, or None if the dictionary has never seen it (no insertion)."""
