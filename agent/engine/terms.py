@@ -97,6 +97,17 @@ class TermDictionary:
         terms: a tuple ``(predicate, *arguments)``, where ``(rdf:type, x, C)`` is the class
         fact ``C(x)`` (relation ``(C, 1)``), or a ground Atom. The one place fact shapes are
         checked, for the engine and the cloud's Spark job alike."""
+        if fact.__class__ is tuple and len(fact) > 1:  # the common shape, checked first
+            predicate = fact[0]
+            if predicate.__class__ is str and predicate != RDF_TYPE:
+                args = fact[1:]
+                try:  # every argument a known IRI: looked up in C
+                    found = tuple(map(self._iris.get, args))
+                except TypeError:  # an unhashable argument: encode() says what is wrong
+                    found = (None,)
+                if None in found:
+                    found = tuple(map(self.encode, args))
+                return (predicate, len(args)), found
         if isinstance(fact, Atom):
             if not fact.is_ground():
                 raise RuleError(f"a fact must be ground: {fact}")
