@@ -40,7 +40,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -344,7 +344,7 @@ class AgentState:
         row_of: dict[frozenset[str], int] = {}
         for node_id, name, rule_keys in conn.execute("SELECT id, name, rules FROM nodes"):
             keys = frozenset(json.loads(rule_keys))
-            facts = _load_derived(conn, node_id, relations, len(terms))
+            facts = _load_derived(conn, node_id, relations)
             stored_nodes[keys] = (name, facts)
             row_of[keys] = node_id
         self.reasoner = Reasoner.restore(
@@ -660,6 +660,13 @@ class AgentState:
             ),
         )
 
+    def _with_rel_ids(self, changes: dict[RelationKey, set]) -> Iterator[tuple[int, ...]]:
+        """Every changed fact as ``(relation id, *fact)``."""
+        for key, facts in changes.items():
+            if facts:
+                rid = self._rel_id(key)
+                yield from ((rid, *fact) for fact in facts)
+
     def _update_derived(
         self, row: int, removed: dict[RelationKey, set], added: dict[RelationKey, set]
     ) -> None:
@@ -667,19 +674,11 @@ class AgentState:
         (read, changed, written back; a bitmap left empty is deleted). The changes must be net:
         a removed fact saved, an added one not; anything else means the journal and the file
         disagree, and is raised as an integrity error (``apply`` then reloads from the file)."""
-        touched: dict[tuple[int, tuple[int, ...]], tuple[BitMap, BitMap]] = {}
-        for side, changes in enumerate((removed, added)):
-            for key, facts in changes.items():
-                if not facts:
-                    continue
-                rid = self._rel_id(key)
-                for fact in facts:
-                    found = touched.get((rid, fact[:-1]))
-                    if found is None:
-                        found = touched[(rid, fact[:-1])] = (BitMap(), BitMap())
-                    found[side].add(fact[-1])
+        gone_by, new_by = (_group_last(self._with_rel_ids(changes)) for changes in (removed, added))
         where = "node = ? AND rel = ? AND a0 = ? AND a1 = ? AND a2 = ? AND rest = ?"
-        for (rid, prefix), (gone, new) in touched.items():
+        for where_key in gone_by.keys() | new_by.keys():  # (relation id, *prefix)
+            rid, prefix = where_key[0], where_key[1:]
+            gone, new = BitMap(gone_by.get(where_key, ())), BitMap(new_by.get(where_key, ()))
             packed = _pack_prefix(prefix)
             saved = self.conn.execute(
                 f"SELECT objects FROM derived WHERE {where}", (row, rid, *packed)
@@ -807,31 +806,36 @@ def _by_prefix(relation: Relation) -> Iterable[tuple[tuple[int, ...], Iterable[i
         if subjects is None:
             subjects = by_subject(relation.tuples)
         return (((subject,), objects) for subject, objects in subjects.items())
+    return _group_last(relation.tuples).items()
+
+
+def _group_last(facts: Iterable[tuple[int, ...]]) -> dict[tuple[int, ...], list[int]]:
+    """Tuples grouped by every column but the last: prefix -> the last column's values."""
     groups: dict[tuple[int, ...], list[int]] = {}
-    for fact in relation.tuples:
+    for fact in facts:
         found = groups.get(fact[:-1])
         if found is None:
             groups[fact[:-1]] = [fact[-1]]
         else:
             found.append(fact[-1])
-    return groups.items()
+    return groups
 
 
 def _load_derived(
-    conn: sqlite3.Connection, node: int, relations: dict[int, RelationKey], term_count: int
+    conn: sqlite3.Connection, node: int, relations: dict[int, RelationKey]
 ) -> dict[RelationKey, SavedFacts]:
     """One hyper-node's derived facts: a binary relation as subject -> bitmap of objects
     (which the engine adopts as its storage, ``Relation.adopt_subjects``, and turns into Python
     sets only when a plan first reads the relation), any other as a set of tuples. A row
-    whose bitmap does not match its size and largest id, or names a term that does not exist,
-    raises ValueError (a damaged state)."""
+    whose bitmap does not match its size and largest id raises ValueError (a damaged state;
+    ids naming no term are found before, by ``check_integrity`` on those columns)."""
     found: dict[RelationKey, SavedFacts] = {}
     for rid, a0, a1, a2, rest, size, high, blob in conn.execute(
         "SELECT rel, a0, a1, a2, rest, size, high, objects FROM derived WHERE node = ?", (node,)
     ):
         key = relations[rid]
         objects = BitMap.deserialize(blob)
-        if len(objects) != size or not size or objects.max() != high or high >= term_count:
+        if len(objects) != size or not size or objects.max() != high:
             raise ValueError(f"a derived row of relation {key[0]} does not match its bitmap")
         if key[1] == 2:
             subjects = found.get(key)
@@ -955,19 +959,16 @@ def _derived_by_prefix(conn: sqlite3.Connection) -> int:
         next(statement + ";" for statement in SCHEMA.split(";") if "TABLE derived" in statement)
     )
     arities = dict(conn.execute("SELECT id, arity FROM relations"))
-    groups: dict[tuple[int, int, tuple[int, ...]], BitMap] = {}
-    for node, rid, a0, a1, a2, rest in conn.execute(
-        "SELECT node, rel, a0, a1, a2, rest FROM derived_v3"
-    ):
-        fact = _unpack(arities[rid], a0, a1, a2, rest)
-        found = groups.get((node, rid, fact[:-1]))
-        if found is None:
-            found = groups[(node, rid, fact[:-1])] = BitMap()
-        found.add(fact[-1])
+    groups = _group_last(  # (node, relation id, *prefix) -> last-column ids
+        (node, rid, *_unpack(arities[rid], a0, a1, a2, rest))
+        for node, rid, a0, a1, a2, rest in conn.execute(
+            "SELECT node, rel, a0, a1, a2, rest FROM derived_v3"
+        )
+    )
     conn.executemany(
         "INSERT INTO derived (node, rel, a0, a1, a2, rest, size, high, objects) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (_derived_row(*where, objects) for where, objects in groups.items()),
+        (_derived_row(key[0], key[1], key[2:], BitMap(last)) for key, last in groups.items()),
     )
     conn.execute("DROP TABLE derived_v3")
     return 4

@@ -30,7 +30,7 @@ from agent.persistence import AgentState
 from tests.reference import evaluate
 from tests.strategies import closure_pools, incremental_programs, labelled, pool_facts
 from tests.test_incremental_differential import assert_same, engine_facts
-from tests.test_persistence import STEP_SETTINGS
+from tests.test_persistence import STEP_SETTINGS, model_after
 
 SETTINGS = settings(STEP_SETTINGS, max_examples=max(1, settings.default.max_examples // 3))
 KINDS = ("fraction", "subject", "component", "reinsert", "mixed")
@@ -122,13 +122,8 @@ def test_large_batches_through_the_saved_state_equal_the_reference(tmp_path_fact
         event(f"{kind}{' replaced' if batch.get('add_rules') else ''}")
         event(f"deleted {min(len(batch.get('delete_facts', ())) // 10 * 10, 50)}+")
         state.apply(**batch)
-        for name in batch.get("delete_rules", ()):
-            del rules[name]
-        for rule in batch.get("add_rules", ()):
-            rules[rule.id] = rule
-        gone = set(batch.get("delete_facts", ()))
-        facts = (facts - gone) | set(batch.get("add_facts", ()))
-        deleted = (deleted | gone) - facts
+        facts = model_after(batch, rules, facts)
+        deleted = (deleted | set(batch.get("delete_facts", ()))) - facts
         state.close()
         state = AgentState(path)
         assert state.load_report.how == "loaded"

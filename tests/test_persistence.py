@@ -59,6 +59,16 @@ def check_reopen(path: Path, rules: dict, facts: set) -> AgentState:
     return state
 
 
+def model_after(change: dict, rules: dict, facts: set) -> set:
+    """The model's side of ``AgentState.apply(**change)``: ``rules`` (name -> rule) updated in
+    place, the explicit facts after the change returned."""
+    for name in change.get("delete_rules", ()):
+        del rules[name]
+    for rule in change.get("add_rules", ()):
+        rules[rule.id] = rule
+    return (facts - set(change.get("delete_facts", ()))) | set(change.get("add_facts", ()))
+
+
 @pytest.mark.parametrize("pools", ["incremental", "closure"])
 @STEP_SETTINGS
 @given(data=st.data())
@@ -89,12 +99,7 @@ def test_random_changes_survive_reopen(tmp_path_factory, pools, data):
             change["delete_facts"] = gone_facts
         note(f"step {step}: {kind} {change}")
         state.apply(**change)
-        for rid in change.get("delete_rules", ()):
-            del rules[rid]
-        for rule in change.get("add_rules", ()):
-            rules[rule.id] = rule
-        facts -= set(change.get("delete_facts", ()))
-        facts |= set(change.get("add_facts", ()))
+        facts = model_after(change, rules, facts)
         state.close()
         state = check_reopen(path, rules, facts)
     state.close()

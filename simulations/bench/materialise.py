@@ -29,7 +29,7 @@ from pathlib import Path
 from agent.engine import Reasoner
 from agent.engine.store import DataStore, by_subject
 from simulations.bench.datasets import ds1, ds2
-from simulations.bench.memory import footprint, megabytes
+from simulations.bench.memory import fact_count, footprint, megabytes
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
@@ -134,7 +134,7 @@ def print_memory(chosen: list[tuple[str, str, list]]) -> None:
     print(header)
     print("-" * len(header))
     for rule_file, data_name, facts in chosen:
-        used = footprint(_materialised, _count, rule_file, facts)
+        used = footprint(_materialised, fact_count, rule_file, facts)
         print(
             f"{rule_file:<10} {data_name:<9} {used.facts:>9} {megabytes(used.traced_peak):>15} "
             f"{megabytes(used.traced_kept):>8} {used.per_fact(used.traced_kept):>12.0f} "
@@ -148,11 +148,6 @@ def _materialised(rule_file: str, facts: list) -> Reasoner:
     reasoner.add_facts(facts)
     reasoner.add_rules(RULES / rule_file)
     return reasoner
-
-
-def _count(reasoner: object) -> int:
-    assert isinstance(reasoner, Reasoner)
-    return reasoner.count()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from pathlib import Path
 from agent.engine import Reasoner
 from simulations.bench.datasets import ds1, ds2
 from simulations.bench.materialise import store_time
-from simulations.bench.memory import footprint
+from simulations.bench.memory import fact_count, footprint
 from simulations.bench.timing import timed
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
@@ -46,11 +46,6 @@ def materialise(rules, facts, modules: bool) -> tuple[Reasoner, float]:
 
 def _materialised(rules: str, facts: list, modules: bool) -> Reasoner:
     return materialise(rules, facts, modules)[0]
-
-
-def _count(reasoner: object) -> int:
-    assert isinstance(reasoner, Reasoner)
-    return reasoner.count()
 
 
 def module_of(reasoner: Reasoner) -> str:
@@ -154,7 +149,7 @@ def dag_rows(nodes: int, edges: int, changes: int, repeat: int) -> None:
             f"speed-up {slow[index] / fast[index]:>6.1f}x"
         )
     for modules, side in ((True, "module"), (False, "seminaive")):
-        used = footprint(_materialised, _count, TC_RULE, facts, modules)
+        used = footprint(_materialised, fact_count, TC_RULE, facts, modules)
         print(
             f"{'memory, ' + side:<20} kept {used.per_fact(used.traced_kept):>6.0f} B/fact   "
             f"RSS {used.per_fact(used.rss):>6.0f} B/fact   (peak traced "

@@ -33,7 +33,7 @@ from pathlib import Path
 from agent.engine import Reasoner
 from agent.persistence import AgentState
 from simulations.bench.datasets import ds1, ds2
-from simulations.bench.memory import Footprint, footprint
+from simulations.bench.memory import Footprint, fact_count, footprint
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
@@ -65,8 +65,8 @@ def run_case(rule_file: str, data_name: str, facts: list, measure_memory: bool =
         state.close()
         memory = {}
         if measure_memory:
-            memory["recompute"] = footprint(_materialise, _count, rules, facts)
-            memory["restart"] = footprint(_restarted, _count, path)
+            memory["recompute"] = footprint(_materialise, fact_count, rules, facts)
+            memory["restart"] = footprint(_restarted, fact_count, path)
     return {
         "case": f"{rule_file[:-6].upper()} {data_name}",
         "facts": reasoner.count(),
@@ -82,11 +82,6 @@ def run_case(rule_file: str, data_name: str, facts: list, measure_memory: bool =
 
 def _restarted(path: Path) -> Reasoner:
     return AgentState(path).reasoner
-
-
-def _count(reasoner: object) -> int:
-    assert isinstance(reasoner, Reasoner)
-    return reasoner.count()
 
 
 def _materialise(rules: str, facts: list) -> Reasoner:
