@@ -1,8 +1,10 @@
 """Killing the agent during its very first start never leaves a state it refuses to start from.
 
 A real ``zodiac-agent run`` process with local rule and fact files is SIGKILLed at random points
-of its first start, 40 times: half at a random time after launch, half right after its state
-file (or the temporary file it is built in) appears. Each time the next start must open the
+of its first start, 40 times: half at a random time after launch, a quarter right after the
+temporary file the state is built in appears, a quarter right after the state file itself
+appears (waiting for the file, not guessing a delay, so that every stage is reached however fast
+or slow the machine is). Each time the next start must open the
 state (no "not a zodiac-edge agent state"), hold exactly the configured local rules and facts,
 and leave no temporary file behind; and a local rules file that was broken at the first start
 is applied at the first start after it is fixed.
@@ -15,6 +17,7 @@ import random
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,8 +43,21 @@ def state_files(directory: Path) -> list[Path]:
     return [p for p in directory.iterdir() if p.name.startswith(("t1.db", ".t1.db"))]
 
 
-def kill_during_first_start(config: Path, rng: random.Random, on_file: bool) -> str:
-    """Start the agent and SIGKILL it; returns where (for the failure message)."""
+def temporary_or_state_file(directory: Path) -> bool:
+    return bool(state_files(directory))
+
+
+def final_state_file(directory: Path) -> bool:
+    return (directory / "t1.db").exists()
+
+
+def kill_during_first_start(
+    config: Path, rng: random.Random, wait_for: Callable[[Path], bool] | None
+) -> str:
+    """Start the agent and SIGKILL it, after a random delay or just after ``wait_for`` holds.
+
+    Returns where the kill landed (for the failure message).
+    """
     directory = config.parent
     process = subprocess.Popen(
         agent_command("run", "--config", str(config)),
@@ -51,12 +67,13 @@ def kill_during_first_start(config: Path, rng: random.Random, on_file: bool) -> 
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        if on_file:
-            deadline = time.monotonic() + 20
-            while not state_files(directory) and time.monotonic() < deadline:
+        if wait_for is not None:
+            deadline = time.monotonic() + 30
+            while not wait_for(directory) and time.monotonic() < deadline:
                 time.sleep(0.0005)
-            time.sleep(rng.uniform(0, 0.03))
-            where = f"{rng.uniform(0, 0.03):.4f} s after the state file appeared"
+            delay = rng.uniform(0, 0.03)
+            time.sleep(delay)
+            where = f"{delay:.4f} s after {wait_for.__name__} held"
         else:
             delay = rng.uniform(0.02, 1.2)
             time.sleep(delay)
@@ -75,7 +92,8 @@ def test_a_first_start_killed_anywhere_starts_again(tmp_path, broker: Broker):
         directory = tmp_path / f"trial{trial}"
         reasoning = write_local_files(directory) if directory.mkdir() is None else ""
         config = write_config(directory, broker, cloud.keys, reasoning=reasoning)
-        where = kill_during_first_start(config, rng, on_file=trial % 2 == 1)
+        wait_for = (None, temporary_or_state_file, None, final_state_file)[trial % 4]
+        where = kill_during_first_start(config, rng, wait_for)
         names = {p.name for p in state_files(directory)}
         if "t1.db" in names:
             reached["state file"] += 1
