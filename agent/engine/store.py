@@ -54,7 +54,7 @@ class Relation:
     plan asks. A relation no plan reads (a leaf output, answered only to queries) is never
     converted."""
 
-    __slots__ = ("key", "arity", "_rows", "_count", "_indexes", "_getters", "_foreign")
+    __slots__ = ("key", "arity", "_rows", "_count", "_indexes", "_getters", "_foreign", "_bucket")
 
     def __init__(self, key: RelationKey) -> None:
         self.key = key
@@ -64,20 +64,31 @@ class Relation:
         self._indexes: dict[tuple[int, ...], dict] = {}
         self._getters: dict[tuple[int, ...], tuple[itemgetter, itemgetter]] = {}
         self._foreign = False  # some subject bucket is not a Python set (see the docstring)
+        self._bucket: type = set  # the container a new subject's bucket gets
 
     @property
     def tuples(self) -> set[tuple[int, ...]]:
         """The facts as a set of tuples (built here from the subjects, the first time)."""
         rows = self._rows
         if rows is None:
-            # (outside an update too, the collector must not walk the new tuples again and
-            # again while they are made: that tripled the cost, see gcpause.py)
-            with collector_paused() as pause:
-                pause.large = self._count > FREEZE_AT
-                rows = set()
-                for subject, objects in self._indexes[SUBJECT].items():
-                    rows.update(zip(repeat(subject), objects))
-                self._rows = rows
+            rows = self._rows = self._built_tuples()
+        return rows
+
+    def as_set(self) -> set[tuple[int, ...]]:
+        """The facts as a set of tuples for a caller that reads it and lets it go: the
+        relation's own set (do not change it) or, for subject-keyed storage, one built for the
+        caller and not kept (`tuples` would keep it: a tuple per fact for good)."""
+        rows = self._rows
+        return self._built_tuples() if rows is None else rows
+
+    def _built_tuples(self) -> set[tuple[int, ...]]:
+        # (outside an update too, the collector must not walk the new tuples again and again
+        # while they are made: that tripled the cost, see gcpause.py)
+        with collector_paused() as pause:
+            pause.large = self._count > FREEZE_AT
+            rows: set[tuple[int, ...]] = set()
+            for subject, objects in self._indexes[SUBJECT].items():
+                rows.update(zip(repeat(subject), objects))
         return rows
 
     @property
@@ -107,16 +118,18 @@ class Relation:
         return f"Relation({self.key[0]}/{self.key[1]}, {len(self)} facts)"
 
     def present(self, candidates: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
-        """The candidates the relation holds (``candidates & tuples``)."""
-        if self._rows is None and len(candidates) < self._count:
+        """The candidates the relation holds (``candidates & tuples``). Subject-keyed storage
+        tests each candidate in its subject's bucket: building the tuples to intersect would
+        cost a tuple per stored fact, kept for good."""
+        if self._rows is None:
             return {f for f in candidates if f in self}
-        return candidates & self.tuples
+        return candidates & self._rows
 
     def absent(self, candidates: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
-        """The candidates the relation does not hold (``candidates - tuples``)."""
-        if self._rows is None and len(candidates) < self._count:
+        """The candidates the relation does not hold (``candidates - tuples``; see `present`)."""
+        if self._rows is None:
             return {f for f in candidates if f not in self}
-        return candidates - self.tuples
+        return candidates - self._rows
 
     def index(self, bound: tuple[int, ...]) -> dict:
         """The index on the given (sorted) bound columns, built now if it does not exist."""
@@ -147,14 +160,14 @@ class Relation:
             if objects.__class__ is not set:
                 subjects[subject] = set(objects)
         self._foreign = False
+        self._bucket = set
 
     def add_all(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
         """Insert facts; returns those that were not already present."""
-        new = set(facts)
         if self._rows is None:
-            new = self.absent(new)
-        else:
-            new -= self._rows
+            return self._insert_by_subject(facts)
+        new = set(facts)
+        new -= self._rows
         if new:
             self._insert(new)
         return new
@@ -173,16 +186,7 @@ class Relation:
     def _insert(self, new: set[tuple[int, ...]]) -> None:
         rows = self._rows
         if rows is None:
-            subjects = self._indexes[SUBJECT]
-            get = subjects.get
-            for s, o in new:
-                objects = get(s)
-                if objects is None:
-                    subjects[s] = {o}
-                    self._count += 1
-                elif o not in objects:
-                    objects.add(o)
-                    self._count += 1
+            self._insert_by_subject(new)
             return
         rows |= new
         for bound, index in self._indexes.items():
@@ -196,18 +200,24 @@ class Relation:
             return self.add_all(facts)
         self._rows = facts
         self.drop_indexes()
-        self._foreign = False
         return facts
 
-    def adopt_subjects(self, subjects: dict[int, AbstractSet[int]]) -> None:
+    def adopt_subjects(
+        self, subjects: dict[int, AbstractSet[int]], bucket: type | None = None
+    ) -> None:
         """Fill an empty binary relation with subject -> objects sets the caller hands over
         and will not use again (no set may be empty; sets, or foreign set-likes with ``add``
-        and ``discard``): subject-keyed storage, see the class docstring."""
+        and ``discard``): subject-keyed storage, see the class docstring. A subject added
+        later gets a ``bucket`` (a container class taking an iterable of ids), by default the
+        class of the buckets handed over."""
         if self.arity != 2 or len(self):
             raise ValueError(f"{self!r}: adopt_subjects needs an empty binary relation")
         self.drop_indexes()
         self._rows = None
-        self._foreign = any(objects.__class__ is not set for objects in subjects.values())
+        if bucket is None:
+            bucket = next((o.__class__ for o in subjects.values() if o.__class__ is not set), set)
+        self._bucket = bucket
+        self._foreign = bucket is not set or any(o.__class__ is not set for o in subjects.values())
         self._count = sum(map(len, subjects.values()))
         self._indexes[SUBJECT] = subjects
         self._getters[SUBJECT] = SUBJECT_GETTERS
@@ -225,12 +235,8 @@ class Relation:
         When at least half the facts go, the indexes are dropped rather than updated fact by
         fact: rebuilding one from what remains, when a plan next asks, costs no more."""
         if self._rows is None:
-            facts = facts if isinstance(facts, set) else set(facts)
-            if len(facts) < self._count:  # (else `present` would build the tuples anyway)
-                gone = self.present(facts)
-                self._unindex(gone)
-                return gone
-        rows = self.tuples
+            return self._discard_by_subject(facts)
+        rows = self._rows
         gone = rows.intersection(facts)
         if gone:
             rows -= gone
@@ -250,16 +256,46 @@ class Relation:
                 raise AssertionError(f"{self!r}: remove_present was given absent facts")
         return facts
 
+    def _insert_by_subject(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
+        """Subject-keyed storage: add each fact to its subject's bucket (a new subject gets a
+        Python set); returns the facts that were absent. No tuple of the stored facts is made
+        (see the class docstring)."""
+        subjects = self._indexes[SUBJECT]
+        get = subjects.get
+        new: set[tuple[int, ...]] = set()
+        for fact in facts:
+            s, o = fact
+            objects = get(s)
+            if objects is None:
+                subjects[s] = {o} if self._bucket is set else self._bucket((o,))
+            elif o not in objects:
+                objects.add(o)
+            else:
+                continue
+            new.add(fact)
+        self._count += len(new)
+        return new
+
+    def _discard_by_subject(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
+        """Subject-keyed storage: remove each fact from its subject's bucket (an emptied
+        subject goes); returns the facts that were present."""
+        subjects = self._indexes[SUBJECT]
+        get = subjects.get
+        gone: set[tuple[int, ...]] = set()
+        for fact in facts:
+            s, o = fact
+            objects = get(s)
+            if objects is not None and o in objects:
+                objects.discard(o)
+                if not objects:
+                    del subjects[s]
+                gone.add(fact)
+        self._count -= len(gone)
+        return gone
+
     def _unindex(self, gone: set[tuple[int, ...]]) -> None:
         if self._rows is None:
-            subjects = self._indexes[SUBJECT]
-            for s, o in gone:
-                objects = subjects.get(s)
-                if objects is not None and o in objects:
-                    objects.discard(o)
-                    self._count -= 1
-                    if not objects:
-                        del subjects[s]
+            self._discard_by_subject(gone)
             return
         if len(gone) >= len(self._rows):
             self.drop_indexes()
@@ -280,6 +316,7 @@ class Relation:
         self._rows = set()
         self._count = 0
         self._foreign = False
+        self._bucket = set
         self._indexes.clear()
         self._getters.clear()
 
@@ -291,6 +328,7 @@ class Relation:
         self._getters.clear()
         if kept is None:
             self._foreign = False
+            self._bucket = set
         else:
             self._indexes[SUBJECT] = kept
             self._getters[SUBJECT] = SUBJECT_GETTERS

@@ -132,7 +132,7 @@ class Module(ABC):
         before = self.rematerialise(node, executor)
         changes = Maintained(strategy=strategy)
         for key in set(before) | set(node.idb.relations):
-            new = node.idb.relations[key].tuples if key in node.idb.relations else set()
+            new = node.idb.relations[key].as_set() if key in node.idb.relations else set()
             added, removed = difference(before.pop(key, set()), new)
             changes.add(key, added, owned=True)
             changes.remove(key, removed, owned=True)

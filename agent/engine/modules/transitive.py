@@ -19,14 +19,16 @@ at least one X edge, and ``P2(u)`` = those reachable by a walk of at least two X
   head (u, w) go through u or w, i.e. need (u, u) or (w, w) in L, which the COMP keeps out
   (X = {(a, b), (b, a)} gives an empty IDB although a -> b -> a -> b is a path).
 
-**State.** ``succ`` / ``pred`` (X as adjacency, the paper's X_R), ``reach`` (reach(u) for
-every vertex with successors) and, irreflexive only, ``lonely`` (u -> its lonely partner).
-IDB(u) is a function of them, so a change of the IDB is computed from a change of ``reach``.
+**State.** ``succ`` / ``pred`` (X as adjacency, the paper's X_R, in Python sets), ``reach``
+(reach(u) for every vertex with successors, a compressed bitmap) and, irreflexive only,
+``lonely`` (u -> its lonely partner). IDB(u) is a function of them, so a change of the IDB is
+computed from a change of ``reach``. The IDB itself is stored by subject, P2(u) as a bitmap
+(``Relation.adopt_subjects``): no tuple is built unless a reader asks for tuples.
 
 **Materialise (Add from nothing).** SCCs of the X graph (iterative Tarjan, sinks first); for
 each SCC bottom-up: a cyclic SCC C (two or more vertices, or a self-loop) has reach = P2 = C
-plus its outside successors plus their reach (one C-level ``set.update`` over the successors'
-sets); a vertex u on no cycle has P2(u) = union of its successors' reach and reach(u) =
+plus its outside successors plus their reach (one bitmap union over the successors'
+bitmaps); a vertex u on no cycle has P2(u) = union of its successors' reach and reach(u) =
 P2(u) + succ(u). Cost: sum over condensation edges of |reach|, plus the output.
 
 **Insertions (Add).** Per new edge (a, b) (Italiano's incremental closure, the paper's Alg. 4
@@ -71,6 +73,8 @@ import time
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 
+from pyroaring import BitMap, FrozenBitMap
+
 from ..budget import NO_GUARD, BudgetGuard
 from ..changes import InputChanges, StoreChanges
 from ..dependency import strongly_connected_components
@@ -80,6 +84,7 @@ from ..store import DataStore, DataStoreBag, Relation, RelationKey
 from .base import Maintained, Module, NodeState
 
 EMPTY: frozenset = frozenset()
+NO_IDS = FrozenBitMap()  # the reach of a vertex without successors (read only)
 
 
 def pairs_from(source: int, targets: Iterable[int]) -> Iterable[tuple[int, int]]:
@@ -153,7 +158,7 @@ class ClosureModule(Module):
         if len(own):
             own.clear()
         if isinstance(built, dict):
-            own.adopt_subjects(built)
+            own.adopt_subjects(built, BitMap)
         else:
             own.adopt(built)
         self._remember(node)
@@ -179,6 +184,11 @@ class ClosureModule(Module):
             reason = "input changes disagree with the recorded external facts"
         if reason:
             return self.recompute(node, executor, f"recompute ({reason})")
+        if plus and not minus and not self.succ:
+            # Nothing recorded (the rule came before its facts, or all of them went): the IDB
+            # is empty, and building the closure of the new facts at once, as materialise does,
+            # beats inserting them edge by edge.
+            return self.recompute(node, executor, f"closure (+{len(plus)} external facts: built)")
         own = node.own(self.relation)
         result = Maintained()
         # (X holds at least one fact per vertex with successors: the sum is rarely taken)
@@ -242,7 +252,7 @@ class TransitiveClosureModule(ClosureModule):
 
     def __init__(self, relation: RelationKey, irreflexive: bool = False) -> None:
         super().__init__(relation, irreflexive)
-        self.reach: dict[int, set[int]] = {}  # only vertices with successors
+        self.reach: dict[int, BitMap] = {}  # only vertices with successors (see _close)
         self.lonely: dict[int, int] = {}  # irreflexive: partner in a loop-free 2-vertex SCC
 
     def reset(self) -> None:
@@ -253,9 +263,15 @@ class TransitiveClosureModule(ClosureModule):
 
     def _close(
         self, vertices: list[int], inside: set[int] | None = None, dirty: set[int] | None = None
-    ) -> dict[int, set[int]]:
+    ) -> dict[int, BitMap]:
         """Compute ``reach`` bottom-up over the SCCs of ``vertices``; returns P2 of every vertex
         it recomputed that has successors (the sets live in ``reach``: read, don't mutate).
+
+        Reach sets are compressed bitmaps (pyroaring): the closure is made of unions of whole
+        sets, which a bitmap does in C over runs of ids, and it holds a dense set of ids in a
+        few bytes each where a Python set takes about 50 (docs/storage.md, the measurement).
+        The adjacency (``succ``/``pred``) stays in Python sets: a handful of ids per vertex,
+        read one at a time.
 
         ``inside`` (deletions): the vertex set being recomputed; successors outside it have
         final reach. ``dirty``: its vertices whose out-edges changed. An SCC with no dirty
@@ -275,7 +291,7 @@ class TransitiveClosureModule(ClosureModule):
                 return succ.get(u, EMPTY) & inside
 
         changed: set[int] = set()
-        p2: dict[int, set[int]] = {}
+        p2: dict[int, BitMap] = {}
         tick = self.guard.tick
         for component in strongly_connected_components(vertices, successors):
             tick()
@@ -298,15 +314,18 @@ class TransitiveClosureModule(ClosureModule):
                         changed.add(u)
                     continue
                 if u not in out:  # on no cycle
-                    got = set().union(*[reach[w] for w in out if w in reach])
+                    got = BitMap().union(*[reach[w] for w in out if w in reach])
                     p2[u] = got
-                    reach[u] = got | out
+                    reach[u] = mine = got.copy()
+                    mine.update(out)
                     if before and before[0] != reach[u]:
                         changed.add(u)
                     continue
             members = set(component)
-            closed = members.union(*[succ.get(u, EMPTY) for u in component])
-            closed.update(*[reach[w] for w in closed - members if w in reach])
+            leaving = set().union(*[succ.get(u, EMPTY) for u in component]) - members
+            closed = BitMap(members)
+            closed.update(leaving)
+            closed.update(*[reach[w] for w in leaving if w in reach])
             first = True
             for u in component:
                 reach[u] = p2[u] = closed if first else closed.copy()
@@ -325,10 +344,10 @@ class TransitiveClosureModule(ClosureModule):
         return not any(u in reach.get(y, EMPTY) for y in (su | sw) if y != u and y != w)
 
     # ------------------------------------------------------------------ materialise
-    def build(self, external: list[Relation]) -> dict[int, set[int]]:
+    def build(self, external: list[Relation]) -> dict[int, BitMap]:
         """The IDB as subject -> objects (P2 per vertex, see the module docstring): stored as
-        such (`Relation.adopt_subjects`), its 456k tuples on DAG-R are never built unless a
-        reader scans them."""
+        such (`Relation.adopt_subjects`, the bitmaps as the relation's buckets), its 456k
+        tuples on DAG-R are never built unless a reader scans them."""
         self.reset()
         link = self._link
         for relation in external:
@@ -336,10 +355,10 @@ class TransitiveClosureModule(ClosureModule):
                 link(u, v)
         vertices = list(self.succ.keys() | self.pred.keys())
         reach, lonely = self.reach, self.lonely
-        subjects: dict[int, set[int]] = {}
+        subjects: dict[int, BitMap] = {}
         for u, got in self._close(vertices, None).items():
             if got is reach[u]:  # a cyclic SCC's set, shared with the state
-                got = set(got)
+                got = got.copy()
             if self.irreflexive:
                 got.discard(u)
                 w = lonely.get(u)
@@ -375,12 +394,12 @@ class TransitiveClosureModule(ClosureModule):
         gone: set[tuple[int, int]] = set()
         reach, succ = self.reach, self.succ
         for u, before in old_reach.items():
-            after = reach.get(u, EMPTY)
+            after = reach.get(u, NO_IDS)
             if after is not before and len(after) != len(before):
                 gone.update(pairs_from(u, before - after))
             got = new_p2.get(u)
             if got is not None:
-                gone.update(pairs_from(u, succ[u] - got))
+                gone.update(pairs_from(u, [v for v in succ[u] if v not in got]))
         if self.irreflexive:
             lonely = self.lonely
             for u in affected:
@@ -392,21 +411,21 @@ class TransitiveClosureModule(ClosureModule):
     # ------------------------------------------------------------------ Add
     def insert(self, own: Relation, facts: set, result: StoreChanges) -> None:
         reach, pred = self.reach, self.pred
-        gains: dict[int, set[int]] = {}
+        gains: dict[int, BitMap] = {}
         for a, b in facts:
             self._link(a, b)
             start = reach.get(a)
             if start is not None and b in start:
                 continue  # a already reached b: nobody's reach changes (nor P2(a))
-            new = {b}
-            new.update(reach.get(b, EMPTY))
+            new = BitMap(reach.get(b, NO_IDS))
+            new.add(b)
             seen = {a}
             frontier = [a]
             while frontier:
                 u = frontier.pop()
                 mine = reach.get(u)
                 if mine is None:
-                    mine = reach[u] = set()
+                    mine = reach[u] = BitMap()
                 elif b in mine:
                     continue  # u, and everyone reaching u, already reach b and reach(b)
                 gain = new - mine
@@ -421,12 +440,12 @@ class TransitiveClosureModule(ClosureModule):
                         seen.add(p)
                         frontier.append(p)
         # P2(x) grows by the gains of x's successors and by reach(b) for new edges (x, b).
-        candidates: dict[int, set[int]] = {}
+        candidates: dict[int, BitMap] = {}
         for v, gain in gains.items():
             for x in pred.get(v, EMPTY):
                 known = candidates.get(x)
                 if known is None:
-                    candidates[x] = set(gain)
+                    candidates[x] = gain.copy()
                 else:
                     known |= gain
         for x, b in facts:
@@ -434,7 +453,7 @@ class TransitiveClosureModule(ClosureModule):
             if got:
                 known = candidates.get(x)
                 if known is None:
-                    candidates[x] = set(got)
+                    candidates[x] = got.copy()
                 else:
                     known |= got
         added: set[tuple[int, int]] = set()
