@@ -193,3 +193,6 @@ def test_modules_benchmark_prints_memory_of_both_sides(capsys):
     lines = [line for line in out.splitlines() if line.startswith("memory, ")]
     assert [line.split()[1] for line in lines] == ["module", "seminaive"]
     assert all(float(line.split()[3]) > 0 for line in lines)
+    # Both ways a reader may read the closure: building its tuples, or one pass through it.
+    reads = [line for line in out.splitlines() if line.startswith(("+ first full", "+ one read"))]
+    assert len(reads) == 2 and all(float(line.split()[5]) >= 0 for line in reads)
