@@ -1,7 +1,7 @@
 """Killing the agent during its very first start never leaves a state it refuses to start from.
 
 A real ``zodiac-agent run`` process with local rule and fact files is SIGKILLed at random points
-of its first start, 40 times: half at a random time after launch, a quarter right after the
+of its first start, 28 times: half at a random time after launch, a quarter right after the
 temporary file the state is built in appears, a quarter right after the state file itself
 appears (waiting for the file, not guessing a delay, so that every stage is reached however fast
 or slow the machine is). Each time the next start must open the
@@ -28,7 +28,7 @@ from agent.service import Agent
 from tests.agent_harness import REPO, Cloud, agent_command, write_config
 from tests.broker import Broker
 
-TRIALS = 40
+TRIALS = 28  # 7 of each kind of kill (see the module docstring)
 LOCAL_RULES = "l1: <Warm>(X) :- <temp>(X, T) and COMP(T, >, 20) .\nl2: <Hot>(X) :- <Warm>(X) .\n"
 LOCAL_FACTS = "<t1> <temp> 25 .\n<t2> <temp> 12 .\n"
 

@@ -284,7 +284,9 @@ def test_closures_evaluated_seminaively_agree(spark):
 
 # ------------------------------------------------------------------ random programs
 @settings(
-    max_examples=15,
+    # 10 in CI (each example starts several Spark jobs: the suite's time budget), 100 with
+    # HYPOTHESIS_PROFILE=thorough
+    max_examples=max(1, settings.default.max_examples // 10),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
