@@ -254,9 +254,8 @@ class Reasoner:
             graph = build_hyper_graph(list(rules.values()))
         else:
             graph = self.graph
-        additions = [self.terms.encode_fact(atom) for atom in program.facts]
-        if add_facts is not None:
-            additions += [self.terms.encode_fact(f) for f in load_facts(add_facts)]
+        given = program.facts if add_facts is None else [*program.facts, *load_facts(add_facts)]
+        additions, addition_count = self.terms.encode_facts(given)
         deletions = [] if delete_facts is None else self._lookup_facts(load_facts(delete_facts))
 
         driver = UpdateDriver(
@@ -269,7 +268,7 @@ class Reasoner:
             self.use_modules,
             self.costs,
         )
-        added, removed = driver.apply_edb(_by_key(additions), _by_key(deletions))
+        added, removed = driver.apply_edb(additions, _by_key(deletions))
         # The previous journal (and the facts it removed) and dropped hyper-nodes are freed
         # off this update's path (see reclaim.py).
         RECLAIMER.discard(self.journal)
@@ -300,7 +299,7 @@ class Reasoner:
             "rules_deleted": sorted(deleted_names),
             "facts_added": added,
             "facts_deleted": removed,
-            "facts_ignored": len(additions) - added + len(deletions) - removed,
+            "facts_ignored": addition_count - added + len(deletions) - removed,
             **{k: v for k, v in driver.report.items()},
             "seconds": time.perf_counter() - started,
         }

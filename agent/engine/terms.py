@@ -12,9 +12,12 @@ compiled code can test ``X != Y`` as an int comparison. Booleans are kept apart 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from itertools import compress, repeat
+from operator import is_, itemgetter
 
 from .errors import NonFiniteError, RuleError, ZodiacError
-from .language import RDF_TYPE, Atom, Literal, Value
+from .language import RDF_TYPE, Atom, Literal, RelationKey, Value
 
 # Term ids are unsigned 32-bit integers: the agent's state saves sets of ids as compressed
 # bitmaps of 32-bit values (agent/persistence.py). Four billion distinct terms is far beyond
@@ -52,10 +55,10 @@ class TermDictionary:
     __slots__ = ("_ids", "_iris", "values", "limit")
 
     def __init__(self) -> None:
-        self._ids: dict[tuple, int] = {}
-        # IRIs (plain str values) again, keyed by the string itself: most terms are IRIs, and
-        # this skips building a key tuple per lookup (the load path's largest cost).
+        # IRIs (most terms) keyed by the string itself: no key tuple per lookup or per term
+        # (the load path's largest cost, and a tuple and a slot per IRI held for good).
         self._iris: dict[str, int] = {}
+        self._ids: dict[tuple, int] = {}  # every other value, by its term_key
         self.values: list[Value] = []
         self.limit = MAX_TERMS  # (lowered by tests, to reach it)
 
@@ -65,25 +68,42 @@ class TermDictionary:
     def encode(self, value: Value) -> int:
         if value.__class__ is str:
             found = self._iris.get(value)  # type: ignore[arg-type]
-            if found is not None:
-                return found
+            return self._new(value, None) if found is None else found
         key = term_key(value)
+        if key[0] == "i":  # a str subclass: the IRI it spells
+            return self.encode(key[1])
         found = self._ids.get(key)
         if found is not None:
             return found
         if key[0] == "n" and isinstance(value, float) and not math.isfinite(value):
             raise NonFiniteError(value)
+        return self._new(value, key)
+
+    def _new(self, value: Value, key: tuple | None) -> int:
+        """Give ``value`` the next id (``key`` None: an IRI)."""
         new_id = len(self.values)
         if new_id >= self.limit:
-            raise ZodiacError(
-                f"the term dictionary is full: {self.limit:,} distinct terms, the most term "
-                f"ids of 32 bits can number; {value!r} is one too many"
-            )
-        self._ids[key] = new_id
-        if value.__class__ is str:
+            self._full(value)
+        if key is None:
             self._iris[value] = new_id  # type: ignore[index]
+        else:
+            self._ids[key] = new_id
         self.values.append(value)
         return new_id
+
+    def _add_iris(self, iris: list[str]) -> None:
+        """Give IRIs the dictionary has never seen the next ids, in order, at once."""
+        start = len(self.values)
+        if start + len(iris) > self.limit:
+            self._full(iris[max(0, self.limit - start)])
+        self.values.extend(iris)
+        self._iris.update(zip(iris, range(start, start + len(iris)), strict=True))
+
+    def _full(self, value: Value) -> None:
+        raise ZodiacError(
+            f"the term dictionary is full: {self.limit:,} distinct terms, the most term "
+            f"ids of 32 bits can number; {value!r} is one too many"
+        )
 
     def load(self, values: list[Value]) -> None:
         """Append stored terms, which must get exactly the ids they had when saved (an empty
@@ -124,9 +144,91 @@ class TermDictionary:
             return (cls, 1), (self.encode(subject),)
         return (predicate, len(args)), tuple(map(self.encode, args))
 
+    def encode_facts(self, facts: Iterable) -> tuple[dict[RelationKey, list[tuple[int, ...]]], int]:
+        """Many facts at once -> (relation -> the facts' id tuples, how many facts were given):
+        what `encode_fact` gives fact by fact, faster for the common bulk shape.
+
+        A batch of tuples ``(predicate, *arguments)`` of one IRI predicate and one arity (a CSV
+        file of one relation, a device's readings) is encoded a column at a time: a column is
+        looked up in C, IRIs never seen before get their ids at once, and only other new values
+        (numbers, literals, booleans) are encoded one by one. Any other batch, or one whose new
+        numbers sit in several columns (which of two equal numbers, ``5`` and ``5.0``, is seen
+        first, and so decoded, depends on the order facts are encoded), goes fact by fact."""
+        facts = facts if isinstance(facts, list) else list(facts)
+        key = _one_shape(facts)
+        if key is not None:
+            try:
+                columns = [list(map(itemgetter(i), facts)) for i in range(1, key[1] + 1)]
+                encoded = self._encode_columns(columns)
+            except TypeError:  # an unhashable argument: encode_fact says which
+                encoded = None
+            if encoded is not None:
+                return {key: encoded}, len(facts)
+        grouped: dict[RelationKey, list[tuple[int, ...]]] = {}
+        for fact in facts:
+            key, ids = self.encode_fact(fact)
+            found = grouped.get(key)
+            if found is None:
+                grouped[key] = [ids]
+            else:
+                found.append(ids)
+        return grouped, len(facts)
+
+    def _encode_columns(self, columns: list[list]) -> list[tuple[int, ...]] | None:
+        """The id tuples of rows given as columns (see `encode_facts`); None when new numbers
+        sit in more than one column (then nothing but IRIs was encoded)."""
+        get = self._iris.get
+        id_columns: list[list] = []
+        stale: list[int] = []  # columns with values that had no id
+        pending: list[int] = []  # those among them with new values that are not IRIs
+        numbers = 0  # columns with new numbers
+        for n, column in enumerate(columns):
+            ids = list(map(get, column))
+            id_columns.append(ids)
+            unseen = dict.fromkeys(compress(column, map(is_, ids, repeat(None))))
+            if not unseen:
+                continue
+            stale.append(n)
+            iris = [value for value in unseen if value.__class__ is str]
+            self._add_iris(iris)
+            if len(iris) < len(unseen):
+                pending.append(n)
+                numbers += any(term_key(v)[0] == "n" for v in unseen if v.__class__ is not str)
+        if numbers > 1:
+            return None
+        encode = self.encode
+        for n in stale:
+            column = columns[n]
+            ids = id_columns[n] = list(map(get, column))
+            if n in pending:
+                id_columns[n] = [
+                    i if i is not None else encode(v) for v, i in zip(column, ids, strict=True)
+                ]
+        return list(zip(*id_columns, strict=True))
+
     def lookup(self, value: Value) -> int | None:
         """The id of a value, or None if the dictionary has never seen it (no insertion)."""
-        return self._ids.get(term_key(value))
+        key = term_key(value)
+        return self._iris.get(key[1]) if key[0] == "i" else self._ids.get(key)
 
     def decode(self, term_id: int) -> Value:
         return self.values[term_id]
+
+
+def _one_shape(facts: list) -> RelationKey | None:
+    """The relation when every fact is a tuple of one IRI predicate (not rdf:type) and one
+    length, found by C-level passes; else None."""
+    if not facts or facts[0].__class__ is not tuple or len(facts[0]) < 2:
+        return None
+    predicate = facts[0][0]
+    if predicate.__class__ is not str or predicate == RDF_TYPE:
+        return None
+    try:
+        same = (
+            set(map(type, facts)) == {tuple}
+            and len(set(map(len, facts))) == 1
+            and set(map(itemgetter(0), facts)) == {predicate}
+        )
+    except TypeError:  # an unhashable predicate: the per-fact path says what is wrong
+        return None
+    return (predicate, len(facts[0]) - 1) if same else None
