@@ -39,17 +39,18 @@ class Relation:
     **Subject-keyed storage.** A binary relation can also be filled with `adopt_subjects`:
     a dict from subject to the set of its objects, which is exactly the index on column 0. The
     relation then keeps only that index (``_rows`` is None) and answers `len`, `in`, iteration,
-    ``index((0,))`` and every insert and delete from it; the set of tuples is built, once, by
-    the first caller that reads ``tuples`` (a full scan, another index, a set operation over
-    all rows). Why: a transitive closure's output is a set of objects per subject already, and
-    building its tuples costs more than the closure itself (DAG-R in
-    simulations.bench.modules); a reader that looks up subjects, or nobody reading at all, never
-    pays for them.
+    ``index((0,))`` and every insert, delete and membership test from it (never building
+    tuples for them); the set of tuples is built, once, by the first caller that reads
+    ``tuples`` (another index, a set operation over all rows). Why: a transitive closure's
+    output is a set of objects per subject already, and building its tuples costs more than
+    the closure itself (DAG-R in simulations.bench.modules); a reader that looks up subjects,
+    or nobody reading at all, never pays for them.
 
     **Foreign buckets.** `adopt_subjects` also takes objects in another set-like container
-    (the agent's saved state hands over compressed bitmaps, which hold a dense set of ids in a
-    few bytes each). The relation's own methods need only membership, iteration, ``add`` and
-    ``discard`` of a bucket, so it keeps them as they are; `index` hands compiled rules (which
+    (the agent's saved state and the transitive-closure module hand over compressed bitmaps,
+    which hold a dense set of ids in a few bytes each). The relation's own methods need only
+    membership, iteration, ``add`` and ``discard`` of a bucket, so it keeps them as they are
+    (and gives a new subject the same kind of bucket); `index` hands compiled rules (which
     do set algebra with Python sets) Python sets, converting every bucket the first time a
     plan asks. A relation no plan reads (a leaf output, answered only to queries) is never
     converted."""
