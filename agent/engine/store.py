@@ -215,10 +215,9 @@ class Relation:
             raise ValueError(f"{self!r}: adopt_subjects needs an empty binary relation")
         self.drop_indexes()
         self._rows = None
-        if bucket is None:
-            bucket = next((o.__class__ for o in subjects.values() if o.__class__ is not set), set)
-        self._bucket = bucket
-        self._foreign = bucket is not set or any(o.__class__ is not set for o in subjects.values())
+        handed = next((o.__class__ for o in subjects.values() if o.__class__ is not set), None)
+        self._bucket = bucket or handed or set
+        self._foreign = handed is not None or self._bucket is not set
         self._count = sum(map(len, subjects.values()))
         self._indexes[SUBJECT] = subjects
         self._getters[SUBJECT] = SUBJECT_GETTERS
