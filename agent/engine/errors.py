@@ -22,8 +22,21 @@ class RuleError(ZodiacError):
     """A rule that parses but cannot be accepted (unsafe, bad aggregate, duplicate label...)."""
 
     def __init__(self, message: str, *, rule: str | None = None):
-        self.rule = rule
-        super().__init__(f"{message}" + (f"\n  in rule: {rule}" if rule else ""))
+        self.rule = rule  # the whole text, for a caller that wants it
+        super().__init__(f"{message}" + (f"\n  in rule: {shortened(rule)}" if rule else ""))
+
+
+# How much of a rule an error message quotes: a rule refused for being huge (10,000 atoms) would
+# otherwise fill a terminal or a log line with hundreds of kilobytes.
+QUOTED_RULE_CHARS = 400
+
+
+def shortened(text: str, limit: int = QUOTED_RULE_CHARS) -> str:
+    """``text`` when short, else its start and end around the number of characters left out."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]} ... ({len(text) - 2 * keep} characters) ... {text[-keep:]}"
 
 
 class UnsafeRuleError(RuleError):
