@@ -31,13 +31,10 @@ class CostPolicy:
     # Renaming: changed source facts (counted once per path that copies them), times this,
     # above the number of facts copying the sources afresh would read: recompute.
     renaming_recompute_changed_share: float = 2.0
-    # Composition: deleted input facts, times this, above the head facts: scan the heads
-    # without estimating the deleted derivations (each deleted fact usually takes part in at
-    # least a few).
-    composition_scan_lost_share: float = 4.0
-    # Composition: deleted input facts above this share of the input facts that remain:
-    # recompute.
-    composition_recompute_lost_share: float = 1.0
+    # Composition: changed input facts (A and B, added or deleted) above this share of the
+    # input facts: every subject is evaluated afresh, without grouping the changes (each a
+    # Python step, where a subject's evaluation is one union of bitmaps in C).
+    composition_recompute_changed_share: float = 0.25
 
 
 DEFAULT_COSTS = CostPolicy()

@@ -256,6 +256,27 @@ class Relation:
                 raise AssertionError(f"{self!r}: remove_present was given absent facts")
         return facts
 
+    def change_subject(self, subject: int, lost: Iterable[int], gained: Iterable[int]) -> None:
+        """Subject-keyed storage (``rows_built`` False): take ``lost`` out of the subject's
+        bucket and put ``gained`` in, a whole set at a time (C-level for bitmaps). Used by a module
+        that computed the subject's new objects itself (modules/composition.py); the size
+        follows the bucket, whatever the caller's sets held."""
+        if self._rows is not None:
+            raise ValueError(f"{self!r}: change_subject needs subject-keyed storage")
+        subjects = self._indexes[SUBJECT]
+        objects = subjects.get(subject)
+        before = 0 if objects is None else len(objects)
+        if objects is None:
+            objects = self._bucket(gained)
+            if objects:
+                subjects[subject] = objects
+        else:
+            objects.difference_update(lost)
+            objects.update(gained)
+            if not objects:
+                del subjects[subject]
+        self._count += len(objects) - before
+
     def _insert_by_subject(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
         """Subject-keyed storage: add each fact to its subject's bucket (a new subject gets a
         Python set); returns the facts that were absent. No tuple of the stored facts is made
