@@ -430,7 +430,9 @@ def _r(head: Atom, *body: object) -> Rule:
     return Rule(head, tuple(body))
 
 
-def _agg(head: Atom, body: tuple, group: tuple, function: str, argument: Variable) -> Rule:
+def _agg(
+    head: Atom, body: tuple, group: tuple, function: str, argument: Variable | Constant
+) -> Rule:
     return Rule(head, (Aggregate(body, group, function, argument, head.terms[-1]),))
 
 
@@ -644,6 +646,12 @@ CLOSURE_FAMILIES: dict[str, tuple[Rule, ...]] = {
         _r(_a("nb", _X, _Y), _a("nb", _X, _Z), _a("nb", _Z, _Y), Comparison(_X, "!=", _Y)),
         _agg(_a("nbcount", _X, _N), (_a("nb", _X, _Y), _a("temp", _Y, _T)), (_X,), "count", _T),
         _agg(_a("nbmed", _X, _M), (_a("nb", _X, _Y), _a("temp", _Y, _T)), (_X,), "med", _T),
+        # The same shape (read a subject at a time) with another function, the columns and the
+        # body's order swapped, and with a constant argument.
+        _agg(_a("nbsum", _X, _M), (_a("temp", _Y, _T), _a("nb", _Y, _X)), (_X,), "sum", _T),
+        _agg(
+            _a("nbone", _X, _N), (_a("nb", _X, _Y), _a("temp", _Y, _T)), (_X,), "sum", Constant(1)
+        ),
         _r(_a("crowded", _X), _a("nbcount", _X, _N), Comparison(_N, ">=", Constant(3))),
         _r(
             _a("anomaly", _X),

@@ -87,7 +87,8 @@ def test_explain_plans_prints_every_rule_and_one_by_name(tmp_path):
     rules.write_text(
         "copy: <h>(X, Y) :- <e>(X, Y) .\n"
         "semi: <s>(X) :- <e>(X, Y) and not <e>(Y, X) .\n"
-        "two: <g>(X, Z) :- <e>(X, Y) and <e>(Y, Z) .\n"
+        "two: <g>(X, Z) :- <e>(X, Y) and <e>(Y, Z) and COMP(X, !=, Z) .\n"
+        "pair: <p>(X, Z) :- <e>(X, Y) and <e>(Y, Z) .\n"
         "tc: <t>(X, Y) :- <e>(X, Y) .\n"
         "tc2: <t>(X, Z) :- <t>(X, Y) and <t>(Y, Z) .\n"
     )
@@ -102,6 +103,7 @@ def test_explain_plans_prints_every_rule_and_one_by_name(tmp_path):
     assert "two [rule, no delta] grouped join" in text
     assert "def rule(S, D, out, ERR, GUARD):" in text
     assert "no compiled plan (evaluated by the transitive module)" in text
+    assert "no compiled plan (evaluated by the composition module)" in text
     out = io.StringIO()
     assert zodiac_edge(["explain", str(rules), str(facts), "--plans", "two"], out=out) == 0
     assert "# two:" in out.getvalue() and "# copy" not in out.getvalue()

@@ -82,6 +82,13 @@ class Relation:
         rows = self._rows
         return self._built_tuples() if rows is None else rows
 
+    def detach(self) -> SavedFacts:
+        """The facts for a caller about to clear the relation (which then gets fresh storage):
+        the set of tuples, or, for subject-keyed storage, the subject -> objects dict itself
+        (no tuple built)."""
+        rows = self._rows
+        return self._indexes[SUBJECT] if rows is None else rows
+
     def _built_tuples(self) -> set[tuple[int, ...]]:
         # (outside an update too, the collector must not walk the new tuples again and again
         # while they are made: that tripled the cost, see gcpause.py)

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from itertools import repeat
+
+from pyroaring import BitMap
 
 from ..changes import Facts, InputChanges, StoreChanges, difference
 from ..costs import DEFAULT_COSTS, CostPolicy
 from ..dependency import HyperNode
 from ..executor import Executor
 from ..language import Rule
-from ..store import DataStore, DataStoreBag, Relation, RelationKey
+from ..store import SUBJECT, DataStore, DataStoreBag, Relation, RelationKey
 
 
 @dataclass
@@ -128,20 +132,29 @@ class Module(ABC):
     def recompute(
         self, node: NodeState, executor: Executor, strategy: str = "recompute"
     ) -> Maintained:
-        """Re-materialise from scratch and report the difference to the previous IDB."""
+        """Re-materialise from scratch and report the difference to the previous IDB (a
+        relation stored by subject before is compared a subject at a time: its old facts are
+        never made into tuples, only the changed ones)."""
         before = self.rematerialise(node, executor)
         changes = Maintained(strategy=strategy)
         for key in set(before) | set(node.idb.relations):
-            new = node.idb.relations[key].as_set() if key in node.idb.relations else set()
-            added, removed = difference(before.pop(key, set()), new)
+            relation = node.idb.relations.get(key)
+            old = before.pop(key, set())
+            if isinstance(old, dict):
+                new_subjects = by_subject_of(relation) if relation is not None else {}
+                added, removed = subject_difference(old, new_subjects)
+            else:
+                new = relation.as_set() if relation is not None else set()
+                added, removed = difference(old, new)
             changes.add(key, added, owned=True)
             changes.remove(key, removed, owned=True)
         return changes
 
-    def rematerialise(self, node: NodeState, executor: Executor) -> Facts:
-        """Materialise the node afresh; returns the previous IDB's fact sets, which the
-        caller now owns (the relations got fresh sets)."""
-        before = {key: relation.tuples for key, relation in node.idb.relations.items()}
+    def rematerialise(self, node: NodeState, executor: Executor) -> dict:
+        """Materialise the node afresh; returns the previous IDB per relation, which the
+        caller now owns (the relations got fresh storage): its set of tuples, or, for a
+        relation stored by subject, its subject -> objects dict."""
+        before = {key: relation.detach() for key, relation in node.idb.relations.items()}
         node.idb.clear()
         self.materialise(node, executor)
         return before
@@ -153,3 +166,46 @@ class Module(ABC):
 
     def describe(self) -> str:
         return self.name
+
+
+def tuples_of(facts: set | dict) -> set:
+    """A relation's facts as `Relation.detach` handed them over, as a set of tuples."""
+    if not isinstance(facts, dict):
+        return facts
+    rows: set[tuple[int, int]] = set()
+    for subject, objects in facts.items():
+        rows.update(zip(repeat(subject), objects))
+    return rows
+
+
+def by_subject_of(own: Relation) -> dict:
+    """A binary relation's facts by subject, read only: the storage itself when subject-keyed,
+    else its subject index (built if it has none)."""
+    found = own.existing_index(SUBJECT)
+    return found if found is not None else own.index(SUBJECT)
+
+
+def subject_difference(old: dict, new: dict) -> tuple[set, set]:
+    """``(new - old, old - new)`` as tuples, for two subject -> objects dicts: equal subjects
+    compared as bitmaps (one C-level comparison each), only the differences made into
+    tuples."""
+    added: set[tuple[int, int]] = set()
+    removed: set[tuple[int, int]] = set()
+    for subject in old.keys() | new.keys():
+        before = old.get(subject)
+        after = new.get(subject)
+        if before is None:
+            added.update(zip(repeat(subject), after))  # type: ignore[arg-type]
+            continue
+        if after is None:
+            removed.update(zip(repeat(subject), before))
+            continue
+        before, after = as_bitmap(before), as_bitmap(after)
+        if before != after:
+            added.update(zip(repeat(subject), after - before))
+            removed.update(zip(repeat(subject), before - after))
+    return added, removed
+
+
+def as_bitmap(objects: AbstractSet[int]) -> BitMap:
+    return objects if isinstance(objects, BitMap) else BitMap(objects)

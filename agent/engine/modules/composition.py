@@ -42,10 +42,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from itertools import compress, repeat
-from operator import itemgetter
 
 from pyroaring import BitMap
 
@@ -53,10 +50,10 @@ from ..budget import PULSE_STEP, BudgetGuard
 from ..changes import InputChanges
 from ..executor import Executor
 from ..language import Atom, Rule, Variable
-from ..store import EMPTY, SUBJECT, DataStoreBag, Relation, RelationKey
-from .base import Maintained, Module, NodeState
-
-NO_IDS = BitMap()  # an empty set of ids (read only)
+from ..store import EMPTY, DataStoreBag, RelationKey
+from .base import Maintained, Module, NodeState, by_subject_of
+from .lookups import Lookup, python_set
+from .subject_changes import NO_IDS, SubjectChanges
 
 
 @dataclass(frozen=True)
@@ -103,73 +100,6 @@ def composition_shape(rule: Rule) -> CompositionPattern | None:
                 b_y=second.terms.index(y),
             )
     return None
-
-
-class Lookup:
-    """The values a relation of the view pairs with a key on one column, over the union of
-    the relations holding it: each relation's index on that column, an existing one as it is
-    (a subject-keyed relation's own buckets, bitmaps included) or else built (and then kept up
-    to date by the store, as for any plan). Values are read only."""
-
-    def __init__(self, relations: list[Relation], column: int) -> None:
-        self.indexes = [_index(r, column) for r in relations if len(r)]
-
-    @classmethod
-    def some(cls, relations: list[Relation], column: int, keys: AbstractSet[int]) -> Lookup:
-        """A lookup good for ``keys`` only: through an index a relation already has, else by
-        one C-level pass over its facts keeping those whose ``column`` is a key (an update
-        usually asks for a few keys, and building an index costs a Python step per fact)."""
-        holding = [r for r in relations if len(r)]
-        if len(holding) == 1 and holding[0].existing_index((column,)) is not None:
-            return cls(holding, column)  # the index itself, no copy
-        found: dict[int, set[int]] = {}
-        other = 1 - column
-        keys = _python_set(keys)
-        for relation in holding:
-            if not keys:
-                break
-            index = relation.existing_index((column,))
-            if index is not None:
-                for key in keys:
-                    values = index.get(key)
-                    if values:
-                        _add_all(found, key, values)
-            elif relation.rows_built:
-                rows = relation.tuples
-                hits = compress(rows, map(keys.__contains__, map(itemgetter(column), rows)))
-                for fact in hits:
-                    key = fact[column]
-                    known = found.get(key)
-                    if known is None:
-                        found[key] = {fact[other]}
-                    else:
-                        known.add(fact[other])
-            else:  # subject-keyed, asked by object: the keys among each subject's objects
-                for subject, objects in relation.existing_index(SUBJECT).items():  # type: ignore[union-attr]
-                    for key in keys.intersection(objects):
-                        _add_all(found, key, (subject,))
-        lookup = cls([], column)
-        lookup.indexes = [found]
-        return lookup
-
-    def __call__(self, key: int) -> AbstractSet[int]:
-        indexes = self.indexes
-        if len(indexes) == 1:
-            return indexes[0].get(key, EMPTY)
-        found = [got for index in indexes if (got := index.get(key))]
-        if len(found) <= 1:
-            return found[0] if found else EMPTY
-        return set().union(*found)
-
-    def keys(self) -> Iterable[int]:
-        if len(self.indexes) == 1:
-            return self.indexes[0].keys()
-        return set().union(*(index.keys() for index in self.indexes))
-
-
-def _index(relation: Relation, column: int) -> dict:
-    found = relation.existing_index((column,))
-    return found if found is not None else relation.index((column,))
 
 
 class Bitmaps:
@@ -272,7 +202,7 @@ class CompositionModule(Module):
                 f"composition (all subjects: {changed_inputs} of {inputs} input facts changed)",
             )
         own = node.own(p.head)
-        held = _subjects(own)
+        held = by_subject_of(own)
         changed = SubjectChanges(held)
         a_y, b_z = 1 - p.a_x, 1 - p.b_y
         lost_by_y = _by_column(b_minus, p.b_y)
@@ -297,7 +227,7 @@ class CompositionModule(Module):
             b_in = Lookup.some(b_relations, b_z, BitMap().union(*candidates.values()))
             for x, zs in candidates.items():
                 mine = held.get(x, EMPTY)
-                witnesses = _python_set(a_out(x))
+                witnesses = python_set(a_out(x))
                 gone = [z for z in zs if z in mine and witnesses.isdisjoint(b_in(z))]
                 if gone:
                     changed.lose(x, BitMap(gone))
@@ -333,7 +263,7 @@ class CompositionModule(Module):
         old and the new IDB as tuples to diff them)."""
         p = self.pattern
         own = node.own(p.head)
-        held = _subjects(own)
+        held = by_subject_of(own)
         a_out = Lookup(node.view.relations(p.a), p.a_x)
         objects = Bitmaps(Lookup(node.view.relations(p.b), p.b_y))
         changed = SubjectChanges(held)
@@ -348,12 +278,6 @@ class CompositionModule(Module):
 
     def describe(self) -> str:
         return self.name
-
-
-def _subjects(own: Relation) -> dict:
-    """The IDB's facts by subject (the storage itself when subject-keyed: read only)."""
-    found = own.existing_index(SUBJECT)
-    return found if found is not None else own.index(SUBJECT)
 
 
 def _into(grouped: dict[int, BitMap], key: int, values: BitMap) -> None:
@@ -376,70 +300,3 @@ def _by_column(facts: Iterable[tuple[int, int]], column: int) -> dict[int, BitMa
         else:
             found.append(fact[other])
     return {key: BitMap(values) for key, values in grouped.items()}
-
-
-def _add_all(found: dict[int, set[int]], key: int, values: Iterable[int]) -> None:
-    known = found.get(key)
-    if known is None:
-        found[key] = set(values)
-    else:
-        known.update(values)
-
-
-def _python_set(values: AbstractSet[int]) -> set[int]:
-    return values if isinstance(values, set) else set(values)
-
-
-def _bitmap(objects: AbstractSet[int]) -> BitMap:
-    return objects if isinstance(objects, BitMap) else BitMap(objects)
-
-
-class SubjectChanges:
-    """What the IDB loses and gains, per subject, against ``held`` (the IDB by subject before
-    the change); applied to the relation a subject at a time, reported as tuples."""
-
-    def __init__(self, held: dict) -> None:
-        self.held = held
-        self.lost: dict[int, BitMap] = {}
-        self.gained: dict[int, BitMap] = {}
-
-    def become(self, x: int, objects: BitMap) -> None:
-        """``x``'s objects are now exactly ``objects``."""
-        before = self.held.get(x)
-        if before is None:
-            if objects:
-                self.gained[x] = objects
-            return
-        before = _bitmap(before)
-        if objects != before:
-            self.lost[x] = before - objects
-            self.gained[x] = objects - before
-
-    def lose(self, x: int, objects: BitMap) -> None:
-        """``x`` loses ``objects`` (all held)."""
-        self.lost[x] = objects
-
-    def gain(self, x: int, objects: BitMap) -> None:
-        """``x`` gains whichever of ``objects`` it does not hold."""
-        before = self.held.get(x)
-        if before:
-            objects = objects - _bitmap(before)
-        if objects:
-            self.gained[x] = objects
-
-    def apply(self, own: Relation, head: RelationKey, result: Maintained) -> None:
-        lost, gained = self.lost, self.gained
-        gone: set[tuple[int, int]] = set()
-        new: set[tuple[int, int]] = set()
-        for x, objs in lost.items():
-            gone.update(zip(repeat(x), objs))
-        for x, objs in gained.items():
-            new.update(zip(repeat(x), objs))
-        if own.rows_built:
-            own.remove_present(gone)
-            own.add_absent(new)
-        else:
-            for x in lost.keys() | gained.keys():
-                own.change_subject(x, lost.get(x, NO_IDS), gained.get(x, NO_IDS))
-        result.remove(head, gone, owned=True)
-        result.add(head, new, owned=True)

@@ -35,7 +35,7 @@ from ..changes import InputChanges, difference
 from ..executor import Executor
 from ..language import Atom, Rule, Variable
 from ..store import DataStoreBag, RelationKey
-from .base import Maintained, Module, NodeState
+from .base import Maintained, Module, NodeState, tuples_of
 
 Permutation = tuple[int, ...]  # head column j takes the body's column permutation[j]
 
@@ -164,7 +164,7 @@ class RenamingModule(Module):
     ) -> Maintained:
         """`Module.recompute`, with the difference computed once per group of heads that
         held, and hold, the same facts (see `head_groups`)."""
-        before = self.rematerialise(node, executor)
+        before = {k: tuples_of(v) for k, v in self.rematerialise(node, executor).items()}
         result = Maintained(strategy=strategy)
         for _, (first, *rest) in self.head_groups(node):
             size = len(before.get(first, ()))

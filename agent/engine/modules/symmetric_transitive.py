@@ -17,12 +17,12 @@ facts, and the undirected edge survives while either remains), ``loops`` (vertic
 self-loop) and ``component``: vertex -> the member set of its component (shared by its members;
 the paper's C_R).
 
-**Materialise / insertions (Add, CLOSEEDGES).** Components by graph search; per component the
-pairs come from ``itertools.product`` (plain) or ``itertools.permutations(C, 2)`` plus the
-loops (irreflexive). An inserted fact (u, v) creates missing singleton components ((u, u)
-derived, plain; irreflexive only for a loop) and, when u and v lie in different components U
-and V, merges the smaller into the larger and derives U x V and V x U. Cost: the new pairs,
-plus relabelling the smaller side.
+**Materialise / insertions (Add, CLOSEEDGES).** Components by graph search; the IDB is stored
+by subject, each member of C holding C as a bitmap (less itself, irreflexive, unless it has a
+loop): no pair becomes a tuple unless a reader asks for tuples. An inserted fact (u, v)
+creates missing singleton components ((u, u) derived, plain; irreflexive only for a loop) and,
+when u and v lie in different components U and V, merges the smaller into the larger and
+derives U x V and V x U. Cost: the new pairs, plus relabelling the smaller side.
 
 **Deletions (Del + Red).** Only the components holding a deleted fact change (both its ends
 lie in one). Each such component C is searched again over the remaining external facts: it
@@ -40,10 +40,14 @@ difference of the IDB. Fallbacks (removed rules, missing or stale state) recompu
 
 from __future__ import annotations
 
-from itertools import chain, permutations, product
+from itertools import chain
+
+from pyroaring import BitMap
 
 from ..changes import StoreChanges
 from ..store import Relation, RelationKey
+from .base import by_subject_of
+from .subject_changes import SubjectChanges
 from .transitive import EMPTY, ClosureModule
 
 
@@ -86,30 +90,37 @@ class SymmetricTransitiveModule(ClosureModule):
         return members
 
     # ------------------------------------------------------------------ materialise
-    def build(self, external: list[Relation]) -> set[tuple[int, int]]:
+    def build(self, external: list[Relation]) -> dict[int, BitMap]:
+        """The IDB by subject: each member of a component C gets C as a bitmap (without
+        itself, irreflexive, unless it has a loop), stored as the relation's buckets
+        (`Relation.adopt_subjects`): a component of n vertices costs n small bitmaps instead
+        of n^2 tuples, and a reader by subject (an aggregate over the neighbours) reads them
+        as they are."""
         self.reset()
         link = self._link
         for relation in external:
             for u, v in relation:
                 link(u, v)
-        component = self.component
-        pairs: set[tuple[int, int]] = set()
+        component, loops, irreflexive = self.component, self.loops, self.irreflexive
+        subjects: dict[int, BitMap] = {}
+        held = 0
         for start in self.succ.keys() | self.pred.keys():
             if start in component:
                 continue
             members = self._search(start)
             for u in members:
                 component[u] = members
-            # A component's closure is made in one C call: its size is checked before.
+            held += len(members) ** 2
             if len(members) > 100:
-                self.guard.check(len(pairs) + len(members) ** 2)
-            if self.irreflexive:
-                pairs.update(permutations(members, 2))
-            else:
-                pairs.update(product(members, repeat=2))
-        if self.irreflexive:
-            pairs.update((u, u) for u in self.loops)
-        return pairs
+                self.guard.check(held)
+            closed = BitMap(members)
+            for u in members:
+                mine = closed.copy()
+                if irreflexive and u not in loops:
+                    mine.discard(u)
+                if mine:
+                    subjects[u] = mine
+        return subjects
 
     # ------------------------------------------------------------------ Del + Red
     def delete(self, own: Relation, facts: set, result: StoreChanges) -> None:
@@ -120,10 +131,12 @@ class SymmetricTransitiveModule(ClosureModule):
             members = component[u]
             touched[id(members)] = members
         out, inn = self.succ, self.pred
-        gone: set[tuple[int, int]] = set()
+        held = by_subject_of(own)
+        changes = SubjectChanges(held)
         lost_loops = {u for u, v in facts if u == v}
         if self.irreflexive:
-            gone.update((u, u) for u in lost_loops)
+            for u in lost_loops:
+                changes.lose(u, BitMap((u,)))
         for old in touched.values():
             parts: list[set[int]] = []
             dropped: list[int] = []
@@ -142,42 +155,45 @@ class SymmetricTransitiveModule(ClosureModule):
                     component[u] = members
             if len(parts) == 1 and not dropped:
                 continue  # still connected: every pair is still derived
+            # Each part loses the rest of the old component; a dropped vertex, all it held.
             for members in parts:
-                gone.update(product(members, old - members))
-            if dropped:
-                gone.update(product(dropped, old))
-                if self.irreflexive:  # (d, d) was derived only from a loop, lost above
-                    gone.difference_update((d, d) for d in dropped if d not in lost_loops)
-        # Every pair in ``gone`` is derived now (the IDB is a function of X): no test needed.
-        result.remove(self.relation, own.remove_present(gone), owned=True)
+                rest = BitMap(old - members)
+                for u in members:
+                    changes.lose(u, rest.copy())
+            for d in dropped:
+                changes.lose(d, BitMap(held.get(d, ())))
+        changes.apply(own, self.relation, result)
 
     # ------------------------------------------------------------------ Add
     def insert(self, own: Relation, facts: set, result: StoreChanges) -> None:
         component = self.component
-        new: set[tuple[int, int]] = set()
+        changes = SubjectChanges(by_subject_of(own))
         plain = not self.irreflexive
         for u, v in facts:
             self._link(u, v)
             if u == v and not plain:
-                new.add((u, u))
+                changes.gain(u, BitMap((u,)))
             left = component.get(u)
             if left is None:
                 left = component[u] = {u}
                 if plain:
-                    new.add((u, u))
+                    changes.gain(u, BitMap((u,)))
             right = component.get(v)
             if right is None:
                 right = component[v] = {v}
                 if plain:
-                    new.add((v, v))
+                    changes.gain(v, BitMap((v,)))
             if left is right:
                 continue
-            new.update(product(left, right))
-            new.update(product(right, left))
+            # The two components merge: each member gains the other side.
+            right_ids, left_ids = BitMap(right), BitMap(left)
+            for w in left:
+                changes.gain(w, right_ids)
+            for w in right:
+                changes.gain(w, left_ids)
             if len(left) < len(right):
                 left, right = right, left
             left |= right
             for w in right:
                 component[w] = left
-        # Every pair in ``new`` is underived now (the IDB is a function of X): no test needed.
-        result.add(self.relation, own.add_absent(new), owned=True)
+        changes.apply(own, self.relation, result)

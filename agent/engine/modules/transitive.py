@@ -197,7 +197,7 @@ class ClosureModule(Module):
             # Every external fact goes (RS2 deleting r4 empties p12's input): the IDB is
             # empty whatever the variant; handed over whole, no pair is looked at.
             emptied = len(minus)
-            result.remove(self.relation, own.tuples, owned=True)
+            result.remove(self.relation, own.as_set(), owned=True)
             own.clear()
             self.reset()
             minus = set()

@@ -1,0 +1,99 @@
+"""Reading a binary relation of the view by one column, a key at a time, over the union of the
+relations holding it (a hyper-node reads the EDB and lower IDBs through a DataStoreBag): what
+the modules that work a subject at a time (composition.py, aggregate.py) share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
+from itertools import compress, repeat
+from operator import itemgetter
+
+from ..store import EMPTY, SUBJECT, Relation
+
+
+class Lookup:
+    """The values a relation of the view pairs with a key on one column, over the union of
+    the relations holding it: each relation's index on that column, an existing one as it is
+    (a subject-keyed relation's own buckets, bitmaps included) or else built (and then kept up
+    to date by the store, as for any plan). Values are read only."""
+
+    def __init__(self, relations: list[Relation], column: int) -> None:
+        self.indexes = [_index(r, column) for r in relations if len(r)]
+
+    @classmethod
+    def some(cls, relations: list[Relation], column: int, keys: AbstractSet[int]) -> Lookup:
+        """A lookup good for ``keys`` only: through an index a relation already has, else by
+        one C-level pass over its facts keeping those whose ``column`` is a key (an update
+        usually asks for a few keys, and building an index costs a Python step per fact)."""
+        holding = [r for r in relations if len(r)]
+        if len(holding) == 1 and holding[0].existing_index((column,)) is not None:
+            return cls(holding, column)  # the index itself, no copy
+        found: dict[int, set[int]] = {}
+        other = 1 - column
+        keys = python_set(keys)
+        for relation in holding:
+            if not keys:
+                break
+            index = relation.existing_index((column,))
+            if index is not None:
+                for key in keys:
+                    values = index.get(key)
+                    if values:
+                        add_all(found, key, values)
+            elif relation.rows_built:
+                rows = relation.tuples
+                hits = compress(rows, map(keys.__contains__, map(itemgetter(column), rows)))
+                for fact in hits:
+                    key = fact[column]
+                    known = found.get(key)
+                    if known is None:
+                        found[key] = {fact[other]}
+                    else:
+                        known.add(fact[other])
+            else:  # subject-keyed, asked by object: the keys among each subject's objects
+                for subject, objects in relation.existing_index(SUBJECT).items():  # type: ignore[union-attr]
+                    for key in keys.intersection(objects):
+                        add_all(found, key, (subject,))
+        lookup = cls([], column)
+        lookup.indexes = [found]
+        return lookup
+
+    def __call__(self, key: int) -> AbstractSet[int]:
+        indexes = self.indexes
+        if len(indexes) == 1:
+            return indexes[0].get(key, EMPTY)
+        found = [got for index in indexes if (got := index.get(key))]
+        if len(found) <= 1:
+            return found[0] if found else EMPTY
+        return set().union(*found)
+
+    def values_of(self, keys: Iterable[int]) -> Iterator[AbstractSet[int]]:
+        """The values of each key in turn: ``map(self, keys)``, but one C-level ``dict.get``
+        per key when a single index holds the relation (a group with thousands of members
+        would otherwise pay a Python call for each)."""
+        if len(self.indexes) == 1:
+            return map(self.indexes[0].get, keys, repeat(EMPTY))
+        return map(self, keys)
+
+    def keys(self) -> Iterable[int]:
+        if len(self.indexes) == 1:
+            return self.indexes[0].keys()
+        return set().union(*(index.keys() for index in self.indexes))
+
+
+def _index(relation: Relation, column: int) -> dict:
+    found = relation.existing_index((column,))
+    return found if found is not None else relation.index((column,))
+
+
+def add_all(found: dict[int, set[int]], key: int, values: Iterable[int]) -> None:
+    known = found.get(key)
+    if known is None:
+        found[key] = set(values)
+    else:
+        known.update(values)
+
+
+def python_set(values: AbstractSet[int]) -> set[int]:
+    return values if isinstance(values, set) else set(values)

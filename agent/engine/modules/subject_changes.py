@@ -1,0 +1,80 @@
+"""A hyper-node's IDB changed a subject at a time: what each subject lost and gained, as bitmaps,
+applied to a binary relation bucket by bucket and reported as tuples (StoreChanges). Shared by
+the modules that compute their output per subject (composition, symmetric-transitive)."""
+
+from __future__ import annotations
+
+from itertools import repeat
+
+from pyroaring import BitMap
+
+from ..changes import StoreChanges
+from ..store import Relation, RelationKey
+from .base import as_bitmap
+
+NO_IDS = BitMap()  # an empty set of ids (read only)
+
+
+class SubjectChanges:
+    """What the IDB loses and gains, per subject, against ``held`` (the IDB by subject before
+    the change); applied to the relation a subject at a time, reported as tuples."""
+
+    def __init__(self, held: dict) -> None:
+        self.held = held
+        self.lost: dict[int, BitMap] = {}
+        self.gained: dict[int, BitMap] = {}
+
+    def become(self, x: int, objects: BitMap) -> None:
+        """``x``'s objects are now exactly ``objects``."""
+        before = self.held.get(x)
+        if before is None:
+            if objects:
+                self.gained[x] = objects
+            return
+        before = as_bitmap(before)
+        if objects != before:
+            self.lost[x] = before - objects
+            self.gained[x] = objects - before
+
+    def lose(self, x: int, objects: BitMap) -> None:
+        """``x`` loses ``objects`` (all held; the bitmap is taken over)."""
+        known = self.lost.get(x)
+        if known is None:
+            self.lost[x] = objects
+        else:
+            known |= objects
+
+    def gain(self, x: int, objects: BitMap) -> None:
+        """``x`` gains whichever of ``objects`` it does not hold (``objects`` is only read:
+        one bitmap may be offered to many subjects)."""
+        before = self.held.get(x)
+        objects = objects - as_bitmap(before) if before else objects.copy()
+        if objects:
+            known = self.gained.get(x)
+            if known is None:
+                self.gained[x] = objects
+            else:
+                known |= objects
+
+    def apply(self, own: Relation, head: RelationKey, result: StoreChanges) -> None:
+        """Change ``own`` (bucket by bucket when it is subject-keyed, else through its tuples)
+        and record the changed facts in ``result``. The relation's size is checked against
+        the changes: a loss that was not held or a gain that was is a bug, raised at once."""
+        lost, gained = self.lost, self.gained
+        gone: set[tuple[int, int]] = set()
+        new: set[tuple[int, int]] = set()
+        for x, objs in lost.items():
+            gone.update(zip(repeat(x), objs))
+        for x, objs in gained.items():
+            new.update(zip(repeat(x), objs))
+        if own.rows_built:
+            own.remove_present(gone)
+            own.add_absent(new)
+        else:
+            expected = len(own) - len(gone) + len(new)
+            for x in lost.keys() | gained.keys():
+                own.change_subject(x, lost.get(x, NO_IDS), gained.get(x, NO_IDS))
+            if len(own) != expected:
+                raise AssertionError(f"{own!r}: per-subject changes disagree with its facts")
+        result.remove(head, gone, owned=True)
+        result.add(head, new, owned=True)
