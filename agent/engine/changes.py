@@ -18,9 +18,10 @@ Nothing here evaluates rules: these are functions of stores and change sets.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from .store import DataStore, RelationKey
+from .store import EMPTY, DataStore, Relation, RelationKey
 
 Facts = dict[RelationKey, set]
 
@@ -121,6 +122,14 @@ class ChangeLog:
     changes: dict[DataStore, StoreChanges] = field(default_factory=dict)
     created: set[DataStore] = field(default_factory=set)
     dropped: set[DataStore] = field(default_factory=set)
+    # Tuples of relations stored by subject, built once per update for the membership tests
+    # below (every hyper-node reading a relation asks about the same candidates) and let go
+    # with the log: id(relation) -> (relation, its size then, its tuples).
+    _tuples: dict[int, tuple[Relation, int, set]] = field(default_factory=dict)
+    # Visible differences already computed in this update, by relation and lower stores
+    # (hyper-nodes reading the same relation over the same stores get the same answer: RS1's
+    # two aggregates over the neighbour closure): (key, old ids, new ids) -> (plus, minus).
+    _visible: dict[tuple, tuple[set, set]] = field(default_factory=dict)
 
     def record(self, store: DataStore, changes: StoreChanges) -> None:
         mine = self.changes.get(store)
@@ -143,12 +152,31 @@ class ChangeLog:
         mine = self.changes.get(store)
         return mine is not None and bool(mine.added.get(key) or mine.removed.get(key))
 
+    def release(self) -> list:
+        """Hand over the per-update caches (tuples built for membership tests, visible
+        differences) and forget them: the caller frees them off the update's path."""
+        caches = [self._tuples, self._visible]
+        self._tuples, self._visible = {}, {}
+        return caches
+
+    def present(self, relation: Relation, candidates: set) -> set:
+        """``relation.present(candidates)``; for many candidates against a relation stored by
+        subject, through its tuples built once for the whole update. (Hyper-nodes read their
+        lower stores after those are final, so the tuples stay right; a size that changed
+        anyway makes them built again.)"""
+        if relation.rows_built or len(candidates) * 4 < len(relation):
+            return relation.present(candidates)
+        known = self._tuples.get(id(relation))
+        if known is None or known[0] is not relation or known[1] != len(relation):
+            known = self._tuples[id(relation)] = (relation, len(relation), relation.as_set())
+        return candidates & known[2]
+
     def held_before(self, store: DataStore, key: RelationKey, candidates: set) -> set:
         """The candidates ``store`` held before the update."""
         if store in self.created:
             return set()
         relation = store.relations.get(key)
-        present = relation.present(candidates) if relation is not None else set()
+        present = self.present(relation, candidates) if relation is not None else set()
         mine = self.changes.get(store)
         if mine is None:
             return present
@@ -165,7 +193,7 @@ class ChangeLog:
         if store in self.dropped:
             return set()
         relation = store.relations.get(key)
-        return relation.present(candidates) if relation is not None else set()
+        return self.present(relation, candidates) if relation is not None else set()
 
     def in_place(self, store: DataStore, before: set[DataStore], after: set[DataStore]) -> bool:
         """Whether ``store`` was below a node both before and after the update, and neither
@@ -177,14 +205,14 @@ class ChangeLog:
             and store not in self.dropped
         )
 
-    def net_changes(self, store: DataStore, key: RelationKey) -> tuple[set, set]:
-        """Copies of what ``store`` gained and lost of ``key`` in this update. StoreChanges
-        records net changes (a fact removed then re-added is neither), so these are exactly
-        the facts held after and not before, and before and not after."""
+    def net_changes(self, store: DataStore, key: RelationKey) -> tuple[AbstractSet, AbstractSet]:
+        """What ``store`` gained and lost of ``key`` in this update, read only (the log's own
+        sets). StoreChanges records net changes (a fact removed then re-added is neither), so
+        these are exactly the facts held after and not before, and before and not after."""
         mine = self.changes.get(store)
         if mine is None:
-            return set(), set()
-        return set(mine.added.get(key, ())), set(mine.removed.get(key, ()))
+            return EMPTY, EMPTY
+        return mine.added.get(key, EMPTY), mine.removed.get(key, EMPTY)
 
 
 @dataclass
@@ -229,43 +257,61 @@ def visible_difference(
     # whole (every fact they hold appeared or disappeared for this node).
     staying = [s for s in old_lower if log.in_place(s, before, after)]
     changes = InputChanges()
+    signature = (tuple(map(id, old_lower)), tuple(map(id, new_lower)))
     for key in reads:
-        # A store staying below the node, unchanged for this key, holds the same candidates
-        # before and after: it cannot make one appear or disappear, only hide a change of
-        # another store. So it is subtracted from the changes (cost: the changes) instead of
-        # intersected with the candidates twice (cost: 2 x candidates).
-        steady = [s for s in staying if not log.changed(s, key)]
-        moving = [
-            s for s in everyone if s not in steady and (key in s.relations or log.changed(s, key))
-        ]
-        if not moving:
-            continue
-        if len(moving) == 1 and moving[0] in staying:
-            plus, minus = log.net_changes(moving[0], key)
-        else:
-            candidates: set = set()
-            for store in moving:
-                relation = store.relations.get(key)
-                if store not in staying and relation is not None:
-                    candidates |= relation.tuples
-                candidates |= log.touched(store, key)
-            if not candidates:
-                continue
-            plus, minus = changed_membership(
-                key, candidates, old_lower, new_lower, set(steady), log
+        known = log._visible.get((key, *signature))
+        if known is None:
+            known = log._visible[(key, *signature)] = _visible_change(
+                key, old_lower, new_lower, staying, everyone, log
             )
-        for store in steady:
-            relation = store.relations.get(key)
-            if relation is not None and len(relation):
-                if plus:
-                    plus = relation.absent(plus)
-                if minus:
-                    minus = relation.absent(minus)
+        plus, minus = known
+        # (copies: a module may change the sets it is given)
         if plus:
-            changes.plus[key] = plus
+            changes.plus[key] = set(plus)
         if minus:
-            changes.minus[key] = minus
+            changes.minus[key] = set(minus)
     return changes
+
+
+def _visible_change(
+    key: RelationKey,
+    old_lower: list[DataStore],
+    new_lower: list[DataStore],
+    staying: list[DataStore],
+    everyone: list[DataStore],
+    log: ChangeLog,
+) -> tuple[set, set]:
+    """`visible_difference` for one relation: (plus, minus)."""
+    # A store staying below the node, unchanged for this key, holds the same candidates
+    # before and after: it cannot make one appear or disappear, only hide a change of
+    # another store. So it is subtracted from the changes (cost: the changes) instead of
+    # intersected with the candidates twice (cost: 2 x candidates).
+    steady = [s for s in staying if not log.changed(s, key)]
+    moving = [
+        s for s in everyone if s not in steady and (key in s.relations or log.changed(s, key))
+    ]
+    if not moving:
+        return set(), set()
+    if len(moving) == 1 and moving[0] in staying:
+        plus, minus = log.net_changes(moving[0], key)
+    else:
+        candidates: set = set()
+        for store in moving:
+            relation = store.relations.get(key)
+            if store not in staying and relation is not None:
+                candidates |= relation.as_set()
+            candidates |= log.touched(store, key)
+        if not candidates:
+            return set(), set()
+        plus, minus = changed_membership(key, candidates, old_lower, new_lower, set(steady), log)
+    for store in steady:
+        relation = store.relations.get(key)
+        if relation is not None and len(relation):
+            if plus:
+                plus = relation.absent(plus)
+            if minus:
+                minus = relation.absent(minus)
+    return plus, minus
 
 
 def changed_membership(

@@ -286,6 +286,7 @@ class Reasoner:
             finally:
                 guard.stop()
                 self.executor.guard = NO_GUARD
+                RECLAIMER.discard(driver.log.release())  # its per-update caches
             RECLAIMER.discard(*driver.dropped)
             self.graph = graph
             self.program = rules
