@@ -25,6 +25,8 @@ import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agent.engine.reclaim import RECLAIMER
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -61,19 +63,26 @@ def fact_count(reasoner: object) -> int:
     return reasoner.count()  # type: ignore[attr-defined]
 
 
+def _settled(build, args) -> object:
+    """``build(*args)``, then what the engine's reclaimer holds freed (objects an update let
+    go, which it frees off the update's path moments later: not memory the result keeps)."""
+    result = build(*args)
+    RECLAIMER.drain()
+    gc.collect()
+    return result
+
+
 def _rss_of(build, count, args) -> tuple[int, int]:
     gc.collect()
     before = resident()
-    result = build(*args)
-    gc.collect()
+    result = _settled(build, args)
     return resident() - before, count(result)
 
 
 def _traced_of(build, count, args) -> tuple[int, int]:
     gc.collect()
     tracemalloc.start()
-    result = build(*args)
-    gc.collect()
+    result = _settled(build, args)
     kept, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     del result
