@@ -22,6 +22,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from .store import EMPTY, DataStore, Relation, RelationKey
+from .subject_facts import mutable
 
 Facts = dict[RelationKey, set]
 
@@ -48,15 +49,17 @@ class StoreChanges:
     added: Facts = field(default_factory=dict)
     removed: Facts = field(default_factory=dict)
 
-    def add(self, key: RelationKey, facts: set, *, owned: bool = False) -> None:
+    def add(self, key: RelationKey, facts: AbstractSet, *, owned: bool = False) -> None:
         """Record insertions as net changes: re-adding a fact removed earlier in the same
-        update cancels the removal. ``owned``: as for `remove`."""
+        update cancels the removal. ``owned``: as for `remove`. (A SubjectFacts is stored as
+        it is, never changed: a recorded set is made a plain one before it is changed.)"""
         if not facts:
             return
         removed = self.removed.get(key)
         if removed:
             back = facts & removed
             if back:
+                removed = self.removed[key] = mutable(removed)
                 removed -= back
                 facts = facts - back
                 owned = True
@@ -64,11 +67,12 @@ class StoreChanges:
             return
         known = self.added.get(key)
         if known is None:
-            self.added[key] = facts if owned else set(facts)
+            self.added[key] = facts if owned or facts.__class__ is not set else set(facts)
         else:
+            self.added[key] = known = mutable(known)
             known.update(facts)
 
-    def remove(self, key: RelationKey, facts: set, *, owned: bool = False) -> None:
+    def remove(self, key: RelationKey, facts: AbstractSet, *, owned: bool = False) -> None:
         """Record deletions as net changes: removing a fact added earlier in the same update
         cancels the insertion. ``owned``: the caller hands ``facts`` over (no copy is made;
         it must not use the set again)."""
@@ -78,16 +82,16 @@ class StoreChanges:
         if added:
             gone = facts & added
             if gone:
+                added = self.added[key] = mutable(added)
                 added -= gone
                 facts = facts - gone
         if not facts:
             return
         known = self.removed.get(key)
-        if known is None and owned:
-            self.removed[key] = facts
-        elif known is None:
-            self.removed[key] = set(facts)
+        if known is None:
+            self.removed[key] = facts if owned or facts.__class__ is not set else set(facts)
         else:
+            self.removed[key] = known = mutable(known)
             known.update(facts)
 
     def merge(self, other: StoreChanges) -> None:

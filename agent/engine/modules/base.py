@@ -23,6 +23,7 @@ from ..dependency import HyperNode
 from ..executor import Executor
 from ..language import Rule
 from ..store import SUBJECT, DataStore, DataStoreBag, Relation, RelationKey
+from ..subject_facts import SubjectFacts
 
 
 @dataclass
@@ -185,26 +186,27 @@ def by_subject_of(own: Relation) -> dict:
     return found if found is not None else own.index(SUBJECT)
 
 
-def subject_difference(old: dict, new: dict) -> tuple[set, set]:
-    """``(new - old, old - new)`` as tuples, for two subject -> objects dicts: equal subjects
-    compared as bitmaps (one C-level comparison each), only the differences made into
-    tuples."""
-    added: set[tuple[int, int]] = set()
-    removed: set[tuple[int, int]] = set()
+def subject_difference(old: dict, new: dict) -> tuple[SubjectFacts, SubjectFacts]:
+    """``(new - old, old - new)`` for two subject -> objects dicts, by subject (`SubjectFacts`):
+    equal subjects compared as bitmaps, one C-level comparison each, and no fact made into a
+    tuple. ``old`` is handed over (a detached relation's storage); ``new`` is a live relation's,
+    so what is taken from it is copied."""
+    added: dict[int, BitMap] = {}
+    removed: dict[int, BitMap] = {}
     for subject in old.keys() | new.keys():
         before = old.get(subject)
         after = new.get(subject)
         if before is None:
-            added.update(zip(repeat(subject), after))  # type: ignore[arg-type]
+            added[subject] = BitMap(after)
             continue
         if after is None:
-            removed.update(zip(repeat(subject), before))
+            removed[subject] = as_bitmap(before)
             continue
         before, after = as_bitmap(before), as_bitmap(after)
         if before != after:
-            added.update(zip(repeat(subject), after - before))
-            removed.update(zip(repeat(subject), before - after))
-    return added, removed
+            added[subject] = after - before
+            removed[subject] = before - after
+    return SubjectFacts(added), SubjectFacts(removed)
 
 
 def as_bitmap(objects: AbstractSet[int]) -> BitMap:

@@ -4,12 +4,11 @@ the modules that compute their output per subject (composition, symmetric-transi
 
 from __future__ import annotations
 
-from itertools import repeat
-
 from pyroaring import BitMap
 
 from ..changes import StoreChanges
 from ..store import Relation, RelationKey
+from ..subject_facts import SubjectFacts
 from .base import as_bitmap
 
 NO_IDS = BitMap()  # an empty set of ids (read only)
@@ -58,22 +57,18 @@ class SubjectChanges:
 
     def apply(self, own: Relation, head: RelationKey, result: StoreChanges) -> None:
         """Change ``own`` (bucket by bucket when it is subject-keyed, else through its tuples)
-        and record the changed facts in ``result``. The relation's size is checked against
-        the changes: a loss that was not held or a gain that was is a bug, raised at once."""
-        lost, gained = self.lost, self.gained
-        gone: set[tuple[int, int]] = set()
-        new: set[tuple[int, int]] = set()
-        for x, objs in lost.items():
-            gone.update(zip(repeat(x), objs))
-        for x, objs in gained.items():
-            new.update(zip(repeat(x), objs))
+        and record the changes in ``result`` by subject (`SubjectFacts`: tuples only for a
+        reader that wants them). The relation's size is checked against the changes: a loss
+        that was not held or a gain that was is a bug, raised at once."""
+        gone = SubjectFacts({x: objs for x, objs in self.lost.items() if objs})
+        new = SubjectFacts({x: objs for x, objs in self.gained.items() if objs})
         if own.rows_built:
-            own.remove_present(gone)
-            own.add_absent(new)
+            own.remove_present(gone.tuples())
+            own.add_absent(new.tuples())
         else:
             expected = len(own) - len(gone) + len(new)
-            for x in lost.keys() | gained.keys():
-                own.change_subject(x, lost.get(x, NO_IDS), gained.get(x, NO_IDS))
+            for x in gone.by_subject.keys() | new.by_subject.keys():
+                own.change_subject(x, gone.by_subject.get(x, NO_IDS), new.by_subject.get(x, NO_IDS))
             if len(own) != expected:
                 raise AssertionError(f"{own!r}: per-subject changes disagree with its facts")
         result.remove(head, gone, owned=True)

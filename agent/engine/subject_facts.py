@@ -1,0 +1,115 @@
+"""Binary facts held by subject: a change set that becomes tuples only for a reader that wants
+tuples.
+
+A module that computes its output a subject at a time (the closures, the composition) knows
+what each subject lost and gained as a set of object ids. Reporting that as a set of tuples
+costs a tuple and a set slot per changed fact, which is most of an update that adds or removes
+a whole closure; the hyper-nodes above, the journal and the update's report often need far
+less (a count, the changed subjects). :class:`SubjectFacts` keeps the per-subject sets and
+behaves as the (read-only) set of tuples they stand for: ``len``, ``in`` and iteration read the
+subjects' sets, and the set operators (``&``, ``-``, ``|``, ``^``, with plain sets on either
+side) build the tuples once, keep them, and answer with plain sets. Nothing changes it after
+construction, so it is stored and shared without copies; a holder that must change it (the
+update's net changes, StoreChanges) takes a plain set copy first (:func:`mutable`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
+from itertools import chain, repeat
+
+
+class SubjectFacts(AbstractSet):
+    """The pairs ``(s, o)`` for every subject ``s`` and ``o`` in ``by_subject[s]`` (the dict and
+    its sets are taken over and never changed; empty sets are allowed)."""
+
+    __slots__ = ("by_subject", "_size", "_tuples")
+
+    def __init__(self, by_subject: dict[int, AbstractSet[int]]) -> None:
+        self.by_subject = by_subject
+        self._size = sum(map(len, by_subject.values()))
+        self._tuples: set[tuple[int, int]] | None = None
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        if self._tuples is not None:
+            return iter(self._tuples)
+        pairs = (zip(repeat(s), objects) for s, objects in self.by_subject.items())
+        return chain.from_iterable(pairs)
+
+    def __contains__(self, fact: object) -> bool:
+        if not isinstance(fact, tuple) or len(fact) != 2:
+            return False
+        objects = self.by_subject.get(fact[0])
+        try:
+            return objects is not None and fact[1] in objects
+        except (TypeError, OverflowError):  # not a term id (a bitmap holds 32-bit ids only)
+            return False
+
+    def __repr__(self) -> str:
+        return f"SubjectFacts({len(self.by_subject)} subjects, {self._size} facts)"
+
+    def tuples(self) -> set[tuple[int, int]]:
+        """The facts as a set of tuples, built on first use and kept (read only)."""
+        if self._tuples is None:
+            rows: set[tuple[int, int]] = set()
+            for subject, objects in self.by_subject.items():
+                rows.update(zip(repeat(subject), objects))
+            self._tuples = rows
+        return self._tuples
+
+    # Set algebra over the tuples, answered with plain sets (the mixins would go element by
+    # element in Python).
+    @classmethod
+    def _from_iterable(cls, iterable: Iterable) -> set:
+        return set(iterable)
+
+    def __and__(self, other: object) -> set:
+        return self.tuples() & _plain(other)
+
+    __rand__ = __and__
+
+    def __or__(self, other: object) -> set:
+        return self.tuples() | _plain(other)
+
+    __ror__ = __or__
+
+    def __sub__(self, other: object) -> set:
+        return self.tuples() - _plain(other)
+
+    def __rsub__(self, other: object) -> set:
+        return _plain(other) - self.tuples()
+
+    def __xor__(self, other: object) -> set:
+        return self.tuples() ^ _plain(other)
+
+    __rxor__ = __xor__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AbstractSet):
+            return NotImplemented
+        return len(self) == len(other) and self.tuples() == _plain(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def isdisjoint(self, other: Iterable) -> bool:
+        return self.tuples().isdisjoint(other)
+
+    def copy(self) -> set[tuple[int, int]]:
+        return set(self.tuples())
+
+
+def _plain(other: object) -> set | frozenset:
+    if isinstance(other, SubjectFacts):
+        return other.tuples()
+    if isinstance(other, (set, frozenset)):
+        return other
+    return set(other)  # type: ignore[call-overload]
+
+
+def mutable(facts: AbstractSet) -> set:
+    """A set the caller may change: ``facts`` itself when it is a plain set, else a copy."""
+    return facts if facts.__class__ is set else set(facts)
