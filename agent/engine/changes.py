@@ -22,7 +22,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from .store import EMPTY, DataStore, Relation, RelationKey
-from .subject_facts import mutable
+from .subject_facts import SubjectFacts, mutable
 
 Facts = dict[RelationKey, set]
 
@@ -269,11 +269,12 @@ def visible_difference(
                 key, old_lower, new_lower, staying, everyone, log
             )
         plus, minus = known
-        # (copies: a module may change the sets it is given)
+        # (copies of plain sets: a module may change the sets it is given; a SubjectFacts
+        # cannot be changed, and is handed on as it is, tuples built only if a module asks)
         if plus:
-            changes.plus[key] = set(plus)
+            changes.plus[key] = plus if isinstance(plus, SubjectFacts) else set(plus)
         if minus:
-            changes.minus[key] = set(minus)
+            changes.minus[key] = minus if isinstance(minus, SubjectFacts) else set(minus)
     return changes
 
 

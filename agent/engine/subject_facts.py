@@ -113,3 +113,14 @@ def _plain(other: object) -> set | frozenset:
 def mutable(facts: AbstractSet) -> set:
     """A set the caller may change: ``facts`` itself when it is a plain set, else a copy."""
     return facts if facts.__class__ is set else set(facts)
+
+
+def column_values(facts: Iterable[tuple[int, ...]], column: int) -> set[int]:
+    """The distinct values of one column of binary facts: for a SubjectFacts, its subjects
+    (column 0) or the union of its object sets (column 1), without making tuples."""
+    if isinstance(facts, SubjectFacts):
+        sets = facts.by_subject
+        if column == 0:
+            return {subject for subject, objects in sets.items() if objects}
+        return set().union(*sets.values())
+    return {fact[column] for fact in facts}

@@ -27,6 +27,7 @@ from ..changes import InputChanges
 from ..executor import Executor, Variant
 from ..language import Aggregate, Atom, Bind, Constant, Negation, Rule, Variable
 from ..store import DataStoreBag, Relation, RelationKey
+from ..subject_facts import column_values
 from ..values import aggregate_value
 from . import deltas
 from .base import Maintained, Module, NodeState
@@ -399,18 +400,14 @@ def affected_subjects(shape: SubjectShape, view: DataStoreBag, changes: InputCha
     """The groups a change can affect: x of every changed A fact, and every x with ``A(x, y)``
     (over the new state) for the y of a changed B fact (an A fact deleted at the same time
     names its x itself)."""
-    found = {
-        fact[shape.a_x]
-        for delta in (changes.minus.get(shape.a), changes.plus.get(shape.a))
-        if delta
-        for fact in delta
-    }
-    ys = {
-        fact[shape.b_y]
-        for delta in (changes.minus.get(shape.b), changes.plus.get(shape.b))
-        if delta
-        for fact in delta
-    }
+    found: set[int] = set()
+    ys: set[int] = set()
+    for delta in (changes.minus.get(shape.a), changes.plus.get(shape.a)):
+        if delta:
+            found |= column_values(delta, shape.a_x)
+    for delta in (changes.minus.get(shape.b), changes.plus.get(shape.b)):
+        if delta:
+            ys |= column_values(delta, shape.b_y)
     if ys:
         a_in = Lookup.some(view.relations(shape.a), 1 - shape.a_x, ys)
         for y in ys:

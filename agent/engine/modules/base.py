@@ -13,7 +13,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from itertools import repeat
 
 from pyroaring import BitMap
 
@@ -136,7 +135,11 @@ class Module(ABC):
         """Re-materialise from scratch and report the difference to the previous IDB (a
         relation stored by subject before is compared a subject at a time: its old facts are
         never made into tuples, only the changed ones)."""
-        before = self.rematerialise(node, executor)
+        return self.changes_since(node, self.rematerialise(node, executor), strategy)
+
+    @staticmethod
+    def changes_since(node: NodeState, before: dict, strategy: str) -> Maintained:
+        """The node's IDB now against ``before`` (`rematerialise`'s result), per relation."""
         changes = Maintained(strategy=strategy)
         for key in set(before) | set(node.idb.relations):
             relation = node.idb.relations.get(key)
@@ -167,16 +170,6 @@ class Module(ABC):
 
     def describe(self) -> str:
         return self.name
-
-
-def tuples_of(facts: set | dict) -> set:
-    """A relation's facts as `Relation.detach` handed them over, as a set of tuples."""
-    if not isinstance(facts, dict):
-        return facts
-    rows: set[tuple[int, int]] = set()
-    for subject, objects in facts.items():
-        rows.update(zip(repeat(subject), objects))
-    return rows
 
 
 def by_subject_of(own: Relation) -> dict:

@@ -51,6 +51,7 @@ from ..changes import InputChanges
 from ..executor import Executor
 from ..language import Atom, Rule, Variable
 from ..store import EMPTY, DataStoreBag, RelationKey
+from ..subject_facts import column_values
 from .base import Maintained, Module, NodeState, by_subject_of
 from .lookups import Lookup, python_set
 from .subject_changes import NO_IDS, SubjectChanges
@@ -211,7 +212,7 @@ class CompositionModule(Module):
         # Deleted A(x, y): x is evaluated afresh. Deleted B(y, z): every x with A(x, y) may
         # lose z: a test per candidate, or x evaluated afresh when it has as many candidates
         # as witnesses to look at.
-        recomputed = {fact[p.a_x] for fact in a_minus}
+        recomputed = column_values(a_minus, p.a_x)
         candidates: dict[int, BitMap] = {}
         for y, zs in lost_by_y.items():
             for x in a_in(y):
@@ -233,7 +234,7 @@ class CompositionModule(Module):
                     changed.lose(x, BitMap(gone))
         # Inserted A(x, y) add B[y] to H[x]; inserted B(y, z) add z to H[x] for every x with
         # A(x, y): for the subjects not evaluated afresh, minus what they hold.
-        needed = {fact[a_y] for fact in a_plus}
+        needed = column_values(a_plus, a_y)
         needed.update(*(a_out(x) for x in recomputed))
         objects = Bitmaps(Lookup.some(b_relations, p.b_y, needed))
         for x, got in self._evaluate(a_out, objects, recomputed, executor.guard, held):

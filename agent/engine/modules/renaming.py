@@ -35,7 +35,7 @@ from ..changes import InputChanges, difference
 from ..executor import Executor
 from ..language import Atom, Rule, Variable
 from ..store import DataStoreBag, RelationKey
-from .base import Maintained, Module, NodeState, tuples_of
+from .base import Maintained, Module, NodeState
 
 Permutation = tuple[int, ...]  # head column j takes the body's column permutation[j]
 
@@ -164,7 +164,11 @@ class RenamingModule(Module):
     ) -> Maintained:
         """`Module.recompute`, with the difference computed once per group of heads that
         held, and hold, the same facts (see `head_groups`)."""
-        before = {k: tuples_of(v) for k, v in self.rematerialise(node, executor).items()}
+        before = self.rematerialise(node, executor)
+        if any(isinstance(old, dict) for old in before.values()):
+            # A relation the previous module stored by subject (a closure, before a rule
+            # deletion made the node a renaming): compared a subject at a time.
+            return self.changes_since(node, before, strategy)
         result = Maintained(strategy=strategy)
         for _, (first, *rest) in self.head_groups(node):
             size = len(before.get(first, ()))
