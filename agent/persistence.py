@@ -41,6 +41,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +55,7 @@ from agent.engine.language import Literal, Program, Rule, Value, atom_fact
 from agent.engine.parser import parse_program
 from agent.engine.reasoner import Reasoner
 from agent.engine.store import SUBJECT, Relation, RelationKey, SavedFacts, by_subject
+from agent.engine.subject_facts import SubjectFacts
 
 FORMAT = "zodiac-edge agent state"
 SCHEMA_VERSION = 4
@@ -667,6 +669,24 @@ class AgentState:
                 rid = self._rel_id(key)
                 yield from ((rid, *fact) for fact in facts)
 
+    def _by_prefix_with_rel_ids(
+        self, changes: dict[RelationKey, AbstractSet]
+    ) -> dict[tuple[int, ...], Iterable[int]]:
+        """Changed facts grouped as ``(relation id, *prefix)`` -> the last column's values; a
+        change kept by subject (`SubjectFacts`) is grouped already, its tuples never made."""
+        grouped: dict[tuple[int, ...], Iterable[int]] = {}
+        rest: dict[RelationKey, AbstractSet] = {}
+        for key, facts in changes.items():
+            if isinstance(facts, SubjectFacts):
+                rid = self._rel_id(key)
+                for subject, objects in facts.by_subject.items():
+                    if objects:
+                        grouped[(rid, subject)] = objects
+            elif facts:
+                rest[key] = facts
+        grouped.update(_group_last(self._with_rel_ids(rest)))
+        return grouped
+
     def _update_derived(
         self, row: int, removed: dict[RelationKey, set], added: dict[RelationKey, set]
     ) -> None:
@@ -674,7 +694,7 @@ class AgentState:
         (read, changed, written back; a bitmap left empty is deleted). The changes must be net:
         a removed fact saved, an added one not; anything else means the journal and the file
         disagree, and is raised as an integrity error (``apply`` then reloads from the file)."""
-        gone_by, new_by = (_group_last(self._with_rel_ids(changes)) for changes in (removed, added))
+        gone_by, new_by = (self._by_prefix_with_rel_ids(changes) for changes in (removed, added))
         where = "node = ? AND rel = ? AND a0 = ? AND a1 = ? AND a2 = ? AND rest = ?"
         for where_key in gone_by.keys() | new_by.keys():  # (relation id, *prefix)
             rid, prefix = where_key[0], where_key[1:]
