@@ -127,12 +127,12 @@ class Relation:
 
     def present(self, candidates: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
         """The candidates the relation holds (``candidates & tuples``). Subject-keyed storage
-        tests a few candidates each in its subject's bucket; many (a quarter of the relation
-        or more: a whole closure changed) against the relation's tuples, built for the
-        intersection and let go (a C-level pass each, where a Python test per candidate costs
-        several times as much); the tuples are never kept."""
+        tests each candidate in its subject's bucket; more candidates than facts (a whole
+        closure changed) against the relation's tuples, built for the intersection and let go
+        (a tuple per fact, where a test per candidate costs about as much); the tuples are
+        never kept."""
         if self._rows is None:
-            if len(candidates) * 4 >= self._count:
+            if len(candidates) >= self._count:
                 return candidates & self._built_tuples()
             get = self._indexes[SUBJECT].get
             return {f for f in candidates if f[1] in get(f[0], EMPTY)}
@@ -141,7 +141,7 @@ class Relation:
     def absent(self, candidates: set[tuple[int, ...]]) -> set[tuple[int, ...]]:
         """The candidates the relation does not hold (``candidates - tuples``; see `present`)."""
         if self._rows is None:
-            if len(candidates) * 4 >= self._count:
+            if len(candidates) >= self._count:
                 return candidates - self._built_tuples()
             get = self._indexes[SUBJECT].get
             return {f for f in candidates if f[1] not in get(f[0], EMPTY)}

@@ -175,8 +175,29 @@ class Module(ABC):
 def by_subject_of(own: Relation) -> dict:
     """A binary relation's facts by subject, read only: the storage itself when subject-keyed,
     else its subject index (built if it has none)."""
-    found = own.existing_index(SUBJECT)
-    return found if found is not None else own.index(SUBJECT)
+    return by_column(own, 0)
+
+
+def by_column(relation: Relation, column: int) -> dict:
+    """A binary relation's facts keyed on ``column`` (value -> the other column's values),
+    read only: an index it has (for a relation stored by subject and column 0, its storage,
+    bitmaps included), else one built now (a relation stored by subject, asked by object,
+    lends one built from its buckets and not kept: building its tuples for an index would
+    keep a tuple per fact)."""
+    found = relation.existing_index((column,))
+    if found is not None:
+        return found
+    if column == 1 and not relation.rows_built:
+        inverse: dict[int, set[int]] = {}
+        for subject, objects in relation.existing_index(SUBJECT).items():  # type: ignore[union-attr]
+            for value in objects:
+                known = inverse.get(value)
+                if known is None:
+                    inverse[value] = {subject}
+                else:
+                    known.add(subject)
+        return inverse
+    return relation.index((column,))
 
 
 def subject_difference(old: dict, new: dict) -> tuple[SubjectFacts, SubjectFacts]:

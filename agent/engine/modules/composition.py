@@ -54,7 +54,7 @@ from ..store import EMPTY, DataStoreBag, RelationKey
 from ..subject_facts import column_values
 from .base import Maintained, Module, NodeState, by_subject_of
 from .lookups import Lookup, python_set
-from .subject_changes import NO_IDS, SubjectChanges
+from .subject_changes import NO_IDS, SubjectChanges, group_by_column
 
 
 @dataclass(frozen=True)
@@ -206,8 +206,8 @@ class CompositionModule(Module):
         held = by_subject_of(own)
         changed = SubjectChanges(held)
         a_y, b_z = 1 - p.a_x, 1 - p.b_y
-        lost_by_y = _by_column(b_minus, p.b_y)
-        new_by_y = _by_column(b_plus, p.b_y)
+        lost_by_y = group_by_column(b_minus, p.b_y)
+        new_by_y = group_by_column(b_plus, p.b_y)
         a_in = Lookup.some(a_relations, a_y, lost_by_y.keys() | new_by_y.keys())
         # Deleted A(x, y): x is evaluated afresh. Deleted B(y, z): every x with A(x, y) may
         # lose z: a test per candidate, or x evaluated afresh when it has as many candidates
@@ -287,17 +287,3 @@ def _into(grouped: dict[int, BitMap], key: int, values: BitMap) -> None:
         grouped[key] = values.copy()
     else:
         found |= values
-
-
-def _by_column(facts: Iterable[tuple[int, int]], column: int) -> dict[int, BitMap]:
-    """Binary facts as key -> the other column's values (a bitmap), keyed on ``column``."""
-    grouped: dict[int, list[int]] = {}
-    other = 1 - column
-    for fact in facts:
-        key = fact[column]
-        found = grouped.get(key)
-        if found is None:
-            grouped[key] = [fact[other]]
-        else:
-            found.append(fact[other])
-    return {key: BitMap(values) for key, values in grouped.items()}

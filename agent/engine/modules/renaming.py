@@ -31,11 +31,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 
+from pyroaring import BitMap
+
 from ..changes import InputChanges, difference
 from ..executor import Executor
 from ..language import Atom, Rule, Variable
-from ..store import DataStoreBag, RelationKey
-from .base import Maintained, Module, NodeState
+from ..store import DataStoreBag, Relation, RelationKey
+from .base import Maintained, Module, NodeState, as_bitmap, by_column, by_subject_of
+from .subject_changes import SubjectChanges, group_by_column
 
 Permutation = tuple[int, ...]  # head column j takes the body's column permutation[j]
 
@@ -126,18 +129,38 @@ class RenamingModule(Module):
         return self._sources
 
     @staticmethod
-    def lower(node: NodeState, key: RelationKey) -> list[set]:
-        """The fact sets of ``key`` in the node's lower stores (not its own IDB)."""
+    def lower(node: NodeState, key: RelationKey) -> list[Relation]:
+        """The relations of ``key`` in the node's lower stores (not its own IDB)."""
         own = node.idb.get(key)
-        return [r.tuples for r in node.view.relations(key) if r is not own and len(r)]
+        return [r for r in node.view.relations(key) if r is not own and len(r)]
 
     def images(self, node: NodeState, pairs: Iterable[tuple[RelationKey, Permutation]]) -> set:
-        """The lower facts of every source, each under its permutation."""
+        """The lower facts of every source, each under its permutation, as tuples (a source
+        stored by subject lends tuples built for the call, not kept)."""
         out: set = set()
         for source, permutation in pairs:
             forth = mapper(permutation)
-            for facts in self.lower(node, source):
+            for relation in self.lower(node, source):
+                facts = relation.as_set()
                 out.update(facts if forth is None else forth(facts))
+        return out
+
+    def images_by_subject(
+        self, node: NodeState, pairs: Iterable[tuple[RelationKey, Permutation]]
+    ) -> dict[int, BitMap]:
+        """`images` of binary sources, as subject -> objects bitmaps: a source copied as it is
+        lends its subject sets (its own buckets when it is stored by subject), a swapped one
+        its index on the object; each set is added to the image in C."""
+        out: dict[int, BitMap] = {}
+        for source, permutation in pairs:
+            column = permutation[0]  # the source column that becomes the subject
+            for relation in self.lower(node, source):
+                for subject, objects in by_column(relation, column).items():
+                    found = out.get(subject)
+                    if found is None:
+                        out[subject] = BitMap(objects)
+                    else:
+                        found.update(objects)
         return out
 
     def head_groups(self, node: NodeState) -> list[tuple[frozenset, list[RelationKey]]]:
@@ -153,6 +176,14 @@ class RenamingModule(Module):
     def materialise(self, node: NodeState, executor: Executor) -> None:
         started = time.perf_counter()
         for pairs, heads in self.head_groups(node):
+            if heads[0][1] == 2:
+                # Binary heads are stored by subject: bitmaps, no tuple made.
+                subjects = self.images_by_subject(node, pairs)
+                for head in heads[1:]:
+                    copy = {subject: objects.copy() for subject, objects in subjects.items()}
+                    node.own(head).adopt_subjects(copy, BitMap)
+                node.own(heads[0]).adopt_subjects(subjects, BitMap)
+                continue
             facts = self.images(node, pairs)
             for head in heads[1:]:
                 node.own(head).adopt(set(facts))
@@ -218,10 +249,10 @@ class RenamingModule(Module):
             for source, _ in pairs
         )
         output = sum(
-            len(facts)
+            len(relation)
             for pairs in sources.values()
             for source, _ in pairs
-            for facts in self.lower(node, source)
+            for relation in self.lower(node, source)
         )
         if changed * self.costs.renaming_recompute_changed_share > output:
             # Copying what the sources hold now is one C-level pass per source; checking
@@ -234,6 +265,7 @@ class RenamingModule(Module):
         # Heads with the same sources hold the same facts (RS2's p20, p21 and p22 all copy
         # p20's lower facts): their candidates are found and checked once.
         settled: dict[frozenset, tuple[set, set]] = {}
+        grouped: dict[frozenset, tuple[dict, dict]] = {}
         for head, pairs in sources.items():
             own = node.own(head)
             key = frozenset(pairs)
@@ -245,6 +277,17 @@ class RenamingModule(Module):
                     lost = self.unsupported(node, pairs, lost)
                 found = settled[key] = (lost, gained)
             lost, gained = found
+            if own.arity == 2 and not own.rows_built:
+                # Stored by subject: changed a subject at a time, reported so (SubjectFacts);
+                # the changes grouped by subject once for the heads of the group.
+                by_subject = grouped.get(key)
+                if by_subject is None:
+                    by_subject = grouped[key] = (
+                        group_by_column(lost, 0),
+                        group_by_column(gained, 0),
+                    )
+                self.change_by_subject(own, head, *by_subject, result)
+                continue
             if lost:
                 # (intersected per head: the set is shared with the other heads)
                 result.remove(head, own.remove_present(own.present(lost)), owned=True)
@@ -252,6 +295,29 @@ class RenamingModule(Module):
                 result.add(head, own.add_all(gained))
         result.strategy = f"renaming ({checked} candidates checked)"
         return result
+
+    @staticmethod
+    def change_by_subject(
+        own: Relation,
+        head: RelationKey,
+        lost: dict[int, BitMap],
+        gained: dict[int, BitMap],
+        result: Maintained,
+    ) -> None:
+        """Remove the held facts of ``lost`` and add those of ``gained`` that are not held
+        (both by subject, shared with the other heads of the group: only read), a subject at
+        a time."""
+        held = by_subject_of(own)
+        changes = SubjectChanges(held)
+        for subject, objects in lost.items():
+            mine = held.get(subject)
+            if mine:
+                gone = objects & as_bitmap(mine)
+                if gone:
+                    changes.lose(subject, gone)
+        for subject, objects in gained.items():
+            changes.gain(subject, objects)
+        changes.apply(own, head, result)
 
     @staticmethod
     def candidates(
@@ -278,11 +344,11 @@ class RenamingModule(Module):
         the size of ``lost``; ``lost -= facts`` would cost the size of ``facts``.)"""
         for source, permutation in pairs:
             forth, back = mapper(permutation), mapper(invert(permutation))
-            for facts in self.lower(node, source):
+            for relation in self.lower(node, source):
                 if forth is None or back is None:
-                    lost = lost - facts
+                    lost = relation.absent(lost)
                 elif lost:
-                    lost = lost - forth(facts & back(lost))
+                    lost = lost - forth(relation.present(back(lost)))
             if not lost:
                 break
         return lost

@@ -1,8 +1,11 @@
 """A hyper-node's IDB changed a subject at a time: what each subject lost and gained, as bitmaps,
-applied to a binary relation bucket by bucket and reported as tuples (StoreChanges). Shared by
-the modules that compute their output per subject (composition, symmetric-transitive)."""
+applied to a binary relation bucket by bucket and reported by subject (SubjectFacts, in
+StoreChanges). Shared by the modules that compute their output per subject (composition,
+symmetric-transitive, renaming)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from pyroaring import BitMap
 
@@ -73,3 +76,20 @@ class SubjectChanges:
                 raise AssertionError(f"{own!r}: per-subject changes disagree with its facts")
         result.remove(head, gone, owned=True)
         result.add(head, new, owned=True)
+
+
+def group_by_column(facts: Iterable[tuple[int, int]], column: int) -> dict[int, BitMap]:
+    """Binary facts as key -> the other column's values (a bitmap), keyed on ``column`` (a
+    SubjectFacts keyed on its subjects is grouped already)."""
+    if isinstance(facts, SubjectFacts) and column == 0:
+        return {key: as_bitmap(values) for key, values in facts.by_subject.items() if values}
+    grouped: dict[int, list[int]] = {}
+    other = 1 - column
+    for fact in facts:
+        key = fact[column]
+        found = grouped.get(key)
+        if found is None:
+            grouped[key] = [fact[other]]
+        else:
+            found.append(fact[other])
+    return {key: BitMap(values) for key, values in grouped.items()}
