@@ -27,7 +27,7 @@ ENGINE_LAYERS: list[set[str]] = [
     {"validation"},
     {"parser", "rdf", "loaders"},
     {"dependency"},
-    {"store", "budget"},
+    {"store", "budget", "subject_facts"},
     {"planner"},
     {"rewrites"},
     {"compiler"},
