@@ -30,11 +30,18 @@ def recompute_reason(
     if module is not None and not transition.removed_rules and module.handles(inputs):
         return None
     reads = input_size(node)
+    # New facts of a negated or aggregated relation retract derivations (a blocked instance, a
+    # group's old value) as deletions do.
     negated = {rel for r in node.rules for rel, how in r.body_relations() if how != "positive"}
     lost = sum(len(rows) for key, rows in inputs.minus.items())
-    lost += sum(len(rows) for key, rows in inputs.plus.items() if key in negated)
-    if lost > policy.deletion_recompute_share * max(1, reads):
-        return f"{lost} input facts lost of {reads}"
+    retracting = sum(len(rows) for key, rows in inputs.plus.items() if key in negated)
+    if lost + retracting > policy.deletion_recompute_share * max(1, reads):
+        if not retracting:
+            return f"{lost} input facts lost of {reads}"
+        return (
+            f"{lost} input facts lost and {retracting} added under a negation or an "
+            f"aggregate, of {reads}"
+        )
     growth = join_growth(node, inputs)
     if growth > policy.insertion_recompute_growth:
         return f"inputs of its joins grew by {growth:.0%}"

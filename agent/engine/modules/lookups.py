@@ -10,16 +10,17 @@ from itertools import compress, repeat
 from operator import itemgetter
 
 from ..store import EMPTY, SUBJECT, Relation
+from .base import by_column
 
 
 class Lookup:
     """The values a relation of the view pairs with a key on one column, over the union of
-    the relations holding it: each relation's index on that column, an existing one as it is
-    (a subject-keyed relation's own buckets, bitmaps included) or else built (and then kept up
-    to date by the store, as for any plan). Values are read only."""
+    the relations holding it: each relation's index on that column (`base.by_column`: an
+    existing one as it is, a subject-keyed relation's own buckets included, else one built).
+    Values are read only."""
 
     def __init__(self, relations: list[Relation], column: int) -> None:
-        self.indexes = [_index(r, column) for r in relations if len(r)]
+        self.indexes = [by_column(r, column) for r in relations if len(r)]
 
     @classmethod
     def some(cls, relations: list[Relation], column: int, keys: AbstractSet[int]) -> Lookup:
@@ -80,11 +81,6 @@ class Lookup:
         if len(self.indexes) == 1:
             return self.indexes[0].keys()
         return set().union(*(index.keys() for index in self.indexes))
-
-
-def _index(relation: Relation, column: int) -> dict:
-    found = relation.existing_index((column,))
-    return found if found is not None else relation.index((column,))
 
 
 def add_all(found: dict[int, set[int]], key: int, values: Iterable[int]) -> None:
