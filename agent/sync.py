@@ -215,23 +215,25 @@ class AgentService:
 
     def _dispatch(self, item: Incoming) -> None:
         config = self.config
-        changed = False
+        report = None
         if item.topic in (config.topic("bundle"), config.farm_bundle_topic()):
             outcome = self.agent.handle_bundle(item.payload, correlation=item.correlation)
-            changed = outcome.status == "applied"
-            self.publish_status()
+            report = self.publish_status
         elif item.topic == config.topic("readings"):
             outcome = self.agent.record_readings(item.payload)
-            changed = outcome.status == "applied"
-            if changed:
-                self.publish_telemetry()
+            if outcome.status == "applied":
+                report = self.publish_telemetry
         else:  # zodiac/<farm>/<neighbour>/telemetry: the topic names the sender
             sender = item.topic.split("/")[2] if item.topic.count("/") == 3 else ""
             outcome = self.agent.handle_telemetry(item.payload, sender=sender)
-            changed = outcome.status == "applied"
         if item.qos > 0 and outcome.committed:
-            self.client.ack(item.mid, item.qos)  # only now: the change is durable
-        if changed:
+            # Only now (the change is durable), and before it is reported: the broker gets the
+            # acknowledgement ahead of the status on the same connection, so a status showing
+            # a bundle applied is never followed by that bundle's redelivery after a crash.
+            self.client.ack(item.mid, item.qos)
+        if report is not None:
+            report()
+        if outcome.status == "applied":
             self.after_change()
 
     def after_change(self) -> None:
