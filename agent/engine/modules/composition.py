@@ -32,8 +32,10 @@ derivation and gains another stays; no fact is overdeleted and put back, no coun
 The cost is what the change reaches (at most the derivations of the subjects it touches) and
 never more than recomputing, which is the same per-subject pass over every subject: the module
 handles every change itself (``cheap_deletions``), and its `recompute` (rules removed, a driver
-decision) diffs per subject too. The IDB's changes are reported as tuples (StoreChanges) for
-the hyper-nodes above; only the changed facts become tuples.
+decision) diffs per subject too; when the changed inputs are a large share of the inputs
+(``CostPolicy.composition_recompute_changed_share``) it goes straight to that pass instead of
+grouping the changes. The IDB's changes are reported by subject (`SubjectFacts`): tuples only
+for a reader above that wants them.
 
 The module keeps no state besides the IDB, so nothing needs rebuilding after a restart.
 """
