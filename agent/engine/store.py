@@ -372,9 +372,15 @@ class Relation:
 
 def by_subject(rows: Iterable[tuple[int, int]]) -> dict[int, set[int]]:
     """Binary facts grouped as subject -> set of objects (the layout `adopt_subjects` takes)."""
-    subjects: dict[int, set[int]] = {}
-    _index_insert(subjects, SUBJECT_GETTERS, rows)
-    return subjects
+    return grouped_by(rows, 0)
+
+
+def grouped_by(rows: Iterable[tuple[int, int]], column: int) -> dict[int, set[int]]:
+    """Binary facts grouped on ``column``: value -> set of the other column's values (the
+    layout of an index on that column)."""
+    grouped: dict[int, set[int]] = {}
+    _index_insert(grouped, (itemgetter(column), itemgetter(1 - column)), rows)
+    return grouped
 
 
 def _index_insert(index: dict, getters: tuple[itemgetter, itemgetter], facts: Iterable) -> None:

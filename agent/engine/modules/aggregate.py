@@ -375,8 +375,8 @@ def members(
         a_out = Lookup(a_relations, shape.a_x)
         subjects = a_out.keys()
     else:
-        subjects = list(subjects)
-        a_out = Lookup.some(a_relations, shape.a_x, set(subjects))
+        subjects = set(subjects)
+        a_out = Lookup.some(a_relations, shape.a_x, subjects)
     b_out = Lookup(view.relations(shape.b), shape.b_y)
     decode = executor.terms.values
     constant = shape.constant

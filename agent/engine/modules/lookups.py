@@ -9,7 +9,7 @@ from collections.abc import Set as AbstractSet
 from itertools import compress, repeat
 from operator import itemgetter
 
-from ..store import EMPTY, SUBJECT, Relation
+from ..store import EMPTY, SUBJECT, Relation, grouped_by
 from .base import by_column
 
 
@@ -31,7 +31,6 @@ class Lookup:
         if len(holding) == 1 and holding[0].existing_index((column,)) is not None:
             return cls(holding, column)  # the index itself, no copy
         found: dict[int, set[int]] = {}
-        other = 1 - column
         keys = python_set(keys)
         for relation in holding:
             if not keys:
@@ -45,13 +44,8 @@ class Lookup:
             elif relation.rows_built:
                 rows = relation.tuples
                 hits = compress(rows, map(keys.__contains__, map(itemgetter(column), rows)))
-                for fact in hits:
-                    key = fact[column]
-                    known = found.get(key)
-                    if known is None:
-                        found[key] = {fact[other]}
-                    else:
-                        known.add(fact[other])
+                for key, values in grouped_by(hits, column).items():
+                    add_all(found, key, values)
             else:  # subject-keyed, asked by object: the keys among each subject's objects
                 for subject, objects in relation.existing_index(SUBJECT).items():  # type: ignore[union-attr]
                     for key in keys.intersection(objects):

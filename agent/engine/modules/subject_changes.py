@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pyroaring import BitMap
 
 from ..changes import StoreChanges
-from ..store import Relation, RelationKey
+from ..store import Relation, RelationKey, grouped_by
 from ..subject_facts import SubjectFacts
 from .base import as_bitmap
 
@@ -83,13 +83,4 @@ def group_by_column(facts: Iterable[tuple[int, int]], column: int) -> dict[int, 
     SubjectFacts keyed on its subjects is grouped already)."""
     if isinstance(facts, SubjectFacts) and column == 0:
         return {key: as_bitmap(values) for key, values in facts.by_subject.items() if values}
-    grouped: dict[int, list[int]] = {}
-    other = 1 - column
-    for fact in facts:
-        key = fact[column]
-        found = grouped.get(key)
-        if found is None:
-            grouped[key] = [fact[other]]
-        else:
-            found.append(fact[other])
-    return {key: BitMap(values) for key, values in grouped.items()}
+    return {key: BitMap(values) for key, values in grouped_by(facts, column).items()}
