@@ -36,6 +36,8 @@ def from_scratch(reasoner: Reasoner) -> set:
 
 # ---------------------------------------------------------------------------- shapes
 
+A, B, N = ("a", 2), ("b", 2), ("n", 2)
+
 
 @pytest.mark.parametrize(
     "text, expected",
@@ -85,6 +87,13 @@ def test_sources_follow_paths_and_compose_permutations():
         ("h(X, Z) :- a(X, Y) and b(Y, Z) and COMP(X, !=, Z) .", None),
         ("h(X, Z) :- h(X, Y) and b(Y, Z) .", None),  # recursive
         ("h(X, Z) :- a(X, Y) and b(Z, W) .", None),  # no shared variable
+        # RS2's r15 and r16: a negated atom over (y, z), in either column order.
+        ("h(X, Z) :- a(X, Y) and b(Y, Z) and not n(Y, Z) .", (A, B, 0, 0, N, 0)),
+        ("h(X, Z) :- a(X, Y) and b(Z, Y) and not n(Z, Y) .", (A, B, 0, 1, N, 1)),
+        ("h(X, Z) :- not n(Z, Y) and b(Y, Z) and a(X, Y) .", (A, B, 0, 0, N, 1)),
+        ("h(X, Z) :- a(X, Y) and b(Y, Z) and not n(X, Z) .", None),  # blocks (x, z)
+        ("h(X, Z) :- a(X, Y) and b(Y, Z) and not n(Y, W) .", None),  # existential
+        ("h(X, Z) :- a(X, Y) and b(Y, Z) and not n(Y, Z) and not m(Y, Z) .", None),
     ],
 )
 def test_composition_shape(text: str, expected):
@@ -92,7 +101,10 @@ def test_composition_shape(text: str, expected):
     if expected is None:
         assert shape is None
     else:
-        assert (shape.a, shape.b, shape.a_x, shape.b_y) == expected
+        found = (shape.a, shape.b, shape.a_x, shape.b_y)
+        if shape.n is not None:
+            found += (shape.n, shape.n_y)
+        assert found == expected
 
 
 def test_modules_are_chosen_by_shape_and_switched_off_by_modules_false():
@@ -158,6 +170,12 @@ COMPOSITION_PROGRAMS = [
     # A head that other rules read (a plan converts its bitmaps) and that also has explicit
     # facts (held by the EDB as well as by the IDB).
     "j: h(X, Z) :- a(X, Y) and b(Y, Z) .\nk: g(X, Y) :- h(X, Y) and e(Y, X) .",
+    # A negated atom blocking (y, z), in B's column order or the other, its facts explicit or
+    # derived upstream (RS2's r15 and r16).
+    "j: h(X, Z) :- a(X, Y) and b(Y, Z) and not n(Y, Z) .",
+    "j: h(X, Z) :- b(Z, Y) and not n(Y, Z) and a(X, Y) .",
+    "u: n(X, Y) :- e(X, Y) .\nj: h(Z, X) :- a(X, Y) and b(Y, Z) and not n(Y, X) .",
+    "j: h(X, Z) :- a(X, Y) and a(Y, Z) and not b(Y, Z) .",
 ]
 
 
@@ -172,7 +190,7 @@ def test_composition_module_equals_from_scratch_after_every_update(program: str,
     for _ in range(10):
         facts = [
             (relation, f"n{rng.randrange(nodes)}", f"n{rng.randrange(nodes)}")
-            for relation in ("a", "b", "e", "f", "h")
+            for relation in ("a", "b", "e", "f", "h", "n")
             for _ in range(rng.randrange(nodes, 4 * nodes) if relation != "h" else 2)
         ]
         reasoner = Reasoner()

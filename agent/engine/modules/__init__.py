@@ -29,7 +29,7 @@ def _module_for(node: NodeState, use_modules: bool) -> Module:
     """Aggregates have their own module. Unless ``use_modules`` is off: transitive and
     symmetric-transitive closures get the closure modules, hyper-nodes that only copy facts
     (columns possibly permuted) the renaming module, a lone rule ``H(x, z) :- A(x, y),
-    B(y, z)`` the composition module. Everything else is seminaive."""
+    B(y, z)`` (optionally ``and not N(y, z)``) the composition module. Everything else is seminaive."""
     if any(rule.aggregate() is not None for rule in node.rules):
         return AggregateModule()
     if not use_modules:

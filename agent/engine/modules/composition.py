@@ -37,24 +37,31 @@ decision) diffs per subject too; when the changed inputs are a large share of th
 grouping the changes. The IDB's changes are reported by subject (`SubjectFacts`): tuples only
 for a reader above that wants them.
 
+**A negated atom ``not N(y, z)``** (RS2's r15 and r16) makes ``B[y]`` read as ``B[y] - N[y]``
+(one bitmap difference per ``y``) and ``B^-1[z]`` as ``B^-1[z] - N^-1[z]``; a new ``N(y, z)``
+is handled as a candidate deletion of ``B(y, z)``, a deleted one as a candidate insertion, and
+both are decided over the new state like B's own changes (an inserted candidate counts only if
+it is in ``B[y] - N[y]``).
+
 The module keeps no state besides the IDB, so nothing needs rebuilding after a restart.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, replace
 
 from pyroaring import BitMap
 
 from ..budget import PULSE_STEP, BudgetGuard
 from ..changes import InputChanges
 from ..executor import Executor
-from ..language import Atom, Rule, Variable
+from ..language import Atom, Negation, Rule, Variable
 from ..store import EMPTY, DataStoreBag, RelationKey
 from ..subject_facts import column_values
-from .base import Maintained, Module, NodeState, by_subject_of
+from .base import Maintained, Module, NodeState, as_bitmap, by_subject_of
 from .lookups import Lookup, python_set
 from .subject_changes import NO_IDS, SubjectChanges, group_by_column
 
@@ -62,31 +69,43 @@ from .subject_changes import NO_IDS, SubjectChanges, group_by_column
 @dataclass(frozen=True)
 class CompositionPattern:
     """Where the variables sit: ``A`` holds the head's subject x at column ``a_x`` (and y at
-    ``1 - a_x``); ``B`` holds y at ``b_y`` (and the head's object z at ``1 - b_y``)."""
+    ``1 - a_x``); ``B`` holds y at ``b_y`` (and the head's object z at ``1 - b_y``). With a
+    negated atom ``not N(y, z)`` (either column order), ``N`` holds y at ``n_y``."""
 
     head: RelationKey
     a: RelationKey
     b: RelationKey
     a_x: int
     b_y: int
+    n: RelationKey | None = None
+    n_y: int = 0
+
+    def as_b(self, fact: tuple[int, int]) -> tuple[int, int]:
+        """An ``N`` fact in ``B``'s column order (the pair it blocks)."""
+        return fact if self.n_y == self.b_y else (fact[1], fact[0])
 
 
 def composition_shape(rule: Rule) -> CompositionPattern | None:
     """The pattern when ``rule`` is ``H(x, z) :- A(x, y), B(y, z)`` up to the order of the
-    body and the columns of each atom (three distinct variables, nothing else in the body, the
-    head relation not read by the body). ``A`` is the atom holding the head's subject."""
+    body and the columns of each atom, optionally with ``not N(y, z)`` (RS2's r15 and r16:
+    then ``B[y]`` stands for ``B[y] - N[y]``). Three distinct variables, nothing else in the
+    body, the head relation not read by the body. ``A`` is the atom holding the head's
+    subject."""
     head = rule.head
-    if rule.aggregate() is not None or head.arity != 2 or len(rule.body) != 2:
+    if rule.aggregate() is not None or head.arity != 2:
         return None
-    atoms = list(rule.body)
-    if not all(isinstance(a, Atom) and a.arity == 2 for a in atoms):
+    atoms = [item for item in rule.body if isinstance(item, Atom)]
+    negated = [item.atom for item in rule.body if isinstance(item, Negation)]
+    if len(atoms) != 2 or len(negated) > 1 or len(atoms) + len(negated) != len(rule.body):
         return None
-    if any(a.relation == head.relation for a in atoms):
+    if not all(a.arity == 2 for a in (*atoms, *negated)):
         return None
-    terms = [*head.terms, *atoms[0].terms, *atoms[1].terms]
+    if any(a.relation == head.relation for a in (*atoms, *negated)):
+        return None
+    terms = [*head.terms, *(t for a in (*atoms, *negated) for t in a.terms)]
     if not all(isinstance(t, Variable) for t in terms):
         return None
-    if len(set(head.terms)) != 2 or any(len(set(a.terms)) != 2 for a in atoms):
+    if len(set(head.terms)) != 2 or any(len(set(a.terms)) != 2 for a in (*atoms, *negated)):
         return None
     x, z = head.terms
     for first, second in (atoms, atoms[::-1]):
@@ -94,29 +113,42 @@ def composition_shape(rule: Rule) -> CompositionPattern | None:
         if len(shared) != 1:
             return None
         (y,) = shared
-        if set(first.terms) == {x, y} and set(second.terms) == {y, z}:
-            return CompositionPattern(
-                head=head.relation,
-                a=first.relation,
-                b=second.relation,
-                a_x=first.terms.index(x),
-                b_y=second.terms.index(y),
-            )
+        if set(first.terms) != {x, y} or set(second.terms) != {y, z}:
+            continue
+        pattern = CompositionPattern(
+            head=head.relation,
+            a=first.relation,
+            b=second.relation,
+            a_x=first.terms.index(x),
+            b_y=second.terms.index(y),
+        )
+        if not negated:
+            return pattern
+        (blocked,) = negated
+        if set(blocked.terms) != {y, z}:
+            return None
+        return replace(pattern, n=blocked.relation, n_y=blocked.terms.index(y))
     return None
 
 
 class Bitmaps:
-    """``B[y]`` as a bitmap, converted on first use and kept for the rest of the call."""
+    """``B[y]`` as a bitmap (less ``N[y]`` when the rule negates ``N(y, z)``), converted on
+    first use and kept for the rest of the call."""
 
-    def __init__(self, lookup: Lookup) -> None:
+    def __init__(self, lookup: Lookup, blocked: Lookup | None = None) -> None:
         self.lookup = lookup
+        self.blocked = blocked
         self.known: dict[int, BitMap] = {}
 
     def __call__(self, key: int) -> BitMap:
         got = self.known.get(key)
         if got is None:
-            found = self.lookup(key)
-            got = self.known[key] = found if isinstance(found, BitMap) else BitMap(found)
+            got = as_bitmap(self.lookup(key))
+            if self.blocked is not None:
+                blocked = self.blocked(key)
+                if blocked:
+                    got = got - as_bitmap(blocked)
+            self.known[key] = got
         return got
 
     def union(self, keys: Iterable[int]) -> BitMap:
@@ -144,13 +176,38 @@ class CompositionModule(Module):
         if len(own):
             own.clear()
         a_out = Lookup(node.view.relations(p.a), p.a_x)
-        objects = Bitmaps(Lookup(node.view.relations(p.b), p.b_y))
+        objects = self._objects(node)
         subjects: dict[int, BitMap] = {}
         for x, got in self._evaluate(a_out, objects, a_out.keys(), executor.guard):
             if got:
                 subjects[x] = got
         own.adopt_subjects(subjects, BitMap)
         node.stats.update(rounds=1, seconds=time.perf_counter() - started)
+
+    def _objects(self, node: NodeState, keys: AbstractSet[int] | None = None) -> Bitmaps:
+        """``B[y]`` less ``N[y]`` (when the rule negates ``N``) over the view, for every ``y``
+        or (a lookup built for a few keys) for ``keys`` only."""
+        p = self.pattern
+
+        def lookup(relation: RelationKey, column: int) -> Lookup:
+            relations = node.view.relations(relation)
+            if keys is None:
+                return Lookup(relations, column)
+            return Lookup.some(relations, column, keys)
+
+        blocked = lookup(p.n, p.n_y) if p.n is not None else None
+        return Bitmaps(lookup(p.b, p.b_y), blocked)
+
+    def _blocked_changes(self, changes: InputChanges) -> tuple[AbstractSet, AbstractSet]:
+        """The B facts that may stop or start deriving because the negated ``N`` changed,
+        in B's column order: a new ``N(y, z)`` may block ``B(y, z)``, a deleted one unblock
+        it. Both are candidates only, decided over the new state like B's own changes."""
+        p = self.pattern
+        if p.n is None:
+            return EMPTY, EMPTY
+        n_plus = changes.plus.get(p.n) or EMPTY
+        n_minus = changes.minus.get(p.n) or EMPTY
+        return {p.as_b(f) for f in n_plus}, {p.as_b(f) for f in n_minus}
 
     @staticmethod
     def _evaluate(
@@ -190,6 +247,11 @@ class CompositionModule(Module):
         a_plus = changes.plus.get(p.a) or EMPTY
         b_minus = changes.minus.get(p.b) or EMPTY
         b_plus = changes.plus.get(p.b) or EMPTY
+        blocked, unblocked = self._blocked_changes(changes)
+        if blocked:
+            b_minus = b_minus | blocked
+        if unblocked:
+            b_plus = b_plus | unblocked
         if not (a_minus or a_plus or b_minus or b_plus):
             return Maintained(strategy="composition (nothing to do)")
         a_relations = node.view.relations(p.a)
@@ -198,6 +260,8 @@ class CompositionModule(Module):
         inputs = sum(map(len, a_relations))
         if p.b != p.a:
             inputs += sum(map(len, b_relations))
+        if p.n is not None and p.n not in (p.a, p.b):
+            inputs += sum(map(len, node.view.relations(p.n)))
         if changed_inputs > self.costs.composition_recompute_changed_share * inputs:
             return self.recompute(
                 node,
@@ -207,7 +271,7 @@ class CompositionModule(Module):
         own = node.own(p.head)
         held = by_subject_of(own)
         changed = SubjectChanges(held)
-        a_y, b_z = 1 - p.a_x, 1 - p.b_y
+        a_y = 1 - p.a_x
         lost_by_y = group_by_column(b_minus, p.b_y)
         new_by_y = group_by_column(b_plus, p.b_y)
         a_in = Lookup.some(a_relations, a_y, lost_by_y.keys() | new_by_y.keys())
@@ -227,7 +291,7 @@ class CompositionModule(Module):
                 del candidates[x]
         tested = sum(map(len, candidates.values()))
         if candidates:
-            b_in = Lookup.some(b_relations, b_z, BitMap().union(*candidates.values()))
+            b_in = self._witnesses_of(node, BitMap().union(*candidates.values()))
             for x, zs in candidates.items():
                 mine = held.get(x, EMPTY)
                 witnesses = python_set(a_out(x))
@@ -235,10 +299,15 @@ class CompositionModule(Module):
                 if gone:
                     changed.lose(x, BitMap(gone))
         # Inserted A(x, y) add B[y] to H[x]; inserted B(y, z) add z to H[x] for every x with
-        # A(x, y): for the subjects not evaluated afresh, minus what they hold.
+        # A(x, y): for the subjects not evaluated afresh, minus what they hold. (Under a
+        # negation the inserted B(y, z) are candidates: those that derive are in B[y] - N[y].)
         needed = column_values(a_plus, a_y)
         needed.update(*(a_out(x) for x in recomputed))
-        objects = Bitmaps(Lookup.some(b_relations, p.b_y, needed))
+        if p.n is not None:
+            needed.update(new_by_y.keys())
+        objects = self._objects(node, needed)
+        if p.n is not None:
+            new_by_y = {y: kept for y, zs in new_by_y.items() if (kept := zs & objects(y))}
         for x, got in self._evaluate(a_out, objects, recomputed, executor.guard, held):
             changed.become(x, got)
         found_new: dict[int, BitMap] = {}
@@ -268,7 +337,7 @@ class CompositionModule(Module):
         own = node.own(p.head)
         held = by_subject_of(own)
         a_out = Lookup(node.view.relations(p.a), p.a_x)
-        objects = Bitmaps(Lookup(node.view.relations(p.b), p.b_y))
+        objects = self._objects(node)
         changed = SubjectChanges(held)
         everyone = set(a_out.keys())
         for x, got in self._evaluate(a_out, objects, everyone, executor.guard, held):
@@ -278,6 +347,21 @@ class CompositionModule(Module):
         result = Maintained(strategy=strategy)
         changed.apply(own, p.head, result)
         return result
+
+    def _witnesses_of(self, node: NodeState, zs: AbstractSet[int]) -> Callable[[int], Iterable]:
+        """``z -> {y : B(y, z)}`` over the new state for the ``zs`` asked, less the ``y`` with
+        ``N(y, z)`` when the rule negates ``N``."""
+        p = self.pattern
+        b_in = Lookup.some(node.view.relations(p.b), 1 - p.b_y, zs)
+        if p.n is None:
+            return b_in
+        n_in = Lookup.some(node.view.relations(p.n), 1 - p.n_y, zs)
+
+        def unblocked(z: int) -> Iterable[int]:
+            blocked = n_in(z)
+            return set(b_in(z)).difference(blocked) if blocked else b_in(z)
+
+        return unblocked
 
     def describe(self) -> str:
         return self.name
