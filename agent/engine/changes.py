@@ -21,8 +21,20 @@ from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from pyroaring import BitMap
+
 from .store import EMPTY, DataStore, Relation, RelationKey
-from .subject_facts import SubjectFacts, mutable
+from .subject_facts import (
+    SubjectFacts,
+    SubjectMap,
+    difference_by_subject,
+    intersection_by_subject,
+    mutable,
+    present_by_subject,
+    relation_by_subject,
+    subject_map,
+    union_by_subject,
+)
 
 Facts = dict[RelationKey, set]
 
@@ -299,6 +311,8 @@ def _visible_change(
         return set(), set()
     if len(moving) == 1 and moving[0] in staying:
         plus, minus = log.net_changes(moving[0], key)
+    elif key[1] == 2 and _mostly_by_subject(key, moving, staying, log):
+        return _visible_change_by_subject(key, old_lower, new_lower, staying, steady, moving, log)
     else:
         candidates: set = set()
         for store in moving:
@@ -336,3 +350,81 @@ def changed_membership(
         *(log.held_after(s, key, candidates) for s in new_lower if s not in steady)
     )
     return held_after - held_before, held_before - held_after
+
+
+# --------------------------------------------------------------------------------------------
+# The same a subject at a time, for binary relations whose candidates are mostly stored by
+# subject (closures, compositions and copies of them, as whole stores appearing or
+# disappearing when rules are added or deleted): the candidates and every membership test are
+# per-subject bitmap operations, and no tuple is built for them.
+
+
+def _mostly_by_subject(
+    key: RelationKey, moving: list[DataStore], staying: list[DataStore], log: ChangeLog
+) -> bool:
+    """Whether most candidate facts are held by subject already (a relation stored by subject,
+    a SubjectFacts change set): then grouping the rest by subject costs less than building
+    tuples of those."""
+    by_subject = as_tuples = 0
+    for store in moving:
+        relation = store.relations.get(key)
+        if store not in staying and relation is not None:
+            if relation.rows_built:
+                as_tuples += len(relation)
+            else:
+                by_subject += len(relation)
+        for facts in log.net_changes(store, key):
+            if isinstance(facts, SubjectFacts):
+                by_subject += len(facts)
+            else:
+                as_tuples += len(facts)
+    return by_subject > as_tuples
+
+
+def _visible_change_by_subject(
+    key: RelationKey,
+    old_lower: list[DataStore],
+    new_lower: list[DataStore],
+    staying: list[DataStore],
+    steady: list[DataStore],
+    moving: list[DataStore],
+    log: ChangeLog,
+) -> tuple[AbstractSet, AbstractSet]:
+    """`_visible_change` a subject at a time: (plus, minus) as SubjectFacts."""
+    parts: list[SubjectMap] = []
+    for store in moving:
+        relation = store.relations.get(key)
+        if store not in staying and relation is not None:
+            parts.append(relation_by_subject(relation))
+        parts.extend(map(subject_map, log.net_changes(store, key)))
+    candidates = union_by_subject(parts)
+    if not candidates:
+        return EMPTY, EMPTY
+
+    def held(store: DataStore, before: bool) -> dict[int, BitMap]:
+        if store in (log.created if before else log.dropped):
+            return {}
+        relation = store.relations.get(key)
+        found = present_by_subject(relation, candidates) if relation is not None else {}
+        if before:
+            added, removed = log.net_changes(store, key)
+            if added:
+                found = difference_by_subject(found, subject_map(added))
+            if removed:
+                back = intersection_by_subject(candidates, subject_map(removed))
+                found = union_by_subject((found, back))
+        return found
+
+    quiet = set(steady)
+    held_before = union_by_subject(held(s, True) for s in old_lower if s not in quiet)
+    held_after = union_by_subject(held(s, False) for s in new_lower if s not in quiet)
+    plus = difference_by_subject(held_after, held_before)
+    minus = difference_by_subject(held_before, held_after)
+    for store in steady:
+        relation = store.relations.get(key)
+        if relation is not None and len(relation):
+            if plus:
+                plus = difference_by_subject(plus, present_by_subject(relation, plus))
+            if minus:
+                minus = difference_by_subject(minus, present_by_subject(relation, minus))
+    return SubjectFacts(plus), SubjectFacts(minus)

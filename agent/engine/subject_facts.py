@@ -19,6 +19,10 @@ from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from itertools import chain, repeat
 
+from pyroaring import BitMap
+
+from .store import SUBJECT, Relation, grouped_by
+
 
 class SubjectFacts(AbstractSet):
     """The pairs ``(s, o)`` for every subject ``s`` and ``o`` in ``by_subject[s]`` (the dict and
@@ -124,3 +128,91 @@ def column_values(facts: Iterable[tuple[int, ...]], column: int) -> set[int]:
             return {subject for subject, objects in sets.items() if objects}
         return set().union(*sets.values())
     return {fact[column] for fact in facts}
+
+
+# --------------------------------------------------------------------------------------------
+# Set algebra a subject at a time, over subject -> objects maps (the buckets of a relation
+# stored by subject, a SubjectFacts' sets, ...). The results are new maps of new bitmaps, the
+# arguments are only read; a subject's cost is one C-level operation on its objects. Used to
+# decide which facts of a relation became visible or invisible to a hyper-node (changes.py)
+# without building a tuple per fact.
+
+SubjectMap = dict[int, AbstractSet[int]]
+
+
+def as_bitmap(objects: AbstractSet[int]) -> BitMap:
+    """``objects`` as a bitmap: itself when it is one (then read only), else a converted copy."""
+    return objects if isinstance(objects, BitMap) else BitMap(objects)
+
+
+def common(objects: BitMap, theirs: AbstractSet[int]) -> BitMap:
+    """``objects & theirs`` as a new bitmap, at the cost of ``objects`` when ``theirs`` is a
+    Python set (each of ``objects`` looked up in it, none of ``theirs`` converted)."""
+    if isinstance(theirs, BitMap):
+        return objects & theirs
+    return BitMap(theirs.intersection(objects))  # type: ignore[attr-defined]
+
+
+def union_by_subject(maps: Iterable[SubjectMap]) -> dict[int, BitMap]:
+    """The union of the maps, per subject."""
+    out: dict[int, BitMap] = {}
+    for part in maps:
+        for subject, objects in part.items():
+            if not objects:
+                continue
+            known = out.get(subject)
+            if known is None:
+                out[subject] = BitMap(objects)
+            else:
+                known |= as_bitmap(objects)
+    return out
+
+
+def intersection_by_subject(mine: dict[int, BitMap], theirs: SubjectMap) -> dict[int, BitMap]:
+    """``mine & theirs`` per subject (at the cost of ``mine``'s subjects)."""
+    out: dict[int, BitMap] = {}
+    get = theirs.get
+    for subject, objects in mine.items():
+        other = get(subject)
+        if other:
+            hit = common(objects, other)
+            if hit:
+                out[subject] = hit
+    return out
+
+
+def difference_by_subject(mine: dict[int, BitMap], theirs: SubjectMap) -> dict[int, BitMap]:
+    """``mine - theirs`` per subject (at the cost of ``mine``'s subjects)."""
+    out: dict[int, BitMap] = {}
+    get = theirs.get
+    for subject, objects in mine.items():
+        other = get(subject)
+        if other:
+            objects = objects - (other if isinstance(other, BitMap) else common(objects, other))
+        if objects:
+            out[subject] = objects if other else objects.copy()
+    return out
+
+
+def subject_map(facts: AbstractSet) -> SubjectMap:
+    """Binary facts by subject, read only: a SubjectFacts' own map, else one grouped now."""
+    if isinstance(facts, SubjectFacts):
+        return facts.by_subject
+    return grouped_by(facts, 0)
+
+
+def relation_by_subject(relation: Relation) -> SubjectMap:
+    """A binary relation's facts by subject, read only: its buckets or subject index when it
+    has them, else grouped now."""
+    found = relation.existing_index(SUBJECT)
+    return found if found is not None else subject_map(relation.as_set())
+
+
+def present_by_subject(relation: Relation, candidates: dict[int, BitMap]) -> dict[int, BitMap]:
+    """The candidates ``relation`` holds, by subject: per subject against its buckets or
+    subject index, else (a relation kept as tuples only) through the candidates' tuples."""
+    found = relation.existing_index(SUBJECT)
+    if found is not None:
+        return intersection_by_subject(candidates, found)
+    hits = relation.present(SubjectFacts(candidates).tuples())
+    return {s: BitMap(objects) for s, objects in subject_map(hits).items()}

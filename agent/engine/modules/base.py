@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from pyroaring import BitMap
@@ -22,7 +21,7 @@ from ..dependency import HyperNode
 from ..executor import Executor
 from ..language import Rule
 from ..store import SUBJECT, DataStore, DataStoreBag, Relation, RelationKey
-from ..subject_facts import SubjectFacts
+from ..subject_facts import SubjectFacts, as_bitmap
 
 
 @dataclass
@@ -221,7 +220,3 @@ def subject_difference(old: dict, new: dict) -> tuple[SubjectFacts, SubjectFacts
             added[subject] = after - before
             removed[subject] = before - after
     return SubjectFacts(added), SubjectFacts(removed)
-
-
-def as_bitmap(objects: AbstractSet[int]) -> BitMap:
-    return objects if isinstance(objects, BitMap) else BitMap(objects)
