@@ -36,7 +36,14 @@ from pyroaring import BitMap
 from ..changes import InputChanges, difference
 from ..executor import Executor
 from ..language import Atom, Rule, Variable
-from ..store import DataStoreBag, Relation, RelationKey
+from ..store import EMPTY, DataStoreBag, Relation, RelationKey
+from ..subject_facts import (
+    SubjectFacts,
+    difference_by_subject,
+    present_by_subject,
+    subject_map,
+    union_by_subject,
+)
 from .base import Maintained, Module, NodeState, as_bitmap, by_column, by_subject_of
 from .subject_changes import SubjectChanges, group_by_column
 
@@ -269,6 +276,16 @@ class RenamingModule(Module):
         for head, pairs in sources.items():
             own = node.own(head)
             key = frozenset(pairs)
+            by_subject = own.arity == 2 and not own.rows_built
+            if by_subject and key not in grouped and self.copied_by_subject(changes, pairs):
+                # Copies of facts changed by subject (a closure, a composition): candidates
+                # found and checked a subject at a time, no tuple built.
+                lost_map, gained_map = self.candidates_by_subject(changes, pairs)
+                checked += sum(map(len, lost_map.values()))
+                grouped[key] = (self.unsupported_by_subject(node, pairs, lost_map), gained_map)
+            if by_subject and key in grouped:
+                self.change_by_subject(own, head, *grouped[key], result)
+                continue
             found = settled.get(key)
             if found is None:
                 lost, gained = self.candidates(changes, pairs)
@@ -277,16 +294,11 @@ class RenamingModule(Module):
                     lost = self.unsupported(node, pairs, lost)
                 found = settled[key] = (lost, gained)
             lost, gained = found
-            if own.arity == 2 and not own.rows_built:
+            if by_subject:
                 # Stored by subject: changed a subject at a time, reported so (SubjectFacts);
                 # the changes grouped by subject once for the heads of the group.
-                by_subject = grouped.get(key)
-                if by_subject is None:
-                    by_subject = grouped[key] = (
-                        group_by_column(lost, 0),
-                        group_by_column(gained, 0),
-                    )
-                self.change_by_subject(own, head, *by_subject, result)
+                grouped[key] = (group_by_column(lost, 0), group_by_column(gained, 0))
+                self.change_by_subject(own, head, *grouped[key], result)
                 continue
             if lost:
                 # (intersected per head: the set is shared with the other heads)
@@ -336,6 +348,47 @@ class RenamingModule(Module):
             if plus:
                 gained.update(plus if images is None else images(plus))
         return lost, gained
+
+    @staticmethod
+    def copied_by_subject(
+        changes: InputChanges, pairs: Iterable[tuple[RelationKey, Permutation]]
+    ) -> bool:
+        """Whether the sources are copied as they are (no column permuted) and most of their
+        changes come by subject (`SubjectFacts`): then the candidates are found and checked a
+        subject at a time."""
+        if any(mapper(permutation) is not None for _, permutation in pairs):
+            return False
+        by_subject = as_tuples = 0
+        for source, _ in pairs:
+            for facts in (changes.minus.get(source, ()), changes.plus.get(source, ())):
+                if isinstance(facts, SubjectFacts):
+                    by_subject += len(facts)
+                else:
+                    as_tuples += len(facts)
+        return by_subject > as_tuples
+
+    @staticmethod
+    def candidates_by_subject(
+        changes: InputChanges, pairs: Iterable[tuple[RelationKey, Permutation]]
+    ) -> tuple[dict[int, BitMap], dict[int, BitMap]]:
+        """`candidates` by subject, for sources copied as they are."""
+        sources = [source for source, _ in pairs]
+        lost = union_by_subject(subject_map(changes.minus.get(s, EMPTY)) for s in sources)
+        gained = union_by_subject(subject_map(changes.plus.get(s, EMPTY)) for s in sources)
+        return lost, gained
+
+    def unsupported_by_subject(
+        self,
+        node: NodeState,
+        pairs: Iterable[tuple[RelationKey, Permutation]],
+        lost: dict[int, BitMap],
+    ) -> dict[int, BitMap]:
+        """`unsupported` by subject, for sources copied as they are."""
+        for source, _ in pairs:
+            for relation in self.lower(node, source):
+                if lost and len(relation):
+                    lost = difference_by_subject(lost, present_by_subject(relation, lost))
+        return lost
 
     def unsupported(
         self, node: NodeState, pairs: Iterable[tuple[RelationKey, Permutation]], lost: set
