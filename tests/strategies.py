@@ -690,6 +690,8 @@ CLOSURE_FAMILIES: dict[str, tuple[Rule, ...]] = {
         _r(_a("t", _X, _Z), _a("t", _X, _Y), _a("e", _Y, _Z)),
         _agg(_a("reach", _X, _N), (_a("t", _X, _Y),), (_X,), "count", _Y),
         _r(_a("oncycle", _X), _a("t", _X, _X)),
+        # A semi-join over the closure: the reached nodes that have no edge out.
+        _r(_a("tend", _X, _Y), _a("t", _X, _Y), Negation(_a("e", _Y, _E))),
         _r(_a("lonely", _X), _a("node", _X), Negation(_a("t", _X, _E))),
         _r(
             _a("apart", _X, _Y),
@@ -709,6 +711,9 @@ CLOSURE_FAMILIES: dict[str, tuple[Rule, ...]] = {
         _agg(_a("ucount", _X, _N), (_a("u", _X, _Y),), (_X,), "count", _Y),
         _r(_a("acyclic", _X), _a("node", _X), Negation(_a("u", _X, _X))),
         _r(_a("vself", _X), _a("v", _X, _X)),
+        # Semi-joins over the closures: filters on the object (another closure) and subject.
+        _r(_a("ulinked", _X, _Y), _a("u", _X, _Y), _a("v", _Y, _E)),
+        _r(_a("unoded", _X, _Y), _a("node", _X), _a("u", _X, _Y), Negation(_a("e", _E, _X))),
     ),
     # Rules merging closures of different families into one hyper-node.
     "bridges": (
@@ -742,3 +747,19 @@ def closure_pools(draw: st.DrawFn) -> Program:
         names.append(draw(st.sampled_from(["rs1", "rs3", "tc", "plain"])))
     rules = [rule for name in names for rule in CLOSURE_FAMILIES[name]]
     return Program(tuple(draw(st.permutations(list(dict.fromkeys(rules))))))
+
+
+# --- Seeded random fact updates (module tests driven by random.Random, not hypothesis) ---------
+
+
+def random_fact_updates(reasoner, rng, facts: list[tuple], steps: int = 6):
+    """Apply ``steps`` random updates to ``reasoner``, yielding after each: deletions of none,
+    one, two, a third or half of its explicit facts, mixed with insertions of none, one, three
+    or a quarter of ``facts``."""
+    for _ in range(steps):
+        explicit = sorted(reasoner.edb_facts())
+        size = rng.choice([0, 1, 2, len(explicit) // 3, len(explicit) // 2])
+        gone = rng.sample(explicit, k=min(size, len(explicit)))
+        new = rng.sample(facts, k=rng.choice([0, 1, 3, len(facts) // 4]))
+        reasoner.update(add_facts=new, delete_facts=gone)
+        yield

@@ -13,6 +13,7 @@ from agent.engine import Reasoner
 from agent.engine.modules.composition import composition_shape
 from agent.engine.modules.renaming import compose, invert, renaming_shape, sources_of
 from agent.engine.parser import parse_program
+from tests.strategies import random_fact_updates
 
 
 def rule(text: str):
@@ -198,12 +199,7 @@ def test_composition_module_equals_from_scratch_after_every_update(program: str,
         reasoner.add_rules(program)
         assert "composition" in module_names(reasoner)
         assert set(reasoner.facts()) == from_scratch(reasoner)
-        for _ in range(6):
-            explicit = sorted(reasoner.edb_facts())
-            size = rng.choice([0, 1, 2, len(explicit) // 3, len(explicit) // 2])
-            gone = rng.sample(explicit, k=min(size, len(explicit)))
-            new = rng.sample(facts, k=rng.choice([0, 1, 3, len(facts) // 4]))
-            reasoner.update(add_facts=new, delete_facts=gone)
+        for _ in random_fact_updates(reasoner, rng, facts):
             for strategy in strategies(reasoner):
                 if strategy.startswith("composition ("):
                     recomputed, tested = re.findall(r"\d+", strategy)

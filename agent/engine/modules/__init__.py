@@ -11,6 +11,7 @@ from .base import Module, NodeState
 from .composition import CompositionModule, composition_shape
 from .patterns import ClosurePattern, detect_closure
 from .renaming import RenamingModule, is_renaming_node
+from .semijoin import SemiJoinModule, semijoin_shape
 from .seminaive import SeminaiveModule
 from .symmetric_transitive import SymmetricTransitiveModule
 from .transitive import TransitiveClosureModule
@@ -29,7 +30,9 @@ def _module_for(node: NodeState, use_modules: bool) -> Module:
     """Aggregates have their own module. Unless ``use_modules`` is off: transitive and
     symmetric-transitive closures get the closure modules, hyper-nodes that only copy facts
     (columns possibly permuted) the renaming module, a lone rule ``H(x, z) :- A(x, y),
-    B(y, z)`` (optionally ``and not N(y, z)``) the composition module. Everything else is seminaive."""
+    B(y, z)`` (optionally ``and not N(y, z)``) the composition module, a lone rule keeping the
+    facts of one atom that match (or not) filter atoms, ``H(x, y) :- A(x, y), B(y, _)``, the
+    semi-join module. Everything else is seminaive."""
     if any(rule.aggregate() is not None for rule in node.rules):
         return AggregateModule()
     if not use_modules:
@@ -45,6 +48,9 @@ def _module_for(node: NodeState, use_modules: bool) -> Module:
         composition = composition_shape(node.rules[0])
         if composition is not None:
             return CompositionModule(composition)
+        semijoin = semijoin_shape(node.rules[0])
+        if semijoin is not None:
+            return SemiJoinModule(semijoin)
     return SeminaiveModule()
 
 
@@ -55,6 +61,7 @@ __all__ = [
     "Module",
     "NodeState",
     "RenamingModule",
+    "SemiJoinModule",
     "SeminaiveModule",
     "SymmetricTransitiveModule",
     "TransitiveClosureModule",

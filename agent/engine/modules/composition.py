@@ -48,8 +48,7 @@ The module keeps no state besides the IDB, so nothing needs rebuilding after a r
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 
@@ -59,11 +58,12 @@ from ..budget import PULSE_STEP, BudgetGuard
 from ..changes import InputChanges
 from ..executor import Executor
 from ..language import Atom, Negation, Rule, Variable
-from ..store import EMPTY, DataStoreBag, RelationKey
+from ..store import EMPTY, RelationKey
 from ..subject_facts import column_values
-from .base import Maintained, Module, NodeState, as_bitmap, by_subject_of
+from .base import Maintained, NodeState, as_bitmap, by_subject_of
 from .lookups import Lookup, python_set
-from .subject_changes import NO_IDS, SubjectChanges, group_by_column
+from .per_subject import PerSubjectModule
+from .subject_changes import SubjectChanges, group_by_column
 
 
 @dataclass(frozen=True)
@@ -156,33 +156,16 @@ class Bitmaps:
         return BitMap().union(*map(self, keys))
 
 
-class CompositionModule(Module):
+class CompositionModule(PerSubjectModule):
     name = "composition"
-    # Every change costs what it reaches, never more than recomputing (see the docstring).
-    cheap_deletions = True
+    pattern: CompositionPattern
 
-    def __init__(self, pattern: CompositionPattern) -> None:
-        super().__init__()
-        self.pattern = pattern
-
-    def handles(self, changes: InputChanges) -> bool:
-        return True
-
-    # ------------------------------------------------------------------ materialise
-    def materialise(self, node: NodeState, executor: Executor) -> None:
-        started = time.perf_counter()
-        p = self.pattern
-        own = node.own(p.head)
-        if len(own):
-            own.clear()
-        a_out = Lookup(node.view.relations(p.a), p.a_x)
+    def images(
+        self, node: NodeState, executor: Executor, held: dict | None = None
+    ) -> Iterator[tuple[int, BitMap]]:
+        a_out = Lookup(node.view.relations(self.pattern.a), self.pattern.a_x)
         objects = self._objects(node)
-        subjects: dict[int, BitMap] = {}
-        for x, got in self._evaluate(a_out, objects, a_out.keys(), executor.guard):
-            if got:
-                subjects[x] = got
-        own.adopt_subjects(subjects, BitMap)
-        node.stats.update(rounds=1, seconds=time.perf_counter() - started)
+        return self._evaluate(a_out, objects, list(a_out.keys()), executor.guard, held)
 
     def _objects(self, node: NodeState, keys: AbstractSet[int] | None = None) -> Bitmaps:
         """``B[y]`` less ``N[y]`` (when the rule negates ``N``) over the view, for every ``y``
@@ -232,16 +215,9 @@ class CompositionModule(Module):
             yield x, got
 
     # ------------------------------------------------------------------ maintain
-    def maintain(
-        self,
-        node: NodeState,
-        executor: Executor,
-        changes: InputChanges,
-        removed_rules: Sequence[Rule] = (),
-        old_view: DataStoreBag | None = None,
+    def apply_changes(
+        self, node: NodeState, executor: Executor, changes: InputChanges
     ) -> Maintained:
-        if removed_rules:
-            return self.recompute(node, executor, "recompute (rules removed)")
         p = self.pattern
         a_minus = changes.minus.get(p.a) or EMPTY
         a_plus = changes.plus.get(p.a) or EMPTY
@@ -326,26 +302,6 @@ class CompositionModule(Module):
             f"{tested} candidates tested)"
         )
         changed.apply(own, self.pattern.head, result)
-        return result
-
-    def recompute(
-        self, node: NodeState, executor: Executor, strategy: str = "recompute"
-    ) -> Maintained:
-        """Evaluate every subject afresh and diff per subject (the base class would build the
-        old and the new IDB as tuples to diff them)."""
-        p = self.pattern
-        own = node.own(p.head)
-        held = by_subject_of(own)
-        a_out = Lookup(node.view.relations(p.a), p.a_x)
-        objects = self._objects(node)
-        changed = SubjectChanges(held)
-        everyone = set(a_out.keys())
-        for x, got in self._evaluate(a_out, objects, everyone, executor.guard, held):
-            changed.become(x, got)
-        for x in held.keys() - everyone:
-            changed.become(x, NO_IDS)
-        result = Maintained(strategy=strategy)
-        changed.apply(own, p.head, result)
         return result
 
     def _witnesses_of(self, node: NodeState, zs: AbstractSet[int]) -> Callable[[int], Iterable]:

@@ -1,0 +1,209 @@
+"""The semi-join module: a non-recursive hyper-node of one rule that keeps the facts of one binary
+atom that have (or lack) a match in other atoms, ``H(x, y) :- A(x, y), B(y, _)``, evaluated and
+maintained a subject at a time on compressed bitmaps.
+
+RS2's leaf rule ``r18: p31(X, Y) :- p25(X, Y), p26(Y, Z)`` is the case that matters: its input
+``p25`` is stored by subject as bitmaps (the composition module's output), and the rule keeps,
+for each subject ``x``, the objects of ``A[x]`` that are subjects of ``p26``. Seen a subject at a
+time, that is one bitmap intersection, ``H[x] = A[x] & K`` where ``K`` is the set of values
+``p26`` has on the filter's column; the compiled rule (rewrites/semijoin.py) does the same
+with a C-level pass over ``A``'s tuples, which a relation stored by subject must first build.
+
+**Shape** (`semijoin_shape`): the head is the binary atom ``A(x, y)`` itself (same relation
+columns, two distinct variables); every other body item is a *filter*: an atom or a negated
+atom whose variables are distinct, one of them ``x`` or ``y`` and the others occurring nowhere
+else in the rule (``B(y, _)``, ``not C(_, x)``, ``F(y)``). A positive filter on ``y`` keeps the
+objects in its key set ``K``, a negated one removes them; a filter on ``x`` keeps or drops the
+subject whole.
+
+**Materialise.** The key set of each filter (a bitmap: a relation's subjects, the union of its
+object bitmaps, or one C-level pass over its tuples), then ``H[x]`` for every subject of ``A``,
+stored by subject (`Relation.adopt_subjects`).
+
+**Maintain (any mix of insertions and deletions).** The subjects whose ``H[x]`` may change are
+those of the changed ``A`` facts, and those paired in ``A`` with a changed filter key (for a
+filter on ``y``, looked up in ``A`` by object). Each is evaluated afresh over the new state and
+compared with what it held (`SubjectChanges.become`: a bitmap difference each way); when they are
+most of ``A``'s subjects every subject is evaluated. The key sets are computed over the new
+state once per update (a cost set by the filters' subjects, not their facts, for relations
+stored by subject). Nothing is kept besides the IDB, so nothing needs rebuilding after a
+restart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from operator import itemgetter
+
+from pyroaring import BitMap
+
+from ..changes import InputChanges
+from ..executor import Executor
+from ..language import Atom, Negation, Rule, Variable
+from ..store import Relation, RelationKey
+from ..subject_facts import (
+    SubjectMap,
+    as_bitmap,
+    column_values,
+    relation_by_subject,
+    union_by_subject,
+)
+from .base import Maintained, NodeState, by_column, by_subject_of
+from .lookups import Lookup
+from .per_subject import PerSubjectModule
+from .subject_changes import NO_IDS, SubjectChanges
+
+
+@dataclass(frozen=True)
+class Filter:
+    """One filter atom: ``relation`` holds the shared variable at ``column``; it is ``A``'s
+    object (``on_object``) or subject; ``negated``: the fact must have no match."""
+
+    relation: RelationKey
+    column: int
+    on_object: bool
+    negated: bool
+
+
+@dataclass(frozen=True)
+class SemiJoinPattern:
+    head: RelationKey
+    source: RelationKey
+    filters: tuple[Filter, ...]
+
+
+def semijoin_shape(rule: Rule) -> SemiJoinPattern | None:
+    """The pattern when ``rule`` is ``H(x, y) :- A(x, y)`` and filters (module docstring)."""
+    head = rule.head
+    if rule.aggregate() is not None or head.arity != 2 or len(rule.body) < 2:
+        return None
+    if not all(isinstance(t, Variable) for t in head.terms) or len(set(head.terms)) != 2:
+        return None
+    sources = [item for item in rule.body if isinstance(item, Atom) and item.terms == head.terms]
+    if not sources:
+        return None
+    source = sources[0]
+    filters = [item for item in rule.body if item is not source]
+    atoms = [f.atom if isinstance(f, Negation) else f for f in filters]
+    if not all(isinstance(f, (Atom, Negation)) for f in filters):
+        return None
+    if any(a.relation == head.relation for a in (source, *atoms)):
+        return None
+    occurrences = Counter(t for a in (head, source, *atoms) for t in a.terms)
+    x, y = head.terms
+    found = []
+    for item, atom in zip(filters, atoms, strict=True):
+        if not all(isinstance(t, Variable) for t in atom.terms):
+            return None
+        if len(set(atom.terms)) != atom.arity:
+            return None
+        shared = [t for t in atom.terms if t in (x, y)]
+        rest = [t for t in atom.terms if t not in (x, y)]
+        if len(shared) != 1 or any(occurrences[t] != 1 for t in rest):
+            return None
+        (variable,) = shared
+        found.append(
+            Filter(
+                relation=atom.relation,
+                column=atom.terms.index(variable),
+                on_object=variable == y,
+                negated=isinstance(item, Negation),
+            )
+        )
+    return SemiJoinPattern(head=head.relation, source=source.relation, filters=tuple(found))
+
+
+def key_set(relations: Iterable[Relation], column: int) -> BitMap:
+    """The values the union of ``relations`` has on ``column``, as a bitmap: an index's keys
+    (a relation stored by subject: its subjects), the union of a subject-keyed relation's
+    object bitmaps, else one C-level pass over the tuples."""
+    keys = BitMap()
+    for relation in relations:
+        if not len(relation):
+            continue
+        index = relation.existing_index((column,))
+        if index is not None:
+            keys |= BitMap(index.keys())
+        elif relation.arity == 2 and not relation.rows_built:
+            keys |= BitMap().union(*map(as_bitmap, by_column(relation, 0).values()))
+        else:
+            keys |= BitMap(map(itemgetter(column), relation.as_set()))
+    return keys
+
+
+def source_map(relations: list[Relation]) -> SubjectMap:
+    """``A`` by subject over the union of ``relations``, read only: a relation's own buckets or
+    subject index when one relation holds it all, else grouped now (not kept: an index built
+    on a relation kept as tuples would stay with it)."""
+    holding = [r for r in relations if len(r)]
+    if len(holding) == 1:
+        return relation_by_subject(holding[0])
+    return union_by_subject(map(relation_by_subject, holding))
+
+
+class Keys:
+    """The filters' key sets over the new state, and ``H[x]`` for a subject from them."""
+
+    def __init__(self, node: NodeState, pattern: SemiJoinPattern) -> None:
+        self.objects: list[tuple[BitMap, bool]] = []
+        self.subjects: list[tuple[BitMap, bool]] = []
+        for f in pattern.filters:
+            keys = key_set(node.view.relations(f.relation), f.column)
+            (self.objects if f.on_object else self.subjects).append((keys, f.negated))
+
+    def image(self, x: int, objects: Iterable[int]) -> BitMap:
+        """``H[x]`` given ``A[x]``."""
+        for keys, negated in self.subjects:
+            if (x in keys) == negated:
+                return NO_IDS
+        got = as_bitmap(objects)
+        for keys, negated in self.objects:
+            got = got - keys if negated else got & keys
+        return got if got is not objects else got.copy()
+
+
+class SemiJoinModule(PerSubjectModule):
+    name = "semi-join"
+    pattern: SemiJoinPattern
+
+    def images(
+        self, node: NodeState, executor: Executor, held: dict | None = None
+    ) -> Iterator[tuple[int, BitMap]]:
+        keys = Keys(node, self.pattern)
+        for x, objects in source_map(node.view.relations(self.pattern.source)).items():
+            executor.guard.tick()
+            yield x, keys.image(x, objects)
+
+    # ------------------------------------------------------------------ maintain
+    def apply_changes(
+        self, node: NodeState, executor: Executor, changes: InputChanges
+    ) -> Maintained:
+        p = self.pattern
+        relations = node.view.relations(p.source)
+        affected: set[int] = set()
+        for facts in (changes.plus.get(p.source), changes.minus.get(p.source)):
+            if facts:
+                affected |= column_values(facts, 0)
+        by_object: set[int] = set()
+        for f in p.filters:
+            for facts in (changes.plus.get(f.relation), changes.minus.get(f.relation)):
+                if facts:
+                    values = column_values(facts, f.column)
+                    (by_object if f.on_object else affected).update(values)
+        if by_object:
+            affected.update(*Lookup.some(relations, 1, by_object).values_of(by_object))
+        if not affected:
+            return Maintained(strategy="semi-join (nothing to do)")
+        own = node.own(p.head)
+        held = by_subject_of(own)
+        keys = Keys(node, p)
+        source = Lookup.some(relations, 0, affected)
+        changed = SubjectChanges(held)
+        for x in affected:
+            executor.guard.tick()
+            changed.become(x, keys.image(x, source(x)))
+        result = Maintained(strategy=f"semi-join ({len(affected)} subjects evaluated)")
+        changed.apply(own, p.head, result)
+        return result
