@@ -133,7 +133,7 @@ def test_materialise_benchmark_prints_memory_per_fact(capsys):
     for row in rows:  # rules data facts peak kept kept/fact rss rss/fact
         facts, peak, kept, per_fact = int(row[2]), float(row[3]), float(row[4]), float(row[5])
         assert facts > 0 and peak >= kept > 0
-        assert 20 < per_fact < 2000  # a Python object per fact at least, not a gigabyte
+        assert 0 < per_fact < 2000  # bitmaps keep a fact in a few bytes; not a gigabyte
 
 
 def test_restart_benchmark_prints_memory_after_recompute_and_restart(capsys):

@@ -271,26 +271,40 @@ class Relation:
                 raise AssertionError(f"{self!r}: remove_present was given absent facts")
         return facts
 
-    def change_subject(self, subject: int, lost: Iterable[int], gained: Iterable[int]) -> None:
-        """Subject-keyed storage (``rows_built`` False): take ``lost`` out of the subject's
-        bucket and put ``gained`` in, a whole set at a time (C-level for bitmaps). Used by a module
-        that computed the subject's new objects itself (modules/composition.py); the size
-        follows the bucket, whatever the caller's sets held."""
+    def change_subjects(self, lost: dict, gained: dict) -> None:
+        """Subject-keyed storage (``rows_built`` False): every subject of ``lost`` loses its
+        objects, then every subject of ``gained`` gains its objects, a whole set at a time
+        (C-level for bitmaps). Used by the modules that compute each subject's new objects
+        themselves (subject_changes.py); the size follows the buckets. The callers' sets are
+        only read (one bitmap may be offered to many subjects): a new subject gets a copy."""
         if self._rows is not None:
-            raise ValueError(f"{self!r}: change_subject needs subject-keyed storage")
+            raise ValueError(f"{self!r}: change_subjects needs subject-keyed storage")
         subjects = self._indexes[SUBJECT]
-        objects = subjects.get(subject)
-        before = 0 if objects is None else len(objects)
-        if objects is None:
-            objects = self._bucket(gained)
-            if objects:
-                subjects[subject] = objects
-        else:
-            objects.difference_update(lost)
-            objects.update(gained)
-            if not objects:
+        get = subjects.get
+        count = self._count
+        for subject, objects in lost.items():
+            mine = get(subject)
+            if mine is None:
+                continue
+            count -= len(mine)
+            mine.difference_update(objects)
+            if mine:
+                count += len(mine)
+            else:
                 del subjects[subject]
-        self._count += len(objects) - before
+        bucket = self._bucket
+        for subject, objects in gained.items():
+            if not objects:
+                continue
+            mine = get(subject)
+            if mine is None:
+                subjects[subject] = bucket(objects)
+                count += len(objects)
+            else:
+                count -= len(mine)
+                mine.update(objects)
+                count += len(mine)
+        self._count = count
 
     def _insert_by_subject(self, facts: Iterable[tuple[int, ...]]) -> set[tuple[int, ...]]:
         """Subject-keyed storage: add each fact to its subject's bucket (a new subject gets a

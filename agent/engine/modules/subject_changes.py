@@ -70,8 +70,7 @@ class SubjectChanges:
             own.add_absent(new.tuples())
         else:
             expected = len(own) - len(gone) + len(new)
-            for x in gone.by_subject.keys() | new.by_subject.keys():
-                own.change_subject(x, gone.by_subject.get(x, NO_IDS), new.by_subject.get(x, NO_IDS))
+            own.change_subjects(gone.by_subject, new.by_subject)
             if len(own) != expected:
                 raise AssertionError(f"{own!r}: per-subject changes disagree with its facts")
         result.remove(head, gone, owned=True)

@@ -47,7 +47,7 @@ from pyroaring import BitMap
 from ..changes import StoreChanges
 from ..store import Relation, RelationKey
 from .base import by_subject_of
-from .subject_changes import SubjectChanges
+from .subject_changes import NO_IDS, SubjectChanges
 from .transitive import EMPTY, ClosureModule
 
 
@@ -156,44 +156,79 @@ class SymmetricTransitiveModule(ClosureModule):
             if len(parts) == 1 and not dropped:
                 continue  # still connected: every pair is still derived
             # Each part loses the rest of the old component; a dropped vertex, all it held.
+            lost = changes.lost
             for members in parts:
-                rest = BitMap(old - members)
+                rest = BitMap(old - members)  # shared by the part's members: only read
                 for u in members:
-                    changes.lose(u, rest.copy())
+                    known = lost.get(u)
+                    lost[u] = rest if known is None else known | rest
             for d in dropped:
                 changes.lose(d, BitMap(held.get(d, ())))
         changes.apply(own, self.relation, result)
 
     # ------------------------------------------------------------------ Add
     def insert(self, own: Relation, facts: set, result: StoreChanges) -> None:
+        """Merge the components the new facts connect, then give each member what its
+        component gained: every member of an old component O now in C gains C - O (the same
+        bitmap, shared, whatever the variant: a member's own pair and loop do not change),
+        a new vertex gains C (plain) or C without itself unless it has a loop (irreflexive)."""
         component = self.component
-        changes = SubjectChanges(by_subject_of(own))
         plain = not self.irreflexive
+        held = by_subject_of(own)
+        # The components the facts touch, as they were (merging changes the sets in place; the
+        # sets are kept beside their snapshot so that their ids stay theirs).
+        before: dict[int, tuple[set[int], BitMap]] = {}
+        for fact in facts:
+            for vertex in fact:
+                members = component.get(vertex)
+                if members is not None and id(members) not in before:
+                    before[id(members)] = (members, BitMap(members))
+        new_vertices: set[int] = set()
+        new_loops: list[int] = []
         for u, v in facts:
             self._link(u, v)
-            if u == v and not plain:
-                changes.gain(u, BitMap((u,)))
+            if u == v:
+                new_loops.append(u)
             left = component.get(u)
             if left is None:
                 left = component[u] = {u}
-                if plain:
-                    changes.gain(u, BitMap((u,)))
+                new_vertices.add(u)
             right = component.get(v)
             if right is None:
                 right = component[v] = {v}
-                if plain:
-                    changes.gain(v, BitMap((v,)))
+                new_vertices.add(v)
             if left is right:
                 continue
-            # The two components merge: each member gains the other side.
-            right_ids, left_ids = BitMap(right), BitMap(left)
-            for w in left:
-                changes.gain(w, right_ids)
-            for w in right:
-                changes.gain(w, left_ids)
             if len(left) < len(right):
                 left, right = right, left
             left |= right
             for w in right:
                 component[w] = left
+        changes = SubjectChanges(held)
+        gained = changes.gained
+        closed: dict[int, BitMap] = {}  # id(final component) -> the component as a bitmap
+
+        def closure_of(members: set[int]) -> BitMap:
+            found = closed.get(id(members))
+            if found is None:
+                found = closed[id(members)] = BitMap(members)
+            return found
+
+        for _, old_ids in before.values():
+            first = next(iter(old_ids))  # old members all share their final component
+            delta = closure_of(component[first]) - old_ids
+            if delta:
+                for w in old_ids:
+                    gained[w] = delta
+        for w in new_vertices:
+            mine = closure_of(component[w])
+            if not plain:
+                mine = mine.copy()
+                mine.discard(w)
+            if mine:
+                gained[w] = mine
+        if not plain:
+            for u in new_loops:
+                if u not in held.get(u, EMPTY):
+                    gained[u] = gained.get(u, NO_IDS) | BitMap((u,))
         changes.apply(own, self.relation, result)
