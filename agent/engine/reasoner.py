@@ -39,9 +39,7 @@ from .executor import Executor
 from .explain import Derivation, explain_fact
 from .gcpause import FREEZE_AT, collector_paused
 from .language import (
-    RDF_TYPE,
     Atom,
-    Constant,
     Program,
     Rule,
     Value,
@@ -433,18 +431,7 @@ class Reasoner:
     # ------------------------------------------------------------------ internals
     def lookup_fact(self, fact: FactInput) -> tuple[RelationKey | None, tuple[int, ...]]:
         """Like TermDictionary.encode_fact but never adds terms to the dictionary."""
-        if isinstance(fact, Atom):
-            values = [t.value for t in fact.terms if isinstance(t, Constant)]
-            key = fact.relation
-        else:
-            predicate, *values = fact
-            key = (predicate, len(values))
-            if predicate == RDF_TYPE and len(values) == 2:
-                key, values = (values[1], 1), values[:1]
-        ids = [self.terms.lookup(v) for v in values]
-        if any(i is None for i in ids):
-            return None, ()
-        return key, tuple(ids)  # type: ignore[arg-type]
+        return self.terms.lookup_fact(fact)
 
 
 def by_key(rules: Iterable[Rule]) -> dict[str, Rule]:

@@ -17,7 +17,7 @@ from itertools import compress, repeat
 from operator import is_, itemgetter
 
 from .errors import NonFiniteError, RuleError, ZodiacError
-from .language import RDF_TYPE, Atom, Literal, RelationKey, Value
+from .language import RDF_TYPE, Atom, Constant, Literal, RelationKey, Value
 
 # Term ids are unsigned 32-bit integers: the agent's state saves sets of ids as compressed
 # bitmaps of 32-bit values (agent/persistence.py). Four billion distinct terms is far beyond
@@ -205,6 +205,38 @@ class TermDictionary:
                     i if i is not None else encode(v) for v, i in zip(column, ids, strict=True)
                 ]
         return list(zip(*id_columns, strict=True))
+
+    def lookup_fact(self, fact: tuple | Atom) -> tuple[RelationKey | None, tuple[int, ...]]:
+        """Like `encode_fact`, but never adds a term: ``(None, ())`` when a term is unknown
+        (then the fact cannot hold). Facts of IRIs only are looked up in C."""
+        if fact.__class__ is tuple and len(fact) > 1:  # the common shape, checked first
+            predicate = fact[0]
+            if predicate.__class__ is str and predicate != RDF_TYPE:
+                args = fact[1:]
+                try:
+                    found = tuple(map(self._iris.get, args))
+                except TypeError:  # an unhashable argument: no such term
+                    return None, ()
+                if None in found:  # numbers, literals (or unknown terms): looked up in turn
+                    lookup = self.lookup
+                    found = tuple(
+                        i if i is not None else lookup(v) for v, i in zip(args, found, strict=True)
+                    )
+                    if None in found:
+                        return None, ()
+                return (predicate, len(args)), found
+        if isinstance(fact, Atom):
+            values = [t.value for t in fact.terms if isinstance(t, Constant)]
+            key = fact.relation
+        else:
+            predicate, *values = fact
+            key = (predicate, len(values))
+            if predicate == RDF_TYPE and len(values) == 2:
+                key, values = (values[1], 1), values[:1]
+        ids = [self.lookup(v) for v in values]
+        if any(i is None for i in ids):
+            return None, ()
+        return key, tuple(ids)  # type: ignore[arg-type]
 
     def lookup(self, value: Value) -> int | None:
         """The id of a value, or None if the dictionary has never seen it (no insertion)."""
