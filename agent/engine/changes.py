@@ -27,6 +27,8 @@ from .store import EMPTY, DataStore, Relation, RelationKey
 from .subject_facts import (
     SubjectFacts,
     SubjectMap,
+    absent,
+    absent_by_subject,
     difference_by_subject,
     intersection_by_subject,
     mutable,
@@ -327,9 +329,9 @@ def _visible_change(
         relation = store.relations.get(key)
         if relation is not None and len(relation):
             if plus:
-                plus = relation.absent(plus)
+                plus = absent(relation, plus)
             if minus:
-                minus = relation.absent(minus)
+                minus = absent(relation, minus)
     return plus, minus
 
 
@@ -424,7 +426,7 @@ def _visible_change_by_subject(
         relation = store.relations.get(key)
         if relation is not None and len(relation):
             if plus:
-                plus = difference_by_subject(plus, present_by_subject(relation, plus))
+                plus = absent_by_subject(relation, plus)
             if minus:
-                minus = difference_by_subject(minus, present_by_subject(relation, minus))
+                minus = absent_by_subject(relation, minus)
     return SubjectFacts(plus), SubjectFacts(minus)

@@ -20,7 +20,7 @@ from ..costs import DEFAULT_COSTS, CostPolicy
 from ..dependency import HyperNode
 from ..executor import Executor
 from ..language import Rule
-from ..store import SUBJECT, DataStore, DataStoreBag, Relation, RelationKey
+from ..store import SUBJECT, DataStore, DataStoreBag, Relation, RelationKey, grouped_by
 from ..subject_facts import SubjectFacts, as_bitmap
 
 
@@ -143,9 +143,13 @@ class Module(ABC):
         for key in set(before) | set(node.idb.relations):
             relation = node.idb.relations.get(key)
             old = before.pop(key, set())
-            if isinstance(old, dict):
+            by_subject = relation is not None and relation.arity == 2 and not relation.rows_built
+            if isinstance(old, dict) or by_subject:
+                # (stored by subject before or now: compared by subject; old tuples, usually
+                # none, as the storage of a relation that was empty, are grouped first)
+                old_subjects = old if isinstance(old, dict) else grouped_by(old, 0)
                 new_subjects = by_subject_of(relation) if relation is not None else {}
-                added, removed = subject_difference(old, new_subjects)
+                added, removed = subject_difference(old_subjects, new_subjects)
             else:
                 new = relation.as_set() if relation is not None else set()
                 added, removed = difference(old, new)

@@ -51,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
+from itertools import repeat
 
 from pyroaring import BitMap
 
@@ -63,7 +64,7 @@ from ..subject_facts import column_values
 from .base import Maintained, NodeState, as_bitmap, by_subject_of
 from .lookups import Lookup, python_set
 from .per_subject import PerSubjectModule
-from .subject_changes import SubjectChanges, group_by_column
+from .subject_changes import NO_IDS, SubjectChanges, group_by_column
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,19 @@ class Bitmaps:
             self.known[key] = got
         return got
 
+    def convert_all(self) -> None:
+        """Convert every ``B[y]`` now, for a pass over every subject (which needs about all
+        of them): `union` then gathers its bitmaps in C instead of a Python call per ``y``."""
+        for key in self.lookup.keys():  # noqa: SIM118 (a Lookup, not a dict)
+            self(key)
+        self.complete = True
+
+    complete = False  # every B[y] converted (convert_all)
+
     def union(self, keys: Iterable[int]) -> BitMap:
         """The union of ``B[y]`` over ``keys``: one many-way union in C."""
+        if self.complete:
+            return BitMap().union(*map(self.known.get, keys, repeat(NO_IDS)))
         return BitMap().union(*map(self, keys))
 
 
@@ -165,6 +177,7 @@ class CompositionModule(PerSubjectModule):
     ) -> Iterator[tuple[int, BitMap]]:
         a_out = Lookup(node.view.relations(self.pattern.a), self.pattern.a_x)
         objects = self._objects(node)
+        objects.convert_all()
         return self._evaluate(a_out, objects, list(a_out.keys()), executor.guard, held)
 
     def _objects(self, node: NodeState, keys: AbstractSet[int] | None = None) -> Bitmaps:

@@ -203,9 +203,13 @@ class RenamingModule(Module):
         """`Module.recompute`, with the difference computed once per group of heads that
         held, and hold, the same facts (see `head_groups`)."""
         before = self.rematerialise(node, executor)
-        if any(isinstance(old, dict) for old in before.values()):
-            # A relation the previous module stored by subject (a closure, before a rule
-            # deletion made the node a renaming): compared a subject at a time.
+        by_subject = any(
+            relation.arity == 2 and not relation.rows_built
+            for relation in node.idb.relations.values()
+        )
+        if by_subject or any(isinstance(old, dict) for old in before.values()):
+            # Heads stored by subject, now or before (a closure, before a rule deletion made
+            # the node a renaming): compared a subject at a time, no tuple built.
             return self.changes_since(node, before, strategy)
         result = Maintained(strategy=strategy)
         for _, (first, *rest) in self.head_groups(node):

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from itertools import compress
 from operator import itemgetter
 
 from pyroaring import BitMap
@@ -42,7 +44,7 @@ from pyroaring import BitMap
 from ..changes import InputChanges
 from ..executor import Executor
 from ..language import Atom, Negation, Rule, Variable
-from ..store import Relation, RelationKey
+from ..store import SUBJECT, Relation, RelationKey
 from ..subject_facts import (
     SubjectMap,
     as_bitmap,
@@ -143,6 +145,28 @@ def source_map(relations: list[Relation]) -> SubjectMap:
     return union_by_subject(map(relation_by_subject, holding))
 
 
+def subjects_meeting(relations: list[Relation], values: AbstractSet[int]) -> set[int]:
+    """The subjects ``x`` with ``A(x, y)`` for some ``y`` of ``values``: a C-level
+    ``isdisjoint`` per subject of a relation stored by subject (or with a subject index),
+    else one C-level pass over its tuples."""
+    as_set, as_bitmap_ = set(values), BitMap(values)
+    found: set[int] = set()
+    for relation in relations:
+        if not len(relation):
+            continue
+        index = relation.existing_index(SUBJECT)
+        if index is None:
+            rows = relation.as_set()
+            hits = compress(rows, map(as_set.__contains__, map(itemgetter(1), rows)))
+            found.update(map(itemgetter(0), hits))
+            continue
+        for x, objects in index.items():
+            wanted = as_bitmap_ if objects.__class__ is BitMap else as_set
+            if not objects.isdisjoint(wanted):
+                found.add(x)
+    return found
+
+
 class Keys:
     """The filters' key sets over the new state, and ``H[x]`` for a subject from them."""
 
@@ -193,7 +217,7 @@ class SemiJoinModule(PerSubjectModule):
                     values = column_values(facts, f.column)
                     (by_object if f.on_object else affected).update(values)
         if by_object:
-            affected.update(*Lookup.some(relations, 1, by_object).values_of(by_object))
+            affected |= subjects_meeting(relations, by_object)
         if not affected:
             return Maintained(strategy="semi-join (nothing to do)")
         own = node.own(p.head)
