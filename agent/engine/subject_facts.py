@@ -210,11 +210,18 @@ def relation_by_subject(relation: Relation) -> SubjectMap:
 
 def present_by_subject(relation: Relation, candidates: dict[int, BitMap]) -> dict[int, BitMap]:
     """The candidates ``relation`` holds, by subject: per subject against its buckets or
-    subject index, else (a relation kept as tuples only) through the candidates' tuples."""
+    subject index, else (a relation kept as tuples only) its facts grouped by subject when
+    they are fewer than the candidates, or each candidate looked up in its tuples."""
     found = relation.existing_index(SUBJECT)
     if found is not None:
         return intersection_by_subject(candidates, found)
-    hits = relation.present(SubjectFacts(candidates).tuples())
+    rows = relation.as_set()  # (kept as tuples: the relation's own set)
+    if not rows:
+        return {}
+    if len(rows) < sum(map(len, candidates.values())):
+        return intersection_by_subject(candidates, grouped_by(rows, 0))
+    # each candidate pair made in C and looked up in the rows, no set of them built
+    hits = rows.intersection(SubjectFacts(candidates))
     return {s: BitMap(objects) for s, objects in subject_map(hits).items()}
 
 

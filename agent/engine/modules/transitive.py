@@ -81,6 +81,7 @@ from ..dependency import strongly_connected_components
 from ..executor import Executor
 from ..language import Rule
 from ..store import DataStore, DataStoreBag, Relation, RelationKey
+from ..subject_facts import SubjectFacts
 from .base import Maintained, Module, NodeState
 
 EMPTY: frozenset = frozenset()
@@ -197,7 +198,10 @@ class ClosureModule(Module):
             # Every external fact goes (RS2 deleting r4 empties p12's input): the IDB is
             # empty whatever the variant; handed over whole, no pair is looked at.
             emptied = len(minus)
-            result.remove(self.relation, own.as_set(), owned=True)
+            old = own.detach()  # (by subject when stored so: no tuple built)
+            result.remove(
+                self.relation, SubjectFacts(old) if isinstance(old, dict) else old, owned=True
+            )
             own.clear()
             self.reset()
             minus = set()
