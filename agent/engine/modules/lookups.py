@@ -9,6 +9,8 @@ from collections.abc import Set as AbstractSet
 from itertools import compress, repeat
 from operator import itemgetter
 
+from pyroaring import BitMap
+
 from ..store import EMPTY, SUBJECT, Relation, grouped_by
 from .base import by_column
 
@@ -47,8 +49,10 @@ class Lookup:
                 for key, values in grouped_by(hits, column).items():
                     add_all(found, key, values)
             else:  # subject-keyed, asked by object: the keys among each subject's objects
+                as_bitmap = BitMap(keys)  # (a set's intersection would iterate the bitmap)
                 for subject, objects in relation.existing_index(SUBJECT).items():  # type: ignore[union-attr]
-                    for key in keys.intersection(objects):
+                    hits = objects & as_bitmap if objects.__class__ is BitMap else keys & objects
+                    for key in hits:
                         add_all(found, key, (subject,))
         lookup = cls([], column)
         lookup.indexes = [found]
