@@ -18,20 +18,16 @@ variable can be produced by several groups.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from itertools import chain
+from collections.abc import Sequence
 from operator import itemgetter
 
 from ..changes import InputChanges
 from ..executor import Executor, Variant
 from ..language import Aggregate, Atom, Bind, Constant, Negation, Rule, Variable
-from ..store import DataStoreBag, Relation, RelationKey
-from ..subject_facts import column_values
-from ..values import aggregate_value
+from ..store import DataStoreBag, Relation
 from . import deltas
 from .base import Maintained, Module, NodeState
-from .lookups import Lookup
+from .subject_groups import affected_subjects, group_rows, subject_rows, subject_shape
 
 ROWS_PREDICATE = "zodiac:aggregate-rows"
 GROUPS_PREDICATE = "zodiac:aggregate-groups"
@@ -48,56 +44,6 @@ def substitution_variables(aggregate: Aggregate) -> tuple[Variable, ...]:
         elif isinstance(item, Bind):
             found.add(item.variable)
     return tuple(sorted(found, key=lambda v: v.name))
-
-
-@dataclass(frozen=True)
-class SubjectShape:
-    """``aggregate( A(x, y) and B(y, t) ) on x with fn(t) as R`` (or ``fn(constant)``): the
-    members of group x are ``B[y]`` for every y in ``A[x]``, read a subject at a time."""
-
-    a: RelationKey
-    b: RelationKey
-    a_x: int  # x's column in A (y is the other)
-    b_y: int  # y's column in B (t is the other)
-    constant: object | None  # the argument when it is a constant, else None (t)
-
-
-def subject_shape(aggregate: Aggregate) -> SubjectShape | None:
-    """The shape above, up to the order of the body and the columns of each atom (three
-    distinct variables, nothing else in the body, grouped by x alone); else None."""
-    body = aggregate.body
-    if len(body) != 2 or len(aggregate.group_by) != 1:
-        return None
-    if not all(isinstance(a, Atom) and a.arity == 2 for a in body):
-        return None
-    if not all(isinstance(t, Variable) for a in body for t in a.terms):  # type: ignore[union-attr]
-        return None
-    (x,) = aggregate.group_by
-    for first, second in (body, body[::-1]):
-        shared = set(first.terms) & set(second.terms)  # type: ignore[union-attr]
-        if len(shared) != 1 or len(set(first.terms)) != 2 or len(set(second.terms)) != 2:  # type: ignore[union-attr]
-            return None
-        (y,) = shared
-        if x == y or x not in first.terms:  # type: ignore[union-attr]
-            continue
-        (t,) = set(second.terms) - {y}  # type: ignore[union-attr]
-        if t == x:
-            return None
-        argument = aggregate.argument
-        if isinstance(argument, Constant):
-            constant = argument.value
-        elif argument == t:
-            constant = None
-        else:
-            return None
-        return SubjectShape(
-            a=first.relation,  # type: ignore[union-attr]
-            b=second.relation,  # type: ignore[union-attr]
-            a_x=first.terms.index(x),  # type: ignore[union-attr]
-            b_y=second.terms.index(y),  # type: ignore[union-attr]
-            constant=constant,
-        )
-    return None
 
 
 class AggregateModule(Module):
@@ -123,12 +69,7 @@ class AggregateModule(Module):
             assert aggregate is not None
             shape = subject_shape(aggregate)
             if shape is not None:
-                rows = self.rows(
-                    aggregate,
-                    members(shape, node.view, executor, counted=aggregate.function == "count"),
-                    True,
-                    executor,
-                )
+                rows = subject_rows(aggregate, shape, node.view, executor)
             else:
                 variables = substitution_variables(aggregate)
                 substitutions: set[tuple[int, ...]] = set()
@@ -203,12 +144,7 @@ class AggregateModule(Module):
             )
         if shape is not None:
             subjects = [x for (x,) in groups]
-            rows = self.rows(
-                aggregate,
-                members(shape, node.view, executor, subjects, aggregate.function == "count"),
-                True,
-                executor,
-            )
+            rows = subject_rows(aggregate, shape, node.view, executor, subjects)
         else:
             variables = substitution_variables(aggregate)
             group_atom = Atom(GROUPS_PREDICATE, aggregate.group_by)
@@ -311,20 +247,8 @@ class AggregateModule(Module):
     def rows(
         aggregate: Aggregate, groups: dict, single: bool, executor: Executor
     ) -> set[tuple[int, ...]]:
-        """One ``(group..., result)`` row per group of member values (``single``: the keys are
-        bare ids, one group column)."""
-        terms = executor.terms
-        rows: set[tuple[int, ...]] = set()
-        for key, values in groups.items():
-            result, errors = aggregate_value(aggregate.function, values)
-            executor.errors[0] += errors
-            if result is None:
-                continue
-            try:
-                rows.add(((key,) if single else key) + (terms.encode(result),))
-            except ValueError:
-                executor.errors[0] += 1
-        return rows
+        """One ``(group..., result)`` row per group of member values (`group_rows`)."""
+        return group_rows(aggregate, groups, single, executor)
 
     @staticmethod
     def heads_by_group(
@@ -356,60 +280,3 @@ class AggregateModule(Module):
         for fact in out:
             found.setdefault(fact[:width], set()).add(fact[width:])
         return found
-
-
-def members(
-    shape: SubjectShape,
-    view: DataStoreBag,
-    executor: Executor,
-    subjects: Iterable[int] | None = None,
-    counted: bool = False,
-) -> dict[int, Sequence]:
-    """Group x's member values (one per distinct substitution ``(x, y, t)``: ``t`` for every
-    y in ``A[x]`` and t in ``B[y]``, decoded; or the constant argument as many times), for the
-    given subjects or every subject of A. Read a subject at a time from the relations' own
-    buckets (bitmaps included): no substitution tuple is made. ``counted``: the aggregate is a
-    count, which needs the number of members only (given as a range of that length)."""
-    a_relations = view.relations(shape.a)
-    if subjects is None:
-        a_out = Lookup(a_relations, shape.a_x)
-        subjects = a_out.keys()
-    else:
-        subjects = set(subjects)
-        a_out = Lookup.some(a_relations, shape.a_x, subjects)
-    b_out = Lookup(view.relations(shape.b), shape.b_y)
-    decode = executor.terms.values
-    constant = shape.constant
-    tick = executor.guard.tick
-    grouped: dict[int, Sequence] = {}
-    for x in subjects:
-        tick()
-        buckets = b_out.values_of(a_out(x))
-        if counted or constant is not None:
-            # How many members, not which: a count reads no value, a constant is repeated.
-            size = sum(map(len, buckets))
-            found: Sequence = range(size) if counted else [constant] * size
-        else:
-            found = [decode[t] for t in chain.from_iterable(buckets)]
-        if found:
-            grouped[x] = found
-    return grouped
-
-
-def affected_subjects(shape: SubjectShape, view: DataStoreBag, changes: InputChanges) -> set[int]:
-    """The groups a change can affect: x of every changed A fact, and every x with ``A(x, y)``
-    (over the new state) for the y of a changed B fact (an A fact deleted at the same time
-    names its x itself)."""
-    found: set[int] = set()
-    ys: set[int] = set()
-    for delta in (changes.minus.get(shape.a), changes.plus.get(shape.a)):
-        if delta:
-            found |= column_values(delta, shape.a_x)
-    for delta in (changes.minus.get(shape.b), changes.plus.get(shape.b)):
-        if delta:
-            ys |= column_values(delta, shape.b_y)
-    if ys:
-        a_in = Lookup.some(view.relations(shape.a), 1 - shape.a_x, ys)
-        for y in ys:
-            found.update(a_in(y))
-    return found

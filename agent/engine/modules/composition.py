@@ -175,7 +175,7 @@ class CompositionModule(PerSubjectModule):
     def images(
         self, node: NodeState, executor: Executor, held: dict | None = None
     ) -> Iterator[tuple[int, BitMap]]:
-        a_out = Lookup(node.view.relations(self.pattern.a), self.pattern.a_x)
+        a_out = Lookup.merged(node.view.relations(self.pattern.a), self.pattern.a_x)
         objects = self._objects(node)
         objects.convert_all()
         return self._evaluate(a_out, objects, list(a_out.keys()), executor.guard, held)

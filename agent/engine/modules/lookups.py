@@ -12,6 +12,7 @@ from operator import itemgetter
 from pyroaring import BitMap
 
 from ..store import EMPTY, SUBJECT, Relation, grouped_by
+from ..subject_facts import union_by_subject
 from .base import by_column
 
 
@@ -56,6 +57,18 @@ class Lookup:
                         add_all(found, key, (subject,))
         lookup = cls([], column)
         lookup.indexes = [found]
+        return lookup
+
+    @classmethod
+    def merged(cls, relations: list[Relation], column: int) -> Lookup:
+        """A lookup for a reader that asks about every key: the relations' indexes
+        united once, a key at a time into bitmaps (``__call__`` over several relations would
+        unite a key's sets again at every call)."""
+        holding = [r for r in relations if len(r)]
+        if len(holding) <= 1:
+            return cls(holding, column)
+        lookup = cls([], column)
+        lookup.indexes = [union_by_subject(by_column(r, column) for r in holding)]
         return lookup
 
     def __call__(self, key: int) -> AbstractSet[int]:

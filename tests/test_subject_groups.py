@@ -1,0 +1,85 @@
+"""Aggregates read a subject at a time (agent/engine/modules/subject_groups.py), groups that share
+their member set read together: equal to plain evaluation (``modules=False``, which evaluates
+the aggregate body as a rule) for every function, with loops (a subject its own member),
+several readings per subject, readings that are not numbers, missing readings, and after
+random updates; with the sharing threshold lowered so that small graphs take the shared path,
+and at the default threshold on components larger than it."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from agent.engine import Reasoner
+from agent.engine.modules import subject_groups
+from tests.strategies import random_fact_updates
+
+FUNCTIONS = ("count", "sum", "min", "max", "avg", "med")
+
+
+def program(symmetric_rule: str) -> str:
+    lines = [
+        "s: nb(X, Y) :- nb(Y, X) .",
+        symmetric_rule,
+        *(
+            f"{f}: {f}nb(X, V) :- aggregate( nb(X, Y) and temp(Y, T) ) on X with {f}(T) as V ."
+            for f in FUNCTIONS
+        ),
+        "one: onenb(X, V) :- aggregate( nb(X, Y) and temp(Y, T) ) on X with sum(1) as V .",
+        "w: weird(X, V) :- aggregate( temp(Y, T) and nb(Y, X) ) on X with min(<a>) as V .",
+    ]
+    return "\n".join(lines)
+
+
+TRANSITIVE = {
+    "irreflexive": "t: nb(X, Z) :- nb(X, Y) and nb(Y, Z) and X != Z .",
+    "plain": "t: nb(X, Z) :- nb(X, Y) and nb(Y, Z) .",
+}
+
+
+def farm(rng: random.Random, turbines: int) -> list[tuple]:
+    """A few chains of turbines (three on average), some loops, one to three readings each
+    (a few missing, a few that are not numbers)."""
+    facts: list[tuple] = []
+    for i in range(turbines - 1):
+        if rng.random() > 2 / turbines:
+            facts.append(("nb", f"w{i}", f"w{i + 1}"))
+    for i in rng.sample(range(turbines), k=turbines // 10):
+        facts.append(("nb", f"w{i}", f"w{i}"))
+    for i in range(turbines):
+        for _ in range(rng.choice([0, 1, 1, 1, 2, 3])):
+            value = rng.choice([20, 21.5, 22, 23, 23.0, 25]) if rng.random() > 0.05 else "n/a"
+            facts.append(("temp", f"w{i}", value))
+    return facts
+
+
+def plain(reasoner: Reasoner) -> set:
+    other = Reasoner(modules=False)
+    other.add_facts(reasoner.edb_facts())
+    other.add_rules(list(reasoner.rules.values()))
+    return set(other.facts())
+
+
+@pytest.mark.parametrize("variant", sorted(TRANSITIVE))
+@pytest.mark.parametrize("threshold, turbines", [(2, 12), (subject_groups.SHARE_AT, 80)])
+def test_shared_groups_equal_plain_evaluation(monkeypatch, variant, threshold, turbines):
+    monkeypatch.setattr(subject_groups, "SHARE_AT", threshold)
+    shared = []
+    original = subject_groups.GroupReader.shared_members
+
+    def counting(self, closed, xs):
+        shared.append(len(xs))
+        return original(self, closed, xs)
+
+    monkeypatch.setattr(subject_groups.GroupReader, "shared_members", counting)
+    rng = random.Random(turbines * 7 + len(variant))
+    for _ in range(3):
+        facts = farm(rng, turbines)
+        reasoner = Reasoner()
+        reasoner.add_facts(facts)
+        reasoner.add_rules(program(TRANSITIVE[variant]))
+        assert set(reasoner.facts()) == plain(reasoner)
+        for _ in random_fact_updates(reasoner, rng, facts, steps=4):
+            assert set(reasoner.facts()) == plain(reasoner)
+    assert shared and max(shared) > 1  # the shared path was taken
