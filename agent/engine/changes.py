@@ -28,7 +28,6 @@ from .subject_facts import (
     SubjectFacts,
     SubjectMap,
     absent,
-    absent_by_subject,
     difference_by_subject,
     intersection_by_subject,
     mutable,
@@ -314,7 +313,9 @@ def _visible_change(
     if len(moving) == 1 and moving[0] in staying:
         plus, minus = log.net_changes(moving[0], key)
     elif key[1] == 2 and _mostly_by_subject(key, moving, staying, log):
-        return _visible_change_by_subject(key, old_lower, new_lower, staying, steady, moving, log)
+        plus, minus = _visible_change_by_subject(
+            key, old_lower, new_lower, staying, steady, moving, log
+        )
     else:
         candidates: set = set()
         for store in moving:
@@ -392,7 +393,8 @@ def _visible_change_by_subject(
     moving: list[DataStore],
     log: ChangeLog,
 ) -> tuple[AbstractSet, AbstractSet]:
-    """`_visible_change` a subject at a time: (plus, minus) as SubjectFacts."""
+    """`_visible_change` a subject at a time, before the steady stores hide what they hold:
+    (plus, minus) as SubjectFacts."""
     parts: list[SubjectMap] = []
     for store in moving:
         relation = store.relations.get(key)
@@ -422,11 +424,4 @@ def _visible_change_by_subject(
     held_after = union_by_subject(held(s, False) for s in new_lower if s not in quiet)
     plus = difference_by_subject(held_after, held_before)
     minus = difference_by_subject(held_before, held_after)
-    for store in steady:
-        relation = store.relations.get(key)
-        if relation is not None and len(relation):
-            if plus:
-                plus = absent_by_subject(relation, plus)
-            if minus:
-                minus = absent_by_subject(relation, minus)
     return SubjectFacts(plus), SubjectFacts(minus)

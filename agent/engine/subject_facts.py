@@ -225,15 +225,10 @@ def present_by_subject(relation: Relation, candidates: dict[int, BitMap]) -> dic
     return {s: BitMap(objects) for s, objects in subject_map(hits).items()}
 
 
-def absent_by_subject(relation: Relation, candidates: dict[int, BitMap]) -> dict[int, BitMap]:
-    """The candidates ``relation`` does not hold, by subject (see `present_by_subject`)."""
-    return difference_by_subject(candidates, present_by_subject(relation, candidates))
-
-
 def absent(relation: Relation, facts: AbstractSet) -> AbstractSet:
     """``facts`` less those ``relation`` holds: by subject for a SubjectFacts (the answer a
     SubjectFacts too), else ``relation.absent``."""
     if isinstance(facts, SubjectFacts) and relation.arity == 2:
         mine = {s: as_bitmap(objects) for s, objects in facts.by_subject.items() if objects}
-        return SubjectFacts(absent_by_subject(relation, mine))
+        return SubjectFacts(difference_by_subject(mine, present_by_subject(relation, mine)))
     return relation.absent(facts)  # type: ignore[arg-type]
