@@ -38,9 +38,13 @@ def typed(facts: Iterable[tuple]) -> set[tuple]:
 
 
 def engine(program, facts: list[tuple]) -> Reasoner:
+    """The engine's materialisation, given the facts first and then the rules: the order in
+    which the Spark job encodes terms (cloud/spark/terms.py). Numerically equal numbers are one
+    term, decoded as the first one seen (docs/semantics.md), so a rule constant ``3`` and a
+    fact's ``3.0`` come back as whichever was encoded first."""
     reasoner = Reasoner()
-    reasoner.add_rules(program)
     reasoner.add_facts(facts)
+    reasoner.add_rules(program)
     return reasoner
 
 
