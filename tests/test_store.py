@@ -147,3 +147,40 @@ def test_adopt_subjects_needs_an_empty_binary_relation():
     filled = plain_relation({(1, 2)})
     with pytest.raises(ValueError):
         filled.adopt_subjects({3: {4}})
+
+
+triples = st.sets(st.tuples(st.integers(0, 4), st.integers(0, 3), st.integers(0, 4)), max_size=30)
+PARTITIONS = [  # (constants, bound): what an atom with constants and bound variables probes
+    (((1, 2),), (0,)),  # triple(P, <2>, C) with P bound
+    (((1, 0),), (2,)),  # triple(X, <0>, C) with C bound
+    (((0, 1),), (2,)),  # triple(<1>, P, O) with O bound
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(start=triples, steps=st.lists(st.tuples(st.booleans(), triples), max_size=5))
+def test_partitions_equal_filtered_indexes_through_changes(start, steps):
+    """A partition (Relation.partition) holds, keyed on its bound columns, exactly the facts
+    with its constants, after any insertions and deletions made after it was built."""
+    relation = Relation(("triple", 3))
+    relation.add_all(start)
+    for constants, bound in PARTITIONS:
+        relation.partition(constants, bound)
+    facts = set(start)
+    for adding, batch in steps:
+        if adding:
+            relation.add_all(batch)
+            facts |= batch
+        else:
+            relation.remove_all(batch)
+            facts -= batch
+        for constants, bound in PARTITIONS:
+            used = {c for c, _ in constants} | set(bound)
+            free = [c for c in range(3) if c not in used]
+            expected: dict = {}
+            for fact in facts:
+                if all(fact[c] == v for c, v in constants):
+                    key = fact[bound[0]] if len(bound) == 1 else tuple(fact[c] for c in bound)
+                    value = fact[free[0]] if len(free) == 1 else tuple(fact[c] for c in free)
+                    expected.setdefault(key, set()).add(value)
+            assert relation.partition(constants, bound) == expected

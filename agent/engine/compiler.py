@@ -361,7 +361,7 @@ class _RuleGenerator:
         out.line(f"for {jv} in J:")
         out.indent()
         self.emit_steps(steps[1:product_at])
-        key = self.key_code([self.term_id(product.atom.terms[c]) for c in product.bound])
+        key = self.key_code([self.term_id(product.atom.terms[c]) for c in self.keyed(product)])
         index = self.open_source_loop(self.sources(product, "I"))
         bucket = self.fresh()
         out.line(f"{bucket} = {index}.get({key})")
@@ -417,13 +417,37 @@ class _RuleGenerator:
                 continue
             count = self.counts.get(step.position, 0)
             partial = 0 < len(step.bound) < step.atom.arity
+            constants = self.partitioned(step)
             for j in range(count):
-                if partial:
-                    self.out.line(
-                        f"I{step.position}_{j} = S[{step.position}][{j}].index({step.bound!r})"
+                relation = f"S[{step.position}][{j}]"
+                if constants:
+                    keyed = self.keyed(step)
+                    constant_ids = ", ".join(
+                        f"({c}, {self.term_id(step.atom.terms[c])})" for c in constants
                     )
+                    index = f"{relation}.partition(({constant_ids},), {keyed!r})"
+                    self.out.line(f"I{step.position}_{j} = {index}")
+                elif partial:
+                    self.out.line(f"I{step.position}_{j} = {relation}.index({step.bound!r})")
                 else:
-                    self.out.line(f"T{step.position}_{j} = S[{step.position}][{j}].tuples")
+                    self.out.line(f"T{step.position}_{j} = {relation}.tuples")
+
+    @staticmethod
+    def partitioned(step: ScanStep | NegationStep) -> tuple[int, ...]:
+        """The bound columns holding constants when the atom is read through a partition
+        (`Relation.partition`): some bound columns are constants and some variables, and
+        some are free; else nothing (the atom is read through ``index(step.bound)``)."""
+        atom = step.atom
+        if not 0 < len(step.bound) < atom.arity:
+            return ()
+        constants = tuple(c for c in step.bound if not isinstance(atom.terms[c], Variable))
+        return constants if 0 < len(constants) < len(step.bound) else ()
+
+    def keyed(self, step: ScanStep | NegationStep) -> tuple[int, ...]:
+        """The columns of the key an atom's index is probed with: its bound columns, less
+        the constants a partition holds fixed."""
+        constants = self.partitioned(step)
+        return tuple(c for c in step.bound if c not in constants)
 
     def sources(self, step: ScanStep | NegationStep, prefix: str) -> list[str]:
         return [f"{prefix}{step.position}_{j}" for j in range(self.counts.get(step.position, 0))]
@@ -472,7 +496,7 @@ class _RuleGenerator:
             out.line(f"if not ({tests}): continue")
             return
         if step.bound:
-            key = self.key_code([self.term_id(atom.terms[c]) for c in step.bound])
+            key = self.key_code([self.term_id(atom.terms[c]) for c in self.keyed(step)])
             index = self.open_source_loop(self.sources(step, "I"))
             bucket = self.fresh()
             out.line(f"{bucket} = {index}.get({key})")
@@ -517,7 +541,7 @@ class _RuleGenerator:
             fact = self.tuple_code([self.term_id(t) for t in atom.terms])
             out.line(f"if {' or '.join(f'{fact} in {t}' for t in tables)}: continue")
         elif step.bound:
-            key = self.key_code([self.term_id(atom.terms[c]) for c in step.bound])
+            key = self.key_code([self.term_id(atom.terms[c]) for c in self.keyed(step)])
             out.line(f"if {' or '.join(f'{key} in {i}' for i in indexes)}: continue")
         else:
             out.line(f"if {' or '.join(tables)}: continue")
@@ -553,7 +577,7 @@ class _RuleGenerator:
     def emit_product(self, step: ScanStep, filters: Sequence) -> None:
         atom, out = step.atom, self.out
         new = new_variable(step)
-        key = self.key_code([self.term_id(atom.terms[c]) for c in step.bound])
+        key = self.key_code([self.term_id(atom.terms[c]) for c in self.keyed(step)])
         index = self.open_source_loop(self.sources(step, "I"))
         bucket = self.fresh()
         out.line(f"{bucket} = {index}.get({key})")
