@@ -21,7 +21,7 @@ from agent.engine.subject_facts import (
     union_by_subject,
 )
 
-MOSTLY_BY_SUBJECT = changes_module._mostly_by_subject
+MOSTLY_BY_SUBJECT = changes_module.mostly_by_subject
 
 pairs = st.sets(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=25)
 
@@ -148,11 +148,11 @@ def test_visible_difference_by_subject_equals_the_definition(contents, data):
     visible_before = set().union(*(before_of[s] for s in old_lower))
     visible_after = set().union(*(after_of[s] for s in new_lower))
     for by_subjects in (False, True):
-        changes_module._mostly_by_subject = lambda *args, forced=by_subjects: forced
+        changes_module.mostly_by_subject = lambda *args, forced=by_subjects: forced
         try:
             fresh = ChangeLog(changes=log.changes, created=log.created, dropped=log.dropped)
             found = visible_difference([key], old_lower, new_lower, fresh)
         finally:
-            changes_module._mostly_by_subject = MOSTLY_BY_SUBJECT
+            changes_module.mostly_by_subject = MOSTLY_BY_SUBJECT
         assert set(found.plus.get(key, ())) == visible_after - visible_before
         assert set(found.minus.get(key, ())) == visible_before - visible_after

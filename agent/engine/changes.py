@@ -17,7 +17,7 @@ Nothing here evaluates rules: these are functions of stores and change sets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
@@ -26,13 +26,12 @@ from pyroaring import BitMap
 from .store import EMPTY, DataStore, Relation, RelationKey
 from .subject_facts import (
     SubjectFacts,
-    SubjectMap,
     absent,
     difference_by_subject,
     intersection_by_subject,
+    mostly_by_subject,
     mutable,
     present_by_subject,
-    relation_by_subject,
     subject_map,
     union_by_subject,
 )
@@ -312,7 +311,7 @@ def _visible_change(
         return set(), set()
     if len(moving) == 1 and moving[0] in staying:
         plus, minus = log.net_changes(moving[0], key)
-    elif key[1] == 2 and _mostly_by_subject(key, moving, staying, log):
+    elif key[1] == 2 and mostly_by_subject(_candidate_sources(key, moving, staying, log)):
         plus, minus = _visible_change_by_subject(
             key, old_lower, new_lower, staying, steady, moving, log
         )
@@ -362,26 +361,16 @@ def changed_membership(
 # per-subject bitmap operations, and no tuple is built for them.
 
 
-def _mostly_by_subject(
+def _candidate_sources(
     key: RelationKey, moving: list[DataStore], staying: list[DataStore], log: ChangeLog
-) -> bool:
-    """Whether most candidate facts are held by subject already (a relation stored by subject,
-    a SubjectFacts change set): then grouping the rest by subject costs less than building
-    tuples of those."""
-    by_subject = as_tuples = 0
+) -> Iterator[AbstractSet]:
+    """Where the candidates of `_visible_change` come from: the relation of every store that
+    appeared, disappeared or entered or left the node's lower set, and every store's changes."""
     for store in moving:
         relation = store.relations.get(key)
         if store not in staying and relation is not None:
-            if relation.rows_built:
-                as_tuples += len(relation)
-            else:
-                by_subject += len(relation)
-        for facts in log.net_changes(store, key):
-            if isinstance(facts, SubjectFacts):
-                by_subject += len(facts)
-            else:
-                as_tuples += len(facts)
-    return by_subject > as_tuples
+            yield relation  # type: ignore[misc]
+        yield from log.net_changes(store, key)
 
 
 def _visible_change_by_subject(
@@ -395,13 +384,7 @@ def _visible_change_by_subject(
 ) -> tuple[AbstractSet, AbstractSet]:
     """`_visible_change` a subject at a time, before the steady stores hide what they hold:
     (plus, minus) as SubjectFacts."""
-    parts: list[SubjectMap] = []
-    for store in moving:
-        relation = store.relations.get(key)
-        if store not in staying and relation is not None:
-            parts.append(relation_by_subject(relation))
-        parts.extend(map(subject_map, log.net_changes(store, key)))
-    candidates = union_by_subject(parts)
+    candidates = union_by_subject(map(subject_map, _candidate_sources(key, moving, staying, log)))
     if not candidates:
         return EMPTY, EMPTY
 

@@ -195,10 +195,28 @@ def difference_by_subject(mine: dict[int, BitMap], theirs: SubjectMap) -> dict[i
 
 
 def subject_map(facts: AbstractSet) -> SubjectMap:
-    """Binary facts by subject, read only: a SubjectFacts' own map, else one grouped now."""
+    """Binary facts by subject, read only: a SubjectFacts' own map, a relation's buckets or
+    subject index (`relation_by_subject`), else one grouped now."""
     if isinstance(facts, SubjectFacts):
         return facts.by_subject
+    if isinstance(facts, Relation):
+        return relation_by_subject(facts)
     return grouped_by(facts, 0)
+
+
+def mostly_by_subject(parts: Iterable[AbstractSet]) -> bool:
+    """Whether most of the facts in ``parts`` are held by subject already (a SubjectFacts, a
+    relation stored by subject): then a reader working a subject at a time groups the rest for
+    less than building tuples of those would cost."""
+    by_subject = as_tuples = 0
+    for facts in parts:
+        if isinstance(facts, SubjectFacts) or (
+            isinstance(facts, Relation) and not facts.rows_built
+        ):
+            by_subject += len(facts)
+        else:
+            as_tuples += len(facts)
+    return by_subject > as_tuples
 
 
 def relation_by_subject(relation: Relation) -> SubjectMap:

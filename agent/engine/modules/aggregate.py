@@ -241,13 +241,6 @@ class AggregateModule(Module):
             column, decode = variables.index(argument), terms.values
             for substitution in substitutions:
                 add_to(key_of(substitution), []).append(decode[substitution[column]])
-        return AggregateModule.rows(aggregate, groups, single, executor)
-
-    @staticmethod
-    def rows(
-        aggregate: Aggregate, groups: dict, single: bool, executor: Executor
-    ) -> set[tuple[int, ...]]:
-        """One ``(group..., result)`` row per group of member values (`group_rows`)."""
         return group_rows(aggregate, groups, single, executor)
 
     @staticmethod

@@ -12,7 +12,7 @@ from operator import itemgetter
 from pyroaring import BitMap
 
 from ..store import EMPTY, SUBJECT, Relation, grouped_by
-from ..subject_facts import union_by_subject
+from ..subject_facts import relation_by_subject, union_by_subject
 from .base import by_column
 
 
@@ -35,6 +35,7 @@ class Lookup:
             return cls(holding, column)  # the index itself, no copy
         found: dict[int, set[int]] = {}
         keys = python_set(keys)
+        keys_bitmap = None  # (built for a relation stored by subject: see below)
         for relation in holding:
             if not keys:
                 break
@@ -50,9 +51,10 @@ class Lookup:
                 for key, values in grouped_by(hits, column).items():
                     add_all(found, key, values)
             else:  # subject-keyed, asked by object: the keys among each subject's objects
-                as_bitmap = BitMap(keys)  # (a set's intersection would iterate the bitmap)
+                if keys_bitmap is None:  # (a set's intersection would iterate the bitmap)
+                    keys_bitmap = BitMap(keys)
                 for subject, objects in relation.existing_index(SUBJECT).items():  # type: ignore[union-attr]
-                    hits = objects & as_bitmap if objects.__class__ is BitMap else keys & objects
+                    hits = objects & keys_bitmap if objects.__class__ is BitMap else keys & objects
                     for key in hits:
                         add_all(found, key, (subject,))
         lookup = cls([], column)
@@ -61,14 +63,20 @@ class Lookup:
 
     @classmethod
     def merged(cls, relations: list[Relation], column: int) -> Lookup:
-        """A lookup for a reader that asks about every key: the relations' indexes
-        united once, a key at a time into bitmaps (``__call__`` over several relations would
-        unite a key's sets again at every call)."""
+        """A lookup for a reader that asks about every key: the relations' indexes united
+        once, a key at a time into bitmaps (``__call__`` over several relations would unite a
+        key's sets again at every call). By subject (column 0), a relation kept as tuples only
+        is grouped for the reader and not given an index it would keep."""
+
+        def read(relation: Relation) -> dict:
+            return relation_by_subject(relation) if column == 0 else by_column(relation, column)
+
         holding = [r for r in relations if len(r)]
-        if len(holding) <= 1:
-            return cls(holding, column)
         lookup = cls([], column)
-        lookup.indexes = [union_by_subject(by_column(r, column) for r in holding)]
+        if len(holding) == 1:
+            lookup.indexes = [read(holding[0])]
+        elif holding:
+            lookup.indexes = [union_by_subject(map(read, holding))]
         return lookup
 
     def __call__(self, key: int) -> AbstractSet[int]:
@@ -87,6 +95,12 @@ class Lookup:
         if len(self.indexes) == 1:
             return map(self.indexes[0].get, keys, repeat(EMPTY))
         return map(self, keys)
+
+    def items(self) -> Iterable[tuple[int, AbstractSet[int]]]:
+        """Every key with its values (over several relations, united key by key)."""
+        if len(self.indexes) == 1:
+            return self.indexes[0].items()
+        return ((key, self(key)) for key in self.keys())
 
     def keys(self) -> Iterable[int]:
         if len(self.indexes) == 1:

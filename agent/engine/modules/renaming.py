@@ -38,8 +38,8 @@ from ..executor import Executor
 from ..language import Atom, Rule, Variable
 from ..store import EMPTY, DataStoreBag, Relation, RelationKey
 from ..subject_facts import (
-    SubjectFacts,
     difference_by_subject,
+    mostly_by_subject,
     present_by_subject,
     subject_map,
     union_by_subject,
@@ -362,14 +362,12 @@ class RenamingModule(Module):
         subject at a time."""
         if any(mapper(permutation) is not None for _, permutation in pairs):
             return False
-        by_subject = as_tuples = 0
-        for source, _ in pairs:
-            for facts in (changes.minus.get(source, ()), changes.plus.get(source, ())):
-                if isinstance(facts, SubjectFacts):
-                    by_subject += len(facts)
-                else:
-                    as_tuples += len(facts)
-        return by_subject > as_tuples
+        sources = [source for source, _ in pairs]
+        return mostly_by_subject(
+            facts
+            for source in sources
+            for facts in (changes.minus.get(source, EMPTY), changes.plus.get(source, EMPTY))
+        )
 
     @staticmethod
     def candidates_by_subject(

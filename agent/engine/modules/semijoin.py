@@ -45,13 +45,7 @@ from ..changes import InputChanges
 from ..executor import Executor
 from ..language import Atom, Negation, Rule, Variable
 from ..store import SUBJECT, Relation, RelationKey
-from ..subject_facts import (
-    SubjectMap,
-    as_bitmap,
-    column_values,
-    relation_by_subject,
-    union_by_subject,
-)
+from ..subject_facts import as_bitmap, column_values
 from .base import Maintained, NodeState, by_column, by_subject_of
 from .lookups import Lookup
 from .per_subject import PerSubjectModule
@@ -135,16 +129,6 @@ def key_set(relations: Iterable[Relation], column: int) -> BitMap:
     return keys
 
 
-def source_map(relations: list[Relation]) -> SubjectMap:
-    """``A`` by subject over the union of ``relations``, read only: a relation's own buckets or
-    subject index when one relation holds it all, else grouped now (not kept: an index built
-    on a relation kept as tuples would stay with it)."""
-    holding = [r for r in relations if len(r)]
-    if len(holding) == 1:
-        return relation_by_subject(holding[0])
-    return union_by_subject(map(relation_by_subject, holding))
-
-
 def subjects_meeting(relations: list[Relation], values: AbstractSet[int]) -> set[int]:
     """The subjects ``x`` with ``A(x, y)`` for some ``y`` of ``values``: a C-level
     ``isdisjoint`` per subject of a relation stored by subject (or with a subject index),
@@ -196,7 +180,8 @@ class SemiJoinModule(PerSubjectModule):
         self, node: NodeState, executor: Executor, held: dict | None = None
     ) -> Iterator[tuple[int, BitMap]]:
         keys = Keys(node, self.pattern)
-        for x, objects in source_map(node.view.relations(self.pattern.source)).items():
+        source = Lookup.merged(node.view.relations(self.pattern.source), 0)
+        for x, objects in source.items():
             executor.guard.tick()
             yield x, keys.image(x, objects)
 
