@@ -167,6 +167,7 @@ class AgentState:
         *,
         synchronous: str = "FULL",
         modules: bool = True,
+        decompositions: bool | str = True,
         create: bool = True,
         load: bool = True,
         budget: Budget | None = None,
@@ -180,6 +181,7 @@ class AgentState:
         if synchronous not in SYNCHRONOUS_MODES:
             raise StateError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
         self.modules = modules
+        self.decompositions = decompositions  # Reasoner(decompositions=...)
         self.budget = budget  # limits every change (not the load: a saved state is trusted)
         existed = _has_content(self.path) or _has_content(_wal_of(self.path))
         if not existed and not create:
@@ -355,6 +357,7 @@ class AgentState:
             edb=edb,
             nodes=stored_nodes,
             modules=self.modules,
+            decompositions=self.decompositions,
         )
         self.reasoner.budget = self.budget
         self._saved_terms = len(terms)

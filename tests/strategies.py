@@ -419,6 +419,7 @@ def program_and_facts(draw: st.DrawFn, robust_errors: bool = False) -> tuple[Pro
 # relations, symmetric-transitive closures with ``X != Z``.
 
 _X, _Y, _Z, _V, _C, _E = (Variable(name) for name in ("X", "Y", "Z", "V", "C", "E0"))
+_W, _U, _B = (Variable(name) for name in ("W", "U", "B0"))
 
 
 def _a(predicate: str, *terms: object) -> Atom:
@@ -452,6 +453,10 @@ MOTIF_RELATIONS: dict[str, tuple[int, int, bool]] = {
     "m": (1, 2, False),
     "big": (1, 2, False),
     "a3": (2, 2, True),
+    # derived by cyclic rules (decompositions); "hv" carries a number in its last column
+    "h": (2, 1, False),
+    "hv": (2, 1, True),
+    "k": (1, 2, False),
 }
 
 MOTIFS: dict[str, tuple[Rule, ...]] = {
@@ -513,6 +518,66 @@ MOTIFS: dict[str, tuple[Rule, ...]] = {
         _r(_a("s", _X, _Z), _a("s", _X, _Y), _a("s", _Y, _Z)),
         _agg(_a("a3", _X, _C), (_a("s", _X, _Y), _a("e2", _Y, _V)), (_X,), "med", _V),
     ),
+    # Cyclic rules (hypertree decompositions): a triangle, a recursive triangle with a
+    # comparison, a 4-cycle over three relations, a 6-cycle, a 4-clique and a petal, with
+    # negation, constants and binds.
+    "triangles": (
+        _r(_a("h", _X, _Z), _a("e1", _X, _Y), _a("e1", _Y, _Z), _a("e1", _Z, _X)),
+        _r(
+            _a("h", _X, _Z),
+            _a("h", _X, _Y),
+            _a("p", _Y, _Z),
+            _a("e1", _Z, _X),
+            Comparison(_X, "!=", _Y),
+        ),
+    ),
+    "cycles": (
+        _r(_a("h", _X, _W), _a("e1", _X, _Y), _a("p", _Y, _Z), _a("e1", _Z, _W), _a("q", _W, _X)),
+        _r(
+            _a("k", _X),
+            _a("e1", _X, _Y),
+            _a("h", _Y, _Z),
+            _a("e1", _Z, _U),
+            _a("e1", _U, _V),
+            _a("h", _V, _W),
+            _a("e1", _W, _X),
+            Negation(_a("n", _Z)),
+        ),
+    ),
+    "cliques": (
+        _r(
+            _a("h", _X, _Y),
+            _a("e1", _X, _Y),
+            _a("e1", _X, _Z),
+            _a("e1", _Y, _Z),
+            _a("e1", _X, _W),
+            _a("h", _Y, _W),
+            _a("e1", _Z, _W),
+        ),
+        _r(  # a petal: three paths from X to Y
+            _a("h", _X, _Y),
+            _a("e1", _X, _Z),
+            _a("e1", _Z, _Y),
+            _a("q", _X, _W),
+            _a("q", _W, _Y),
+            _a("e1", _X, _U),
+            _a("p", _U, _Y),
+            Negation(_a("c", _U)),
+        ),
+    ),
+    "cyclic_values": (
+        _r(
+            _a("hv", _X, _B),
+            _a("e1", _X, _Y),
+            _a("e1", _Y, _Z),
+            _a("e1", _Z, _X),
+            _a("e2", _X, _V),
+            _a("e2", _Z, _W),
+            Bind(BinaryOp("+", _V, _W), _B),
+            Comparison(_V, "<", _W),
+        ),
+        _r(_a("h", _X, _Y), _a("e1", _X, _Y), _a("e1", _Y, "c1"), _a("e1", "c1", _X)),
+    ),
     # Level 1: recursion with negation of a lower level inside the recursive rules.
     "negated_closure": (
         _r(_a("t", _X, _Y), _a("q", _X, _Y), Negation(_a("c", _Y))),
@@ -550,6 +615,10 @@ MOTIF_WEIGHTS: dict[str, int] = {
     "symtrans_s": 4,
     "negated_closure": 3,
     "bridge_st": 3,
+    "triangles": 4,
+    "cycles": 4,
+    "cliques": 3,
+    "cyclic_values": 3,
 }
 
 

@@ -10,6 +10,9 @@ after every step checks that the engine's materialisation equals
 (1) the reference evaluator (``tests/reference.py``) on the model's rules and explicit facts,
 (2) a freshly built reasoner loaded with the same rules and facts,
 
+The engine under test decomposes every cyclic rule it can (``decompositions="always"``, so the
+pools' cyclic motifs run through the hypertree module); the fresh reasoner of (2) never does.
+
 and that the engine's hyper-nodes are exactly the strongly connected components of the current
 rules (hyper-nodes merge on rule insertion and split on deletion).
 
@@ -202,9 +205,11 @@ class OracleMachine(RuleBasedStateMachine):
         self.directory: Path | None = None
         if self.persistent:
             self.directory = Path(tempfile.mkdtemp(prefix="zodiac-machine-"))
-            self.state = AgentState(self.directory / "agent.db", synchronous="OFF")
+            self.state = AgentState(
+                self.directory / "agent.db", synchronous="OFF", decompositions="always"
+            )
         else:
-            self._reasoner = self.reasoner_class()
+            self._reasoner = self.reasoner_class(decompositions="always")
         self.logical: set[tuple] = set()  # the oracle's materialisation after the last check
         self.operation = "start"  # kind of the last step, for the coverage events
         self.deleted_explicit: set[tuple] = set()  # explicit facts the last step deleted
@@ -423,7 +428,9 @@ class OracleMachine(RuleBasedStateMachine):
         assert self.state is not None and self.directory is not None
         self.log("restart from SQLite")
         self.state.close()
-        self.state = AgentState(self.directory / "agent.db", synchronous="OFF")
+        self.state = AgentState(
+            self.directory / "agent.db", synchronous="OFF", decompositions="always"
+        )
         assert self.state.load_report.how == "loaded", self.state.load_report.how
         assert set(self.reasoner.rules) == set(self.rules)
         record("restarted from SQLite")
@@ -493,7 +500,7 @@ class OracleMachine(RuleBasedStateMachine):
         actual = engine_facts(self.reasoner)
         assert_same(actual, wanted, f"after step {self.steps}, engine vs reference evaluator")
 
-        fresh = self.reasoner_class()
+        fresh = self.reasoner_class(decompositions=False)
         fresh.add_rules(Program(tuple(self.rules.values())))
         fresh.add_facts(external(self.explicit))
         assert_same(actual, engine_facts(fresh), f"after step {self.steps}, engine vs fresh engine")

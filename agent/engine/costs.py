@@ -35,6 +35,11 @@ class CostPolicy:
     # input facts: every subject is evaluated afresh, without grouping the changes (each a
     # Python step, where a subject's evaluation is one union of bitmaps in C).
     composition_recompute_changed_share: float = 0.25
+    # Hypertree decompositions (modules/hypertree.py): "auto" decomposes a cyclic rule when its
+    # cheapest decomposition is estimated cheaper than its join plan, "always" decomposes every
+    # cyclic rule that has a decomposition (for comparisons and tests), "off" none.
+    # ``Reasoner(decompositions=...)`` sets it.
+    decompositions: str = "auto"
 
 
 DEFAULT_COSTS = CostPolicy()

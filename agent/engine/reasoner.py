@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 
 from .budget import NO_GUARD, Budget, BudgetGuard
 from .changes import Journal
@@ -72,13 +73,17 @@ class Reasoner:
         self,
         *,
         modules: bool = True,
+        decompositions: bool | str = True,
         progress: ProgressCallback | None = None,
         budget: Budget | None = None,
         costs: CostPolicy = DEFAULT_COSTS,
         terms: TermDictionary | None = None,
     ) -> None:
         """``modules=False`` evaluates every hyper-node with plain seminaive evaluation
-        instead of the specialised closure modules (for comparison, and as a safety switch).
+        instead of the specialised modules (for comparison, and as a safety switch).
+        ``decompositions``: True evaluates a cyclic rule through a hypertree decomposition
+        when that is estimated cheaper than its join plan (modules/hypertree.py), False never,
+        ``"always"`` whenever the rule has one (for comparisons and tests).
         ``budget`` limits every update (derived facts held, memory, wall time; see budget.py):
         an update over budget raises BudgetExceeded and leaves the reasoner as it was (its
         facts and rules; terms it encoded stay in the dictionary, which only grows).
@@ -86,7 +91,8 @@ class Reasoner:
         evaluates small strata with the engine on its own term ids (cloud/spark/driver.py)."""
         self.use_modules = modules
         self.budget = budget
-        self.costs = costs  # the recompute thresholds of maintenance (costs.py)
+        # the recompute thresholds of maintenance and the decomposition setting (costs.py)
+        self.costs = replace(costs, decompositions=decomposition_mode(decompositions))
         self.terms = terms if terms is not None else TermDictionary()
         self.edb = DataStore("edb")
         # Rules by name (label, or content key for an unlabelled rule): what users add and
@@ -113,6 +119,7 @@ class Reasoner:
         edb: dict[RelationKey, set],
         nodes: dict[frozenset[str], tuple[str, dict[RelationKey, SavedFacts]]],
         modules: bool = True,
+        decompositions: bool | str = True,
         progress: ProgressCallback | None = None,
     ) -> Reasoner:
         """A reasoner from a saved state, without recomputing: ``terms`` in id order (or a
@@ -126,9 +133,11 @@ class Reasoner:
         rules and explicit facts instead, and ``stats()["restored"]`` says so. Modules rebuild
         auxiliary state (closure adjacency, aggregate groups) on the first change they see."""
         if isinstance(terms, TermDictionary):  # the caller's, shared (see __init__)
-            reasoner = cls(modules=modules, progress=progress, terms=terms)
+            reasoner = cls(
+                modules=modules, decompositions=decompositions, progress=progress, terms=terms
+            )
         else:
-            reasoner = cls(modules=modules, progress=progress)
+            reasoner = cls(modules=modules, decompositions=decompositions, progress=progress)
             reasoner.terms.load(terms)
         for key, facts in edb.items():
             reasoner.edb.relation(key).add_all(facts)
@@ -150,7 +159,9 @@ class Reasoner:
             for key, saved in facts.items():
                 idb.relation(key).fill(saved)
             predecessors = [reasoner.nodes[i].idb for i in graph.predecessors(index)]
-            node = new_node_state(name, logical, idb, reasoner.edb, predecessors, None, modules)
+            node = new_node_state(
+                name, logical, idb, reasoner.edb, predecessors, None, modules, reasoner.costs
+            )
             node.module.adopt(node)  # type: ignore[union-attr]
             reasoner.nodes.append(node)
         reasoner.restored = "loaded"
@@ -432,6 +443,17 @@ class Reasoner:
     def lookup_fact(self, fact: FactInput) -> tuple[RelationKey | None, tuple[int, ...]]:
         """Like TermDictionary.encode_fact but never adds terms to the dictionary."""
         return self.terms.lookup_fact(fact)
+
+
+def decomposition_mode(setting: bool | str) -> str:
+    """``Reasoner(decompositions=...)`` as the cost policy's setting."""
+    if setting is True:
+        return "auto"
+    if setting is False:
+        return "off"
+    if setting in ("auto", "always", "off"):
+        return setting
+    raise ValueError(f"decompositions must be True, False or 'always', not {setting!r}")
 
 
 def by_key(rules: Iterable[Rule]) -> dict[str, Rule]:

@@ -9,6 +9,7 @@ from ..costs import DEFAULT_COSTS, CostPolicy
 from .aggregate import AggregateModule
 from .base import Module, NodeState
 from .composition import CompositionModule, composition_shape
+from .hypertree import HypertreeModule, choose
 from .patterns import ClosurePattern, detect_closure
 from .renaming import RenamingModule, is_renaming_node
 from .semijoin import SemiJoinModule, semijoin_shape
@@ -21,18 +22,20 @@ def choose_module(
     node: NodeState, use_modules: bool = True, costs: CostPolicy = DEFAULT_COSTS
 ) -> Module:
     """The module for a hyper-node, deciding by the recompute thresholds of ``costs``."""
-    module = _module_for(node, use_modules)
+    module = _module_for(node, use_modules, costs)
     module.costs = costs
     return module
 
 
-def _module_for(node: NodeState, use_modules: bool) -> Module:
+def _module_for(node: NodeState, use_modules: bool, costs: CostPolicy) -> Module:
     """Aggregates have their own module. Unless ``use_modules`` is off: transitive and
     symmetric-transitive closures get the closure modules, hyper-nodes that only copy facts
     (columns possibly permuted) the renaming module, a lone rule ``H(x, z) :- A(x, y),
     B(y, z)`` (optionally ``and not N(y, z)``) the composition module, a lone rule keeping the
     facts of one atom that match (or not) filter atoms, ``H(x, y) :- A(x, y), B(y, _)``, the
-    semi-join module. Everything else is seminaive."""
+    semi-join module. A hyper-node with a cyclic rule worth decomposing (by the policy's
+    ``decompositions`` setting) gets the hypertree module.
+    Everything else is seminaive."""
     if any(rule.aggregate() is not None for rule in node.rules):
         return AggregateModule()
     if not use_modules:
@@ -51,6 +54,14 @@ def _module_for(node: NodeState, use_modules: bool) -> Module:
         semijoin = semijoin_shape(node.rules[0])
         if semijoin is not None:
             return SemiJoinModule(semijoin)
+    return _hypertree_or_seminaive(node, costs)
+
+
+def _hypertree_or_seminaive(node: NodeState, costs: CostPolicy) -> Module:
+    if costs.decompositions != "off":
+        choices = choose(node, costs.decompositions)
+        if any(choice.decomposed is not None for choice in choices.values()):
+            return HypertreeModule(choices, costs.decompositions)
     return SeminaiveModule()
 
 
@@ -58,6 +69,7 @@ __all__ = [
     "AggregateModule",
     "ClosurePattern",
     "CompositionModule",
+    "HypertreeModule",
     "Module",
     "NodeState",
     "RenamingModule",

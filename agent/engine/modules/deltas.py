@@ -146,6 +146,48 @@ def _with_fresh_existentials(body: Sequence, position: int) -> Atom:
     return Atom(atom.predicate, terms)
 
 
+def heads_added(
+    executor: Executor, rule: Rule, view: DataStoreBag, plus: Facts, unblocked: Facts, out: set
+) -> None:
+    """Heads of the instances, over the current state, that use a fact of ``plus`` or that a
+    fact of ``unblocked`` (deleted from a negated relation) enables: ``rule`` evaluated once per
+    body position whose relation changed."""
+    for position, item in enumerate(rule.body):
+        if isinstance(item, Atom):
+            delta = plus.get(item.relation)
+            if delta:
+                executor.run(rule, view, out, position, delta)
+        elif isinstance(item, Negation):
+            delta = unblocked.get(item.atom.relation)
+            if delta:
+                enabled_by_deletion(executor, rule, rule.body, view, position, delta, out)
+
+
+def heads_removed(
+    executor: Executor,
+    rule: Rule,
+    view: DataStoreBag,
+    old: dict[RelationKey, Relation],
+    minus: Facts,
+    blocked: Facts,
+    out: set,
+    tag: str = "",
+) -> None:
+    """Heads of the instances of the old state that use a fact of ``minus`` (deleted) or that
+    a fact of ``blocked`` (added to a negated relation) blocks."""
+    for position, item in enumerate(rule.body):
+        if isinstance(item, Atom):
+            delta = minus.get(item.relation)
+        elif isinstance(item, Negation):
+            delta = blocked.get(item.atom.relation)
+        else:
+            continue
+        if delta:
+            overdeletion_candidates(
+                executor, rule, rule.body, view, old, position, delta, out, tag=tag
+            )
+
+
 def check(
     executor: Executor, rules: Iterable[Rule], view: DataStoreBag, candidates: Facts
 ) -> Facts:

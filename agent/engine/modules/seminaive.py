@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from ..changes import Facts, InputChanges
 from ..executor import Executor, Variant
-from ..language import Atom, Negation, Rule
+from ..language import Atom, Rule
 from ..store import DataStoreBag
 from . import deltas
 from .base import Maintained, Module, NodeState
@@ -131,17 +131,9 @@ class SeminaiveModule(Module):
         candidates: Facts = {key: set() for key in node.heads}
         for rule in node.rules:
             out = candidates[rule.head.relation]
-            for position, item in enumerate(rule.body):
-                if isinstance(item, Atom):
-                    delta = changes.minus.get(item.relation)
-                elif isinstance(item, Negation):
-                    delta = changes.plus.get(item.atom.relation)
-                else:
-                    continue
-                if delta:
-                    deltas.overdeletion_candidates(
-                        executor, rule, rule.body, node.view, old_facts, position, delta, out
-                    )
+            deltas.heads_removed(
+                executor, rule, node.view, old_facts, changes.minus, changes.plus, out
+            )
         return candidates
 
     def diff_added(self, node: NodeState, executor: Executor, changes: InputChanges) -> Facts:
@@ -149,17 +141,7 @@ class SeminaiveModule(Module):
         derived: Facts = {key: set() for key in node.heads}
         for rule in node.rules:
             out = derived[rule.head.relation]
-            for position, item in enumerate(rule.body):
-                if isinstance(item, Atom):
-                    delta = changes.plus.get(item.relation)
-                    if delta:
-                        executor.run(rule, node.view, out, position, delta)
-                elif isinstance(item, Negation):
-                    delta = changes.minus.get(item.atom.relation)
-                    if delta:
-                        deltas.enabled_by_deletion(
-                            executor, rule, rule.body, node.view, position, delta, out
-                        )
+            deltas.heads_added(executor, rule, node.view, changes.plus, changes.minus, out)
         return derived
 
     def delete(
