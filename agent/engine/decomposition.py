@@ -218,8 +218,9 @@ def seminaive_cost(rule: Rule, stats: dict[int, AtomStats]) -> float:
 
 # ------------------------------------------------------------------ search
 def decompose(rule: Rule, stats: dict[int, AtomStats]) -> Decomposition | None:
-    """The cheapest decomposition found for a cyclic rule, or None for an acyclic one (or one
-    whose negated atoms cannot be placed; see ``required_sets``)."""
+    """The cheapest decomposition of two nodes or more found for a cyclic rule, or None for an
+    acyclic one, one whose negated atoms cannot be placed (see ``required_sets``) or one whose
+    every decomposition is a single node (a 4-clique: the rule itself)."""
     atoms = positive_atoms(rule)
     if is_acyclic([frozenset(a.variables()) for a in atoms.values()]):
         return None
@@ -237,6 +238,8 @@ def decompose(rule: Rule, stats: dict[int, AtomStats]) -> Decomposition | None:
     seen: set[frozenset[frozenset[Variable]]] = set()
     for order in elimination_orders(variables, adjacency):
         bags = tree_of_bags(order, adjacency)
+        if len(bags) < 2:  # one node is the rule itself: nothing to decompose
+            continue
         signature = frozenset(b for b, _ in bags)
         if signature in seen:
             continue
@@ -369,7 +372,7 @@ def _priced(
     """Cover and price a tree of bags, then merge neighbouring bags while that lowers the cost
     (a bigger bag may hold more atoms in full, and so join fewer projected ones)."""
     current = _decomposition(bags, atoms, estimator, covers)
-    while current is not None:
+    while current is not None and len(bags) > 2:
         best = current
         for index, (_, parent) in enumerate(bags):
             if parent is None:
@@ -381,7 +384,7 @@ def _priced(
         if best is current:
             return current
         current, bags = best, best_bags
-    return None
+    return current
 
 
 def _merge(
