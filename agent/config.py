@@ -186,6 +186,8 @@ class ReasoningConfig(_Section):
     rules: list[ConfigPath] = []
     facts: list[ConfigPath] = []
     modules: bool = True
+    # evaluate cyclic rules through hypertree decompositions where estimated cheaper
+    decompositions: bool = True
     # trigger predicate IRI -> event name: when the trigger is derived, request that event's
     # rules from the cloud.
     triggers: dict[NonEmptyStr, NonEmptyStr] = {}

@@ -133,6 +133,7 @@ class Agent:
             config.database,
             synchronous=config.synchronous,
             modules=config.reasoning.modules,
+            decompositions=config.reasoning.decompositions,
             budget=config.budget.budget(),
         )
         report = self.state.load_report

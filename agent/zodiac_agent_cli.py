@@ -117,6 +117,7 @@ def _open_state(config: AgentConfig):
         config.database,
         synchronous=config.synchronous,
         modules=config.reasoning.modules,
+        decompositions=config.reasoning.decompositions,
         create=False,
     )
 

@@ -70,6 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="evaluate every hyper-node with plain seminaive evaluation (no closure modules)",
     )
+    parser.add_argument(
+        "--no-decompositions",
+        action="store_true",
+        help="evaluate cyclic rules with join plans, never through hypertree decompositions",
+    )
     add_budget_options(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -181,7 +186,12 @@ def _add_inputs(command: argparse.ArgumentParser) -> None:
 
 
 def load(args: argparse.Namespace, progress: Progress) -> Reasoner:
-    reasoner = Reasoner(progress=progress, modules=not args.no_modules, budget=budget_of(args))
+    reasoner = Reasoner(
+        progress=progress,
+        modules=not args.no_modules,
+        decompositions=not args.no_decompositions,
+        budget=budget_of(args),
+    )
     for path in args.facts:
         progress.step(f"reading {path}")
         reasoner.add_facts(path)
@@ -286,6 +296,9 @@ def print_plans(reasoner: Reasoner, name: str, out: TextIO) -> None:
         rule = reasoner.rules[rule_name]
         out.write(f"# {rule}\n" if rule.label == rule_name else f"# {rule_name}: {rule}\n")
         entries = reasoner.plans(rule_name)
+        evaluation = reasoner.evaluation(rule_name)
+        if evaluation is not None:
+            out.write(f"evaluated {evaluation}\n")
         if not entries:
             node = view.node_of(rule)
             module = node.module if node is not None else "none"

@@ -97,3 +97,42 @@ def test_console_script_runs_as_a_process(tmp_path: Path, farm: Path):
     assert done.returncode == 0, done.stderr
     assert "facts per predicate" in done.stderr and "hyper-nodes" in done.stderr
     assert out.stat().st_size > 0
+
+
+def collaborators_files(tmp_path: Path) -> tuple[Path, Path]:
+    """The hypertree paper's PossibleCollaborator rule and its data (n = k = 10) as files."""
+    rules = tmp_path / "pc.rules"
+    rules.write_text(
+        "@prefix ex: <http://example.org/> .\n"
+        "pc: ex:PC(X, Y) :- ex:CW(X, Z1) and ex:CA(X, Z2) and ex:PC(Z1, Y) and ex:PC(Z2, Y) .\n"
+    )
+    facts = tmp_path / "pc.nt"
+    lines = []
+    for i in range(10):
+        for j in range(1, 11):
+            b, c, d = f"b{i * 10 + j}", f"c{i * 10 + j}", f"d{j}"
+            for s, p, o in (
+                ("a" + str(i), "CW", b),
+                ("a" + str(i), "CA", c),
+                (b, "PC", d),
+                (c, "PC", d),
+            ):
+                lines.append(
+                    f"<http://example.org/{s}> <http://example.org/{p}> <http://example.org/{o}> ."
+                )
+    facts.write_text("\n".join(lines) + "\n")
+    return rules, facts
+
+
+def test_explain_plans_shows_a_decomposition_and_the_switch_turns_it_off(tmp_path: Path):
+    rules, facts = collaborators_files(tmp_path)
+    buffer = io.StringIO()
+    assert main(["explain", str(rules), str(facts), "--plans", "pc"], out=buffer) == 0
+    text = buffer.getvalue()
+    assert "evaluated through a hypertree decomposition" in text and "p1:" in text
+    assert "zodiac:joined" in text  # the compiled plans of its nodes and of the join's head
+
+    buffer = io.StringIO()
+    argv = ["--no-decompositions", "explain", str(rules), str(facts), "--plans", "pc"]
+    assert main(argv, out=buffer) == 0
+    assert "decomposition" not in buffer.getvalue() and "[rule, no delta]" in buffer.getvalue()

@@ -47,7 +47,7 @@ from .language import (
 )
 from .loaders import FactInput, load_facts, load_program
 from .maintenance import UpdateDriver, new_node_state
-from .modules import NodeState
+from .modules import Module, NodeState
 from .reclaim import RECLAIMER
 from .store import DataStore, RelationKey, SavedFacts
 from .terms import TermDictionary
@@ -406,7 +406,25 @@ class Reasoner:
         """The compiled plans of the rule named ``name`` (label or content key), every variant
         compiled so far (see ``Executor.plans``)."""
         rule = self.rules.get(name)
-        return self.executor.plans(rule.key if rule is not None else name)
+        if rule is None:
+            return self.executor.plans(name)
+        module = self.module_of(rule)
+        keys = module.plan_keys(rule) if module is not None else {rule.key}
+        return [entry for key in sorted(keys) for entry in self.executor.plans(key)]
+
+    def evaluation(self, name: str) -> str | None:
+        """How the rule named ``name`` is evaluated when not by its own join plans (through a
+        hypertree decomposition: the decomposition and why), else None."""
+        rule = self.rules.get(name)
+        module = self.module_of(rule) if rule is not None else None
+        return module.describe_rule(rule) if module is not None else None
+
+    def module_of(self, rule: Rule) -> Module | None:
+        """The module evaluating ``rule`` (None for a rule not in the program)."""
+        for node in self.nodes:
+            if rule in node.rules:
+                return node.module
+        return None
 
     def stats(self) -> dict:
         """Sizes, hyper-nodes (rules, module, facts, time) and the last update's timings."""

@@ -174,6 +174,16 @@ class Module(ABC):
     def describe(self) -> str:
         return self.name
 
+    def describe_rule(self, rule: Rule) -> str | None:
+        """How the module evaluates ``rule`` when that is not by the rule's own compiled plans
+        (a decomposition, say), for ``explain``; None otherwise."""
+        return None
+
+    def plan_keys(self, rule: Rule) -> set[str]:
+        """The content keys under which ``rule``'s compiled plans are cached (its own, or
+        those of the rules a module compiles in its place)."""
+        return {rule.key}
+
 
 def by_subject_of(own: Relation) -> dict:
     """A binary relation's facts by subject, read only: the storage itself when subject-keyed,

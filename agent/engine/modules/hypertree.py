@@ -367,6 +367,24 @@ class HypertreeModule(Module):
             "rules_evaluated": {c.rule.id: c.describe() for c in self.choices.values()},
         }
 
+    def describe_rule(self, rule: Rule) -> str | None:
+        choice = self.choices.get(rule.key)
+        if choice is None or choice.decomposed is None:
+            return None
+        cost = f"{choice.decomposition_cost:.3g}" if choice.decomposition_cost else "?"
+        return (
+            f"through a hypertree decomposition (estimated cost {cost}, its join plan's "
+            f"{choice.plan_cost:.3g}; found in {choice.seconds * 1000:.1f} ms), nodes "
+            f"p0, p1, ... each compiled as a rule, then the join's binds and comparisons:\n"
+            + choice.decomposed.decomposition.describe(rule)
+        )
+
+    def plan_keys(self, rule: Rule) -> set[str]:
+        choice = self.choices.get(rule.key)
+        if choice is None or choice.decomposed is None:
+            return {rule.key}
+        return choice.decomposed.rule_keys
+
     def describe(self) -> str:
         decomposed = len(self.decomposed())
         return f"{self.name} ({decomposed} of {len(self.choices)} rules decomposed)"
