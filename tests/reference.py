@@ -21,6 +21,7 @@ same position of the same relation, which keeps the sets plain.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import operator
 from collections import defaultdict
@@ -33,6 +34,7 @@ from agent.engine.language import (
     Atom,
     BinaryOp,
     Bind,
+    Call,
     Comparison,
     Constant,
     Negation,
@@ -89,6 +91,29 @@ FUNCTIONS = {
     "ceil": math.ceil,
     "sqrt": math.sqrt,
 }
+
+
+def skolem(tag: object, *args: object) -> str:
+    """docs/semantics.md: ``urn:zodiac:skolem:<tag>:<hash>``, the hash the first 32 hex digits
+    of SHA-256 over the arguments' canonical texts joined by U+001F (kind letter, colon, value;
+    integral floats written as ints)."""
+
+    def text(value: object) -> str:
+        if isinstance(value, bool):
+            return f"b:{value}"
+        if is_number(value):
+            return f"n:{int(value)!r}" if float(value).is_integer() else f"n:{value!r}"
+        if isinstance(value, str):
+            return f"i:{value}"
+        return f"l:{value}"
+
+    joined = "\x1f".join(text(v) for v in (tag, *args))
+    digest = hashlib.sha256(joined.encode("utf-8")).hexdigest()[:32]
+    lexical = tag if isinstance(tag, str) else getattr(tag, "lexical", str(tag))
+    name = "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in lexical)
+    return f"urn:zodiac:skolem:{name[:40]}:{digest}"
+
+
 ORDER = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 
 
@@ -99,6 +124,8 @@ def evaluate_expr(expr: object, s: Subst) -> object:
         return s[expr]
     if isinstance(expr, Constant):
         return expr.value
+    if isinstance(expr, Call) and expr.function == "skolem":  # any values, an IRI
+        return skolem(*(evaluate_expr(arg, s) for arg in expr.args))
     if isinstance(expr, BinaryOp):
         args, fn = [expr.left, expr.right], ARITHMETIC[expr.op]
     else:
@@ -219,8 +246,9 @@ def aggregate_value(function: str, values: list[object]) -> object | None:
     return ordered[half] if len(numbers) % 2 else (ordered[half - 1] + ordered[half]) / 2
 
 
-def fire(rule: Rule, key: int, facts: Facts, errors: set) -> set[tuple]:
-    """The head facts the rule derives from ``facts`` (all of them, not just new ones)."""
+def fire(rule: Rule, key: int, facts: Facts, errors: set, heads=None) -> set[tuple]:
+    """The facts of the rule's ``heads`` (default: all of them) that it derives from ``facts``
+    (all of them, not just new ones)."""
     agg = rule.aggregate()
     if agg is None:
         substs = solve(rule.body, facts, errors, key)
@@ -241,7 +269,7 @@ def fire(rule: Rule, key: int, facts: Facts, errors: set) -> set[tuple]:
                 s = dict(zip(agg.group_by, group, strict=True)) | {agg.result: result}
                 if (out := finish(rest, s, facts, errors, key)) is not None:
                     substs.append(out)
-    return {ground(rule.head, s) for s in substs}
+    return {ground(head, s) for head in heads or rule.heads for s in substs}
 
 
 def ground(atom: Atom, s: Subst) -> tuple:
@@ -253,23 +281,23 @@ def stratify(program: Program) -> dict[tuple[str, int], int]:
     """Stratum of every relation: a head is at least as high as what it reads positively and
     strictly higher than what it reads under negation or in an aggregate. Raise ValueError when
     the numbers keep growing past the number of relations (a cycle through negation)."""
-    relations = {rule.head.relation for rule in program.rules}
+    relations = {head.relation for rule in program.rules for head in rule.heads}
     relations |= {rel for rule in program.rules for rel, _ in rule.body_relations()}
     stratum = dict.fromkeys(relations, 0)
     changed = True
     while changed:
         changed = False
         for rule in program.rules:
-            head = rule.head.relation
-            for rel, how in rule.body_relations():
-                need = stratum[rel] + (0 if how == "positive" else 1)
-                if stratum[head] < need:
-                    if need > len(relations):
-                        raise ValueError(
-                            f"not stratifiable: {head} depends on itself "
-                            f"through negation or aggregation"
-                        )
-                    stratum[head], changed = need, True
+            for head in (h.relation for h in rule.heads):
+                for rel, how in rule.body_relations():
+                    need = stratum[rel] + (0 if how == "positive" else 1)
+                    if stratum[head] < need:
+                        if need > len(relations):
+                            raise ValueError(
+                                f"not stratifiable: {head} depends on itself "
+                                f"through negation or aggregation"
+                            )
+                        stratum[head], changed = need, True
     return stratum
 
 
@@ -283,13 +311,21 @@ def evaluate(program: Program, facts: Iterable[tuple]) -> ReferenceResult:
     known = {tuple(fact) for fact in facts}
     known |= {ground(atom, {}) for atom in program.facts}
     errors: set = set()
-    for level in sorted({strata[rule.head.relation] for rule in program.rules}):
-        rules = [(i, r) for i, r in enumerate(program.rules) if strata[r.head.relation] == level]
+    levels = {strata[head.relation] for rule in program.rules for head in rule.heads}
+    for level in sorted(levels):
+        # A rule with several heads fires in the stratum of each head, for that head only.
+        rules = [
+            (i, r, [h for h in r.heads if strata[h.relation] == level])
+            for i, r in enumerate(program.rules)
+        ]
+        rules = [(i, r, heads) for i, r, heads in rules if heads]
         while True:
             by_relation: Facts = defaultdict(list)
             for fact in known:
                 by_relation[(fact[0], len(fact) - 1)].append(fact)
-            new = set().union(*(fire(rule, i, by_relation, errors) for i, rule in rules))
+            new = set().union(
+                *(fire(rule, i, by_relation, errors, heads) for i, rule, heads in rules)
+            )
             if new <= known:
                 break
             known |= new

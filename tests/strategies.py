@@ -578,6 +578,18 @@ MOTIFS: dict[str, tuple[Rule, ...]] = {
         ),
         _r(_a("h", _X, _Y), _a("e1", _X, _Y), _a("e1", _Y, "c1"), _a("e1", "c1", _X)),
     ),
+    # Several heads sharing a cyclic body, and a skolem IRI per pair.
+    "multi_head": (
+        Rule(
+            _a("h", _X, _Z),
+            (_a("e1", _X, _Y), _a("q", _Y, _Z), _a("e1", _Z, _X)),
+            more_heads=(_a("k", _Y), _a("h", _Y, _X)),
+        ),
+        Rule(
+            _a("hv", _X, _B),
+            (_a("e1", _X, _Y), _a("e1", _Y, _X), Bind(Call("skolem", (_X, _Y)), _B)),
+        ),
+    ),
     # Level 1: recursion with negation of a lower level inside the recursive rules.
     "negated_closure": (
         _r(_a("t", _X, _Y), _a("q", _X, _Y), Negation(_a("c", _Y))),
@@ -619,6 +631,7 @@ MOTIF_WEIGHTS: dict[str, int] = {
     "cycles": 4,
     "cliques": 3,
     "cyclic_values": 3,
+    "multi_head": 3,
 }
 
 

@@ -2,8 +2,9 @@
 materialisation (see tests/golden/make_golden.py for where the expectations come from).
 
 Every folder runs through each way of evaluating a program, as Soufflé runs its tests through
-both of its back-ends: the engine with its modules (closures, renaming, composition...) and
-without them (plain seminaive), rules before facts and after, and the Spark job.
+both of its back-ends: the engine with its modules (closures, renaming, composition...),
+without them (plain seminaive) and with every cyclic rule through a hypertree decomposition,
+rules before facts and after, and the Spark job.
 """
 
 from __future__ import annotations
@@ -28,12 +29,19 @@ def by_predicate(facts) -> dict[str, set]:
     return grouped
 
 
+ENGINES = {
+    "modules": {},  # closures, renaming, ..., decompositions where estimated cheaper
+    "seminaive": {"modules": False},
+    "decompositions": {"decompositions": "always"},  # every cyclic rule decomposed
+}
+
+
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("modules", [True, False], ids=["modules", "seminaive"])
+@pytest.mark.parametrize("engine", sorted(ENGINES))
 @pytest.mark.parametrize("rules_first", [True, False], ids=["rules-first", "facts-first"])
-def test_golden_case(case: str, modules: bool, rules_first: bool) -> None:
+def test_golden_case(case: str, engine: str, rules_first: bool) -> None:
     folder = GOLDEN / case
-    reasoner = Reasoner(modules=modules)
+    reasoner = Reasoner(**ENGINES[engine])
     if rules_first:
         reasoner.add_rules(folder / "program.rules")
         reasoner.add_facts(folder / "facts.nt")

@@ -53,7 +53,7 @@ from hypothesis.stateful import (
 
 from agent.engine import RDF_TYPE, Reasoner, UnknownRuleError
 from agent.engine.errors import RuleError
-from agent.engine.language import Aggregate, Negation, Program, Rule
+from agent.engine.language import Aggregate, Atom, Negation, Program, Rule
 from agent.engine.parser import parse_program
 from agent.persistence import AgentState
 from tests.reference import evaluate, fire, from_external, to_external
@@ -133,6 +133,21 @@ def hyper_nodes(rules: Iterable[Rule]) -> dict[frozenset[str], bool]:
     for r in rules:
         names[r.key].add(r.id)
         unique.setdefault(r.key, r)
+    # A rule with several heads is a body rule and one rule per head (agent/engine/heads.py),
+    # named after its names: ``r1.body``, ``r1.head1``...
+    for key, r in list(unique.items()):
+        if not r.more_heads:
+            continue
+        del unique[key]
+        body = Atom(f"zodiac:body:{key}", ())
+        pieces = {"body": Rule(body, r.body)} | {
+            f"head{n}": Rule(head, (body,)) for n, head in enumerate(r.heads, start=1)
+        }
+        for part, piece in pieces.items():
+            piece_key = f"{key}.{part}"
+            names[piece_key] = {f"{name}.{part}" for name in names[key]}
+            unique[piece_key] = piece
+    keys = {id(rule): key for key, rule in unique.items()}
     rules = list(unique.values())
     reads = [{rel for rel, _ in r.body_relations()} for r in rules]
     successors = [
@@ -152,7 +167,8 @@ def hyper_nodes(rules: Iterable[Rule]) -> dict[frozenset[str], bool]:
     nodes: dict[frozenset[str], bool] = {}
     for i in range(len(rules)):
         members = [i] + [j for j in reach[i] if j != i and i in reach[j]]
-        nodes[frozenset(name for j in members for name in names[rules[j].key])] = i in reach[i]
+        member_names = (name for j in members for name in names[keys[id(rules[j])]])
+        nodes[frozenset(member_names)] = i in reach[i]
     return nodes
 
 

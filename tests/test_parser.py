@@ -328,7 +328,7 @@ def test_unsafe_rules_are_refused_with_location() -> None:
             1,
             "expected 'and', ',' or '.' after body item, found 'r'",
         ),
-        ("edge(a, b)", 1, 11, "expected ':-' or '.' after the head atom, found end of input"),
+        ("edge(a, b)", 1, 11, "expected ':-', ',' or '.' after a head atom, found end of input"),
         ("@prefix ex: <http://e/>\np(X) :- q(X).", 2, 1, "expected '.' after @prefix declaration"),
         # unbalanced parentheses
         ("p(X :- q(X).", 1, 5, "expected ')' or ',' after term, found ':-'"),

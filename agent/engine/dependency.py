@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from .errors import RuleError, StratificationError
+from .heads import single_headed
 from .language import RelationKey, Rule
 
 POSITIVE = "positive"
@@ -141,6 +142,7 @@ def build_hyper_graph(rules: Sequence[Rule]) -> HyperGraph:
     Raises StratificationError for negation/aggregation through recursion and RuleError when
     an aggregate's head relation is also derived by another rule.
     """
+    rules = single_headed(rules)  # a multi-head rule: a body rule and a rule per head
     _check_aggregate_heads(rules)
     edges = rule_edges(rules)
     successors: dict[int, list[int]] = {i: [] for i in range(len(rules))}

@@ -30,6 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
+# Predicates the engine derives for itself (a multi-head rule's body, say): no rule a user
+# writes may derive them, and readers of the materialisation never see them.
+RESERVED_PREFIX = "zodiac:"
 XSD = "http://www.w3.org/2001/XMLSchema#"
 
 
@@ -288,6 +291,9 @@ class Rule:
     head: Atom
     body: tuple[BodyItem, ...]
     label: str | None = field(default=None, compare=True)
+    # Further head atoms sharing the body (``a(X, Y), b(Y) :- ...``): the body is evaluated
+    # once and every head is derived from each of its substitutions (see heads.py).
+    more_heads: tuple[Atom, ...] = field(default=(), compare=True)
     # Caches, derived from the fields above (a Rule is immutable, so they never go stale).
     _key: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
     _checked: bool = field(default=False, init=False, repr=False, compare=False, hash=False)
@@ -314,9 +320,15 @@ class Rule:
     def checked(self) -> bool:
         return self._checked
 
+    @property
+    def heads(self) -> tuple[Atom, ...]:
+        """Every head atom: ``head`` and ``more_heads``."""
+        return (self.head, *self.more_heads)
+
     def text(self) -> str:
         """The rule without its label, in canonical syntax."""
-        return f"{self.head} :- {' and '.join(str(item) for item in self.body)} ."
+        heads = ", ".join(str(atom) for atom in self.heads)
+        return f"{heads} :- {' and '.join(str(item) for item in self.body)} ."
 
     def aggregate(self) -> Aggregate | None:
         for item in self.body:
@@ -404,10 +416,11 @@ def map_item(item: BodyItem, fn: TermMap) -> BodyItem:
 
 
 def map_rule(rule: Rule, fn: TermMap) -> Rule:
-    """``rule`` (label kept) with every term replaced by ``fn(term)``, head first, then the
+    """``rule`` (label kept) with every term replaced by ``fn(term)``, heads first, then the
     body in written order."""
     head = map_atom(rule.head, fn)
-    return Rule(head, tuple(map_item(item, fn) for item in rule.body), rule.label)
+    more = tuple(map_atom(atom, fn) for atom in rule.more_heads)
+    return Rule(head, tuple(map_item(item, fn) for item in rule.body), rule.label, more)
 
 
 ANONYMOUS = "_"
@@ -434,7 +447,7 @@ def canonical_rule(rule: Rule) -> Rule:
         return found
 
     renamed = map_rule(rule, rename)
-    return Rule(renamed.head, renamed.body)
+    return Rule(renamed.head, renamed.body, more_heads=renamed.more_heads)
 
 
 def name_anonymous_variables(rule: Rule) -> Rule:

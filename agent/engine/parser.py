@@ -472,22 +472,26 @@ class _Parser:
         start = self.peek()
         self.anonymous = 0
         label = self.label()
-        head = self.atom(in_head=True)
+        heads = [self.atom(in_head=True)]
+        while self.at_punct(","):
+            self.advance()
+            heads.append(self.atom(in_head=True))
         if self.at_punct(":-"):
             self.advance()
             body = self.body(closing=".", inside_aggregate=False)
             self.expect_punct(".", "at the end of the rule")
-            rule = Rule(head, tuple(body), label)
+            rule = Rule(heads[0], tuple(body), label, tuple(heads[1:]))
             where = lambda: self.location(start)  # noqa: E731 - only evaluated on error
             check_rule(rule, location=where)
             check_label(labels, rule, location=where)
             rules.append(rule)
         elif self.at_punct("."):
-            self.fact(start, label, head)
+            for head in heads:
+                self.fact(start, label, head)
             self.advance()
-            facts.append(head)
+            facts.extend(heads)
         else:
-            self.fail("expected ':-' or '.' after the head atom")
+            self.fail("expected ':-', ',' or '.' after a head atom")
 
     def label(self) -> str | None:
         token = self.peek()

@@ -443,7 +443,7 @@ class Reasoner:
             "hyper_nodes": [
                 {
                     "name": node.name,
-                    "rules": [name for r in node.rules for name in names.get(r.key, [r.id])],
+                    "rules": [name for r in node.rules for name in rule_names(r, names)],
                     "module": node.module.describe() if node.module else "",
                     "recursive": node.logical.recursive,
                     "facts": node.size(),
@@ -461,6 +461,19 @@ class Reasoner:
     def lookup_fact(self, fact: FactInput) -> tuple[RelationKey | None, tuple[int, ...]]:
         """Like TermDictionary.encode_fact but never adds terms to the dictionary."""
         return self.terms.lookup_fact(fact)
+
+
+def rule_names(rule: Rule, names: dict[str, list[str]]) -> list[str]:
+    """The names of a rule of the program (``names``: content key -> names); a part of a
+    multi-head rule (``heads.split``: labelled ``<key>.body``, ``<key>.head1``...) is named
+    after each name of its rule (``hot.body``)."""
+    found = names.get(rule.key)
+    if found is not None:
+        return found
+    owner, _, part = (rule.label or "").partition(".")
+    if part and owner in names:
+        return [f"{name}.{part}" for name in names[owner]]
+    return [rule.id]
 
 
 def decomposition_mode(setting: bool | str) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from agent.engine.errors import RuleError, UnsafeRuleError
 from agent.engine.language import (
+    RESERVED_PREFIX,
     Aggregate,
     Atom,
     BinaryOp,
@@ -120,9 +121,16 @@ def _prefix(location: Location) -> str:
 
 
 def _check_shape(rule: Rule) -> None:
-    if not isinstance(rule.head, Atom):
-        raise _Problem(RuleError, f"the head must be an atom, not {rule.head!r}")
-    _check_atom(rule.head)
+    for head in rule.heads:
+        if not isinstance(head, Atom):
+            raise _Problem(RuleError, f"the head must be an atom, not {head!r}")
+        _check_atom(head)
+        if head.predicate.startswith(RESERVED_PREFIX):
+            raise _Problem(
+                RuleError, f"predicates starting with {RESERVED_PREFIX!r} are the engine's own"
+            )
+    if rule.more_heads and any(isinstance(item, Aggregate) for item in rule.body):
+        raise _Problem(RuleError, "an aggregate rule has one head atom")
     if not rule.body:
         raise _Problem(
             RuleError, "a rule needs a non-empty body; write a ground atom as a fact instead"
@@ -207,8 +215,9 @@ def _single_aggregate(rule: Rule) -> Aggregate | None:
 
 def _check_plain_rule(rule: Rule) -> None:
     bound = _bound_variables(rule.body, seed=set(), seed_what="")
-    unsafe = [("the head", _unbound(_ordered_atom_variables(rule.head), bound))]
-    unsafe += _unsafe_body_items(rule.body, bound, extra=_ordered_atom_variables(rule.head))
+    in_heads = [v for head in rule.heads for v in _ordered_atom_variables(head)]
+    unsafe = [("the head", _unbound(list(dict.fromkeys(in_heads)), bound))]
+    unsafe += _unsafe_body_items(rule.body, bound, extra=in_heads)
     _raise_unsafe(unsafe, _NOT_BOUND)
 
 

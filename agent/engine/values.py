@@ -17,7 +17,9 @@ substitution and counts it.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -104,6 +106,34 @@ def not_equal(a, b):
     return term_key(a) != term_key(b)
 
 
+def skolem(tag, *args) -> str:
+    """A fresh IRI named by ``tag`` and ``args``: the same values give the same IRI in every
+    process, on every device and in the Spark job (a hash of their canonical text, equal numbers
+    written alike, so ``5`` and ``5.0`` agree), different ones a different IRI (a 128-bit
+    hash). Rules use it to create one node per combination of values (one value node per
+    expression and valuation)."""
+    text = "\x1f".join(_canonical(value) for value in (tag, *args))
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", _lexical(tag))[:40]
+    return f"urn:zodiac:skolem:{name}:{digest}"
+
+
+def _canonical(value) -> str:
+    if isinstance(value, bool):
+        return f"b:{value}"
+    if is_number(value):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return f"n:{value!r}"
+    if isinstance(value, str):
+        return f"i:{value}"
+    return f"l:{value}"  # a literal, printed with its datatype or language
+
+
+def _lexical(value) -> str:
+    return value if isinstance(value, str) else getattr(value, "lexical", str(value))
+
+
 @dataclass(frozen=True)
 class Operator:
     """One entry of the language's operator tables.
@@ -137,6 +167,7 @@ FUNCTIONS: dict[str, Operator] = {
         Operator("floor", 1, lambda a: math.floor(number(a)), "F_floor"),
         Operator("ceil", 1, lambda a: math.ceil(number(a)), "F_ceil"),
         Operator("sqrt", 1, square_root, "F_sqrt"),
+        Operator("skolem", None, skolem, "F_skolem", min_arity=1),
     )
 }
 COMPARISONS: dict[str, Operator] = {

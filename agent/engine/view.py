@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 
-from .language import RDF_TYPE, Atom, Constant, Rule, Value, Variable
+from .language import RDF_TYPE, RESERVED_PREFIX, Atom, Constant, Rule, Value, Variable
 from .store import SUBJECT, DataStore, Relation, RelationKey
 from .terms import TermDictionary
 
@@ -43,11 +43,12 @@ class MaterialisedView:
 
     # ------------------------------------------------------------------ by relation
     def relations(self) -> set[RelationKey]:
-        """Every relation holding at least one fact, explicit or derived."""
+        """Every relation holding at least one fact, explicit or derived, but the engine's own
+        (``RESERVED_PREFIX``: a multi-head rule's body)."""
         keys = {k for k, r in self.edb.relations.items() if len(r)}
         for node in self.nodes:
             keys.update(k for k, r in node.store.relations.items() if len(r))
-        return keys
+        return {k for k in keys if not k[0].startswith(RESERVED_PREFIX)}
 
     def holders(self, key: RelationKey) -> list[Relation]:
         """The non-empty relations holding facts of ``key``: the EDB's, then the IDBs'."""

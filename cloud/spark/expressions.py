@@ -26,6 +26,7 @@ __all__ = [
     "compare",
     "evaluate",
     "parse_number",
+    "parse_value",
     "reduce_group",
 ]
 
@@ -38,11 +39,25 @@ class Dictionary:
     booleans are left out, or ``True`` would find the id of ``1``.
     """
 
-    __slots__ = ("values", "numbers")
+    __slots__ = ("values", "numbers", "_iris")
 
     def __init__(self, values: Sequence) -> None:
         self.values = list(values)
         self.numbers = {v: i for i, v in enumerate(self.values) if is_number(v)}
+        self._iris: dict[str, int] | None = None  # built on a worker's first IRI result
+
+    def __getstate__(self):
+        return (self.values, self.numbers)
+
+    def __setstate__(self, state) -> None:
+        self.values, self.numbers = state
+        self._iris = None
+
+    def iri(self, value: str) -> int | None:
+        """The id of an IRI (a ``skolem`` result), if the dictionary has it."""
+        if self._iris is None:
+            self._iris = {v: i for i, v in enumerate(self.values) if v.__class__ is str}
+        return self._iris.get(value)
 
 
 def evaluate(expr: Expr, values: Sequence, row: dict[Variable, int]):
@@ -59,9 +74,13 @@ def compare(comparison: Comparison, values: Sequence, row: dict[Variable, int]) 
 
 
 def number_result(value, dictionary: Dictionary) -> tuple[int | None, str | None] | None:
-    """A computed value as ``(id, None)`` when the dictionary has it, ``(None, repr)`` when it
-    is new (the driver gives it an id, see :func:`parse_number`), or None when the engine
-    would refuse to store it (not a finite number: its ``terms.encode`` raises)."""
+    """A computed value as ``(id, None)`` when the dictionary has it, ``(None, text)`` when it
+    is new (the driver gives it an id, see :func:`parse_value`: a number's ``repr``, an IRI
+    in angle brackets), or None when the engine would refuse to store it (not a finite
+    number: its ``terms.encode`` raises)."""
+    if value.__class__ is str:  # an IRI: skolem's result
+        found = dictionary.iri(value)
+        return (found, None) if found is not None else (None, f"<{value}>")
     if value.__class__ not in (int, float):
         return None
     found = dictionary.numbers.get(value)
@@ -94,6 +113,13 @@ def reduce_group(function: str, ids: Sequence[int], dictionary: Dictionary):
         return None, errors
     found = number_result(result, dictionary)
     return found, errors + (1 if found is None else 0)
+
+
+def parse_value(text: str) -> int | float | str:
+    """The inverse of the texts :func:`number_result` reports for new values."""
+    if text.startswith("<") and text.endswith(">"):
+        return text[1:-1]
+    return parse_number(text)
 
 
 def parse_number(text: str) -> int | float:

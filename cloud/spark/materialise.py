@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from agent.engine.dependency import HyperNode, build_hyper_graph, execution_plan
 from agent.engine.errors import RuleError
-from agent.engine.language import Atom, Program, Rule
+from agent.engine.language import RESERVED_PREFIX, Atom, Program, Rule
 from agent.engine.loaders import load_facts, load_program
 from agent.engine.modules.patterns import detect_closure
 from agent.engine.reasoner import by_key
@@ -97,6 +97,11 @@ class Materialisation(dict[RelationKey, "DataFrame"]):
         # Relations whose facts are on the driver too (read without a Spark job).
         self.local = {key: rows for key, rows in (local or {}).items() if key in frames}
 
+    def visible(self) -> list[RelationKey]:
+        """The relations a reader sees, sorted: all but the engine's own (a multi-head rule's
+        body, ``language.RESERVED_PREFIX``)."""
+        return sorted(key for key in self if not key[0].startswith(RESERVED_PREFIX))
+
     def facts(self, key: RelationKey | None = None) -> Iterator[tuple]:
         """Every fact (or those of one relation) as ``(predicate, *values)``, a class fact as
         ``(rdf:type, x, C)``.
@@ -106,7 +111,7 @@ class Materialisation(dict[RelationKey, "DataFrame"]):
         For big results use :meth:`stream`."""
         from pyspark.sql import functions as F
 
-        keys = sorted(self) if key is None else [k for k in [key] if k in self]
+        keys = self.visible() if key is None else [k for k in [key] if k in self]
         for relation in [k for k in keys if k in self.local]:
             for row in self.local[relation]:
                 yield self.space.external(relation, row)
@@ -127,15 +132,15 @@ class Materialisation(dict[RelationKey, "DataFrame"]):
 
     def stream(self) -> Iterator[tuple]:
         """Like :meth:`facts`, one partition at a time (one Spark job per partition)."""
-        for relation in sorted(self):
+        for relation in self.visible():
             rows = self.local.get(relation)
             for row in self[relation].toLocalIterator() if rows is None else rows:
                 yield self.space.external(relation, tuple(row))
 
     def counts(self) -> dict[RelationKey, int]:
         return {
-            key: len(self.local[key]) if key in self.local else frame.count()
-            for key, frame in sorted(self.items())
+            key: len(self.local[key]) if key in self.local else self[key].count()
+            for key in self.visible()
         }
 
     @property

@@ -6,8 +6,9 @@ one id (``5`` and ``5.0``), booleans stay apart from numbers, so term identity i
 joins, ``=``/``!=`` and set operations run on plain LONGs.
 
 Values are needed only by binds, ordering comparisons and aggregates; their UDFs read a broadcast
-snapshot of the dictionary (:meth:`TermSpace.broadcast`). Binds and aggregates may compute numbers
-the dictionary has never seen: the UDFs report those by ``repr`` and :meth:`TermSpace.resolve`
+snapshot of the dictionary (:meth:`TermSpace.broadcast`). Binds and aggregates may compute values
+(numbers, skolem IRIs) the dictionary has never seen: the UDFs report those by their text
+(``expressions.number_result``) and :meth:`TermSpace.resolve`
 collects the distinct new ones, encodes them here on the driver (so every id is the driver's)
 and joins the ids back in. Encoding order mirrors the engine's: explicit facts first, then rule
 constants and computed values stratum by stratum.
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 from agent.engine.language import RDF_TYPE, Atom, Value
 from agent.engine.terms import TermDictionary
 
-from .expressions import Dictionary, parse_number
+from .expressions import Dictionary, parse_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.broadcast import Broadcast
@@ -82,10 +83,10 @@ class TermSpace:
         return self._snapshot
 
     def resolve(self, df: DataFrame, result: str, out: str) -> DataFrame:
-        """Replace the ``struct<id, text>`` column ``result`` (a computed number, from a UDF or
-        from ``count``) with its term id in column ``out``.
+        """Replace the ``struct<id, text>`` column ``result`` (a computed number or IRI, from a
+        UDF or from ``count``) with its term id in column ``out``.
 
-        New numbers are collected (distinct, so usually few), encoded here and joined back.
+        New values are collected (distinct, so usually few), encoded here and joined back.
         Rows whose ``result`` is null (a run-time error, an empty group) are dropped. The
         caller caches ``df``: it is read twice."""
         from pyspark.sql import functions as F
@@ -101,7 +102,7 @@ class TermSpace:
         if not new_texts:
             return df.withColumn(out, F.col(f"{result}.id")).drop(result)
         mapping = self.spark.createDataFrame(
-            [(text, self.encode(parse_number(text))) for text in new_texts],
+            [(text, self.encode(parse_value(text))) for text in new_texts],
             "__text string, __new long",
         )
         joined = df.withColumn("__text", F.col(f"{result}.text")).join(
