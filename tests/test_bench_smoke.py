@@ -196,3 +196,19 @@ def test_modules_benchmark_prints_memory_of_both_sides(capsys):
     # Both ways a reader may read the closure: building its tuples, or one pass through it.
     reads = [line for line in out.splitlines() if line.startswith(("+ first full", "+ one read"))]
     assert len(reads) == 2 and all(float(line.split()[5]) >= 0 for line in reads)
+
+
+# ------------------------------------------------------------------ simulations.bench.hypertree
+def test_hypertree_benchmark_quick_run(capsys):
+    """Both sides agree after every step (the benchmark exits otherwise), every expression rule
+    is decomposed, and the hash-seed spread finds the same plans in fresh processes."""
+    from simulations.bench import hypertree
+
+    hypertree.main(
+        ["--quick", "--repeat", "1", "--no-memory", "--seeds", "2", "--only", "expressions"]
+    )
+    out = capsys.readouterr().out
+    assert "expressions:" in out and "'cyclic': 3, 'decomposed': 3" in out
+    for step in hypertree.STEPS:
+        assert f"  {step} " in out
+    assert "identical in all: True" in out

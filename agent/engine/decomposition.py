@@ -435,13 +435,14 @@ def _cheapest_cover(
     """The atoms a node joins: the cheapest among the smallest sets of atoms covering the bag's
     variables (their number is the node's width), plus every other atom whose variables all lie
     in the bag (a free filter). Returns the positions, the width and the estimated size."""
-    inside = [p for p, a in atoms.items() if a.variables() <= bag]
-    touching = [p for p, a in atoms.items() if a.variables() & bag]
+    edges = {p: frozenset(a.variables()) for p, a in atoms.items()}
+    inside = [p for p, edge in edges.items() if edge <= bag]
+    touching = [p for p, edge in edges.items() if edge & bag]
     variables = sorted(bag, key=_name)
     for size in range(1, len(touching) + 1):
         best: tuple[float, tuple[int, ...]] | None = None
         for chosen in itertools.combinations(touching, size):
-            reached = set().union(*(atoms[p].variables() for p in chosen))
+            reached = frozenset().union(*(edges[p] for p in chosen))
             if not bag <= reached:
                 continue
             cover = tuple(sorted({*inside, *chosen}))

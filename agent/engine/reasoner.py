@@ -39,6 +39,7 @@ from .errors import RuleError, UnknownRuleError
 from .executor import Executor
 from .explain import Derivation, explain_fact
 from .gcpause import FREEZE_AT, collector_paused
+from .heads import single_headed
 from .language import (
     Atom,
     Program,
@@ -408,16 +409,23 @@ class Reasoner:
         rule = self.rules.get(name)
         if rule is None:
             return self.executor.plans(name)
-        module = self.module_of(rule)
-        keys = module.plan_keys(rule) if module is not None else {rule.key}
+        keys: set[str] = set()
+        for part in single_headed([rule]):  # a multi-head rule's body and copies
+            module = self.module_of(part)
+            keys |= module.plan_keys(part) if module is not None else {part.key}
         return [entry for key in sorted(keys) for entry in self.executor.plans(key)]
 
     def evaluation(self, name: str) -> str | None:
         """How the rule named ``name`` is evaluated when not by its own join plans (through a
         hypertree decomposition: the decomposition and why), else None."""
         rule = self.rules.get(name)
-        module = self.module_of(rule) if rule is not None else None
-        return module.describe_rule(rule) if module is not None else None
+        found = []
+        for part in single_headed([rule]) if rule is not None else []:
+            module = self.module_of(part)
+            described = module.describe_rule(part) if module is not None else None
+            if described is not None:
+                found.append(described)
+        return "\n".join(found) or None
 
     def module_of(self, rule: Rule) -> Module | None:
         """The module evaluating ``rule`` (None for a rule not in the program)."""

@@ -113,13 +113,13 @@ def choose(node: NodeState, mode: str, rules: Sequence[Rule] | None = None) -> d
     module docstring). ``mode``: "auto", "always" or "off"."""
     choices: dict[str, Choice] = {}
     for rule in node.rules if rules is None else rules:
-        started = time.perf_counter()
         cyclic = mode != "off" and is_cyclic_rule(rule)
         if not cyclic:
             choices[rule.key] = Choice(rule, None, False, 0.0, None, 0.0)
             continue
         stats = atom_stats(rule, node)
         plan_cost = seminaive_cost(rule, stats)
+        started = time.perf_counter()  # the search alone (the statistics are read above)
         decomposition = decompose(rule, stats)
         seconds = time.perf_counter() - started
         cost = decomposition.cost if decomposition is not None else None
@@ -174,9 +174,9 @@ class HypertreeModule(Module):
     def __init__(self, choices: dict[str, Choice], mode: str = "auto") -> None:
         self.choices = choices
         self.mode = mode
-        # Set by materialise and adopt: the decomposed rules' instantiations describe the
-        # node's current state. A module built for a node whose IDB it did not compute (a
-        # merged hyper-node) recomputes at its first update.
+        # Set by materialise: the decomposed rules' instantiations describe the node's
+        # current state. A module built for a node whose IDB it did not compute (a merged
+        # hyper-node, a state restored from SQLite) recomputes at its first update.
         self.ready = False
 
     # ------------------------------------------------------------------ helpers

@@ -1,0 +1,244 @@
+"""Benchmark: hypertree decompositions (the combined approach) vs plain join plans.
+
+    python -m simulations.bench.hypertree [--quick] [--repeat N] [--only NAME ...]
+                                          [--seeds N] [--no-memory]
+
+Workloads (``simulations/bench/hypertree_workloads.py``, generators deterministic):
+expressions (the paper's Exp), graph patterns (its YAGO rules), university L (LUBM's simple
+rules: no rule is cyclic, so no decomposition may be chosen) and university L+C (with 16
+cyclic rules).
+
+Per workload, both sides in the same run: **combined** (``Reasoner()``: each cyclic rule
+through a decomposition where estimated cheaper, hypertree module) and **plans**
+(``Reasoner(decompositions=False)``: every rule by join plans, the other modules as usual).
+Steps, each timed on its own: materialisation (the rules added to the explicit facts, 1,000 of
+which are held back), adding the 1,000 held-back facts, deleting 1,000 random facts, deleting
+25% of the remaining ones. After every step both sides must hold the same facts (checked).
+Sides alternate, best of ``--repeat`` kept per step. Printed: seconds per side and their ratio,
+the decompositions chosen and the search time, and (unless ``--no-memory``) the peak traced
+allocation of each side's materialisation (in a fresh process; tracing never touches a
+timing).
+
+``--seeds N`` materialises the graph patterns with the combined side in N fresh processes with
+different ``PYTHONHASHSEED`` values and prints the times and whether plans and decompositions
+were the same in all of them (they must be: choices follow cardinality estimates, never the
+process's hashing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agent.engine import Reasoner
+from agent.engine.decomposition import is_cyclic_rule
+from agent.engine.heads import single_headed
+from simulations.bench.hypertree_workloads import (
+    Workload,
+    expressions,
+    graph_patterns,
+    university_workload,
+)
+from simulations.bench.memory import fact_count, footprint, megabytes
+from simulations.bench.timing import timed
+
+SIDES = {"combined": {}, "plans": {"decompositions": False}}
+STEPS = ("materialise", "add 1,000", "delete 1,000", "delete 25%")
+
+
+def workloads(quick: bool) -> dict[str, Callable[[], Workload]]:
+    """Sizes: plain join plans take tens of seconds on expressions (seconds with --quick)."""
+    if quick:
+        return {
+            "expressions": lambda: expressions(count=8, depth=3, valuations=20),
+            "graph patterns": lambda: graph_patterns(nodes=500, edges=4_000),
+            "university L": lambda: university_workload(1, complex_rules=False),
+            "university L+C": lambda: university_workload(1, complex_rules=True),
+        }
+    return {
+        "expressions": lambda: expressions(count=20, depth=4, valuations=50),
+        "graph patterns": lambda: graph_patterns(nodes=2_000, edges=20_000),
+        "university L": lambda: university_workload(6, complex_rules=False),
+        "university L+C": lambda: university_workload(6, complex_rules=True),
+    }
+
+
+@dataclass
+class Plan:
+    """The facts held back (added in step 2) and deleted (steps 3 and 4)."""
+
+    held: list[tuple]
+    start: list[tuple]
+    small: list[tuple]
+    large: list[tuple]
+
+
+def update_plan(facts: list[tuple], seed: int = 5) -> Plan:
+    rng = random.Random(seed)
+    facts = sorted(facts, key=repr)
+    held = rng.sample(facts, min(1_000, len(facts) // 10))
+    kept = set(held)
+    start = [f for f in facts if f not in kept]
+    small = rng.sample(facts, min(1_000, len(facts) // 10))
+    rest = sorted(set(facts) - set(small), key=repr)
+    large = rng.sample(rest, len(rest) // 4)
+    return Plan(held, start, small, large)
+
+
+@dataclass
+class SideRun:
+    seconds: dict[str, float] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+
+
+def digest(reasoner: Reasoner) -> str:
+    text = "\n".join(sorted(map(repr, reasoner.facts())))
+    return f"{reasoner.count()}:{hashlib.sha1(text.encode()).hexdigest()[:12]}"
+
+
+def run_side(workload: Workload, plan: Plan, options: dict) -> SideRun:
+    run = SideRun()
+    reasoner = Reasoner(**options)
+    reasoner.add_facts(plan.start)
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("materialise", lambda: reasoner.add_rules(workload.rules)),
+        ("add 1,000", lambda: reasoner.add_facts(plan.held)),
+        ("delete 1,000", lambda: reasoner.delete_facts(plan.small)),
+        ("delete 25%", lambda: reasoner.delete_facts(plan.large)),
+    ]
+    for name, action in steps:
+        run.seconds[name] = timed(action)
+        run.digests[name] = digest(reasoner)
+        if name == "materialise":
+            run.stats = choices_of(reasoner)
+    return run
+
+
+def choices_of(reasoner: Reasoner) -> dict:
+    """Rules, cyclic ones (a multi-head rule's body counts), decomposed ones, slowest search."""
+    decomposed = 0
+    search = 0.0
+    for node in reasoner.stats()["hyper_nodes"]:
+        for choice in node.get("rules_evaluated", {}).values():
+            decomposed += choice["evaluation"] == "decomposition"
+            search = max(search, choice["decomposition_seconds"])
+    cyclic = sum(is_cyclic_rule(part) for part in single_headed(reasoner.program.values()))
+    return {"rules": len(reasoner.rules), "cyclic": cyclic, "decomposed": decomposed,
+            "slowest search ms": round(search * 1000, 1)}  # fmt: skip
+
+
+def build_for_memory(name: str, quick: bool, side: str) -> Reasoner:
+    workload = workloads(quick)[name]()
+    reasoner = Reasoner(**SIDES[side])
+    reasoner.add_facts(workload.facts)
+    reasoner.add_rules(workload.rules)
+    return reasoner
+
+
+def compare(name: str, make: Callable[[], Workload], repeat: int) -> dict:
+    workload = make()
+    plan = update_plan(workload.facts)
+    best: dict[str, dict[str, float]] = {side: {} for side in SIDES}
+    stats: dict = {}
+    for round_ in range(repeat):
+        order = list(SIDES) if round_ % 2 == 0 else list(reversed(SIDES))
+        runs = {side: run_side(workload, plan, SIDES[side]) for side in order}
+        if runs["combined"].digests != runs["plans"].digests:
+            raise SystemExit(f"{name}: the sides disagree: {runs['combined'].digests} "
+                             f"vs {runs['plans'].digests}")  # fmt: skip
+        for side, run in runs.items():
+            for step, seconds in run.seconds.items():
+                best[side][step] = min(best[side].get(step, seconds), seconds)
+        stats = runs["combined"].stats
+        facts = runs["combined"].digests
+    return {"workload": name, "explicit": len(workload.facts), "best": best, "stats": stats,
+            "facts": facts}  # fmt: skip
+
+
+def print_table(result: dict) -> None:
+    best = result["best"]
+    print(f"\n{result['workload']}: {result['explicit']:,} explicit facts, "
+          f"{result['facts']['materialise'].split(':')[0]} after materialisation; "
+          f"choices {result['stats']}")  # fmt: skip
+    print(f"  {'step':<14} {'combined s':>11} {'plans s':>10} {'plans/combined':>15}")
+    for step in STEPS:
+        combined, plans = best["combined"][step], best["plans"][step]
+        print(f"  {step:<14} {combined:>11.3f} {plans:>10.3f} {plans / combined:>14.1f}x")
+
+
+def print_memory(name: str, quick: bool) -> None:
+    found = {side: footprint(build_for_memory, fact_count, name, quick, side) for side in SIDES}
+    combined, plans = found["combined"], found["plans"]
+    print(f"  memory (materialisation, fresh process): peak traced combined "
+          f"{megabytes(combined.traced_peak)} MB, plans {megabytes(plans.traced_peak)} MB "
+          f"({combined.traced_peak / max(1, plans.traced_peak):.2f}x); kept "
+          f"{megabytes(combined.traced_kept)} vs {megabytes(plans.traced_kept)} MB")  # fmt: skip
+
+
+def seed_spread(count: int, quick: bool) -> None:
+    """Materialise the graph patterns (combined) in fresh processes with other hash seeds."""
+    print(f"\nhash seeds (graph patterns, combined, {count} processes):")
+    outputs = []
+    for seed in range(count):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        argv = [sys.executable, "-m", "simulations.bench.hypertree", "--child-materialise"]
+        argv += ["--quick"] if quick else []
+        result = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+        outputs.append(json.loads(result.stdout))
+        print(f"  PYTHONHASHSEED={seed}: {outputs[-1]['seconds']:.2f} s")
+    same = len({o["plans"] for o in outputs}) == 1
+    times = [o["seconds"] for o in outputs]
+    print(f"  plans and decompositions identical in all: {same}; "
+          f"slowest/fastest {max(times) / min(times):.2f}")  # fmt: skip
+
+
+def child_materialise(quick: bool) -> None:
+    workload = workloads(quick)["graph patterns"]()
+    reasoner = Reasoner()
+    reasoner.add_facts(workload.facts)
+    started = time.perf_counter()
+    reasoner.add_rules(workload.rules)
+    seconds = time.perf_counter() - started
+    plans = sorted(
+        entry.describe() for name in sorted(reasoner.rules) for entry in reasoner.plans(name)
+    )
+    evaluations = [reasoner.evaluation(name) or "" for name in sorted(reasoner.rules)]
+    text = "\n".join(plans + evaluations)
+    text = "\n".join(line.split("; found in")[0] for line in text.splitlines())
+    print(json.dumps({"seconds": seconds, "plans": hashlib.sha1(text.encode()).hexdigest()}))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per side (best kept)")
+    parser.add_argument("--only", nargs="*", default=None, help="workloads to run (names)")
+    parser.add_argument("--seeds", type=int, default=3, help="hash seeds for the spread")
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory figures")
+    parser.add_argument("--child-materialise", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child_materialise:
+        child_materialise(args.quick)
+        return
+    for name, make in workloads(args.quick).items():
+        if args.only and name not in args.only:
+            continue
+        print_table(compare(name, make, args.repeat))
+        if not args.no_memory:
+            print_memory(name, args.quick)
+        sys.stdout.flush()
+    if args.seeds:
+        seed_spread(args.seeds, args.quick)
+
+
+if __name__ == "__main__":
+    main()
