@@ -76,8 +76,11 @@ def check_instance(rule: Rule, fact: tuple, node: Derivation, model) -> None:
     rest = [(i, item) for i, item in enumerate(rule.body) if not isinstance(item, Atom)]
     s = finish(rest, s, model, set(), "explain")
     assert s is not None, f"{node.fact}: the rest of rule {rule} fails"
-    head = ground(rule.head, s)
-    assert all(same(a, b) for a, b in zip(head, fact, strict=True)), f"{head} is not {fact}"
+    heads = [ground(head, s) for head in rule.heads]  # a multi-head rule: one of its heads
+    assert any(
+        len(head) == len(fact) and all(same(a, b) for a, b in zip(head, fact, strict=True))
+        for head in heads
+    ), f"{heads} do not give {fact}"
 
 
 def explain_all(reasoner: Reasoner, most: int = 40) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from . import values
 from .errors import ZodiacError
 from .gcpause import collector_paused
+from .heads import BODY_PREFIX
 from .language import (
     Aggregate,
     Atom,
@@ -528,11 +529,38 @@ def _shortest_path(
     return None
 
 
-def explain_fact(view: MaterialisedView, key: RelationKey, args: tuple[int, ...]) -> Derivation:
+def explain_fact(
+    view: MaterialisedView,
+    key: RelationKey,
+    args: tuple[int, ...],
+    rule_names: dict[str, str] | None = None,
+) -> Derivation:
+    """A derivation tree of a fact; ``rule_names`` (content key -> name) names the rules a
+    multi-head rule was split into (heads.py) after it: a step through its hidden body fact
+    is shown as one step by the rule, from the body's premises."""
     # A tree over a long chain is thousands of objects: without the pause, the collector's
     # passes over the whole materialisation cost more than the search (gcpause.py).
     with collector_paused():
-        return _Explainer(view).prove(key, args)
+        tree = _Explainer(view).prove(key, args)
+        return _without_body_steps(tree, rule_names or {}, {})
+
+
+def _without_body_steps(tree: Derivation, names: dict[str, str], done: dict) -> Derivation:
+    found = done.get(id(tree))
+    if found is not None:
+        return found
+    node = tree
+    owner, _, part = (tree.rule or "").rpartition(".")
+    if (
+        part.startswith("head")
+        and len(tree.premises) == 1
+        and str(tree.premises[0].fact[0]).startswith(BODY_PREFIX)
+    ):
+        body = tree.premises[0]
+        node = Derivation(tree.fact, names.get(owner, owner), body.premises, body.absent)
+    done[id(tree)] = node
+    node.premises = [_without_body_steps(p, names, done) for p in node.premises]
+    return node
 
 
 __all__ = ["Derivation", "explain_fact"]

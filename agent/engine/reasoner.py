@@ -401,7 +401,8 @@ class Reasoner:
         view = self.view()
         if key is None or not view.holds(key, args):
             raise KeyError(f"{fact!r} is not a fact of the materialisation")
-        return explain_fact(view, key, args)
+        names = {key: rule.id for key, rule in self.program.items()}
+        return explain_fact(view, key, args, names)
 
     def plans(self, name: str) -> list:
         """The compiled plans of the rule named ``name`` (label or content key), every variant
