@@ -261,16 +261,22 @@ def required_sets(rule: Rule, variables: set[Variable]) -> list[frozenset[Variab
     for position, item in enumerate(rule.body):
         if not isinstance(item, Negation):
             continue
-        elsewhere: set[Variable] = set(rule.head.variables())
-        for other, body_item in enumerate(rule.body):
-            if other != position:
-                elsewhere |= item_variables(body_item)
-        shared = frozenset(item.atom.variables() & elsewhere)
+        shared = negated_shared_variables(rule, position)
         if not shared <= variables:
             return None
         if len(shared) > 1:
             required.append(shared)
     return required
+
+
+def negated_shared_variables(rule: Rule, position: int) -> frozenset[Variable]:
+    """The variables of the negated atom at ``position`` that occur elsewhere in the rule (its
+    others are existential)."""
+    elsewhere: set[Variable] = set(rule.head.variables())
+    for other, item in enumerate(rule.body):
+        if other != position:
+            elsewhere |= item_variables(item)
+    return frozenset(rule.body[position].atom.variables() & elsewhere)
 
 
 def elimination_orders(

@@ -24,6 +24,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from simulations.bench import peers
+
 
 @dataclass(frozen=True)
 class Workload:
@@ -144,27 +146,12 @@ def graph_patterns(nodes: int = 2_000, edges: int = 20_000, seed: int = 7) -> Wo
 # ------------------------------------------------------------------ university (LUBM-like)
 # LUBM's simple rules (the kind of LUBM L: subclasses, subproperties, domains, ranges,
 # inverses, the transitive suborganisation), over binary facts.
-SUBCLASSES = [
-    ("GraduateStudent", "Student"), ("UndergraduateStudent", "Student"), ("Student", "Person"),
-    ("FullProfessor", "Professor"), ("AssociateProfessor", "Professor"),
-    ("AssistantProfessor", "Professor"), ("Professor", "Faculty"), ("Lecturer", "Faculty"),
-    ("Faculty", "Employee"), ("Employee", "Person"), ("University", "Organization"),
-    ("Department", "Organization"), ("GraduateCourse", "Course"), ("Article", "Publication"),
-]  # fmt: skip
-SUBPROPERTIES = [
-    ("worksFor", "memberOf"), ("headOf", "worksFor"), ("doctoralDegreeFrom", "degreeFrom"),
-    ("undergraduateDegreeFrom", "degreeFrom"), ("advisor", "knows"),
-]  # fmt: skip
-DOMAINS = [
-    ("takesCourse", "Student"), ("teacherOf", "Faculty"), ("memberOf", "Person"),
-    ("advisor", "Student"), ("degreeFrom", "Person"), ("publicationAuthor", "Publication"),
-    ("headOf", "Professor"), ("teachingAssistantOf", "Student"),
-]  # fmt: skip
-RANGES = [
-    ("takesCourse", "Course"), ("teacherOf", "Course"), ("memberOf", "Organization"),
-    ("advisor", "Professor"), ("degreeFrom", "University"), ("publicationAuthor", "Person"),
-    ("subOrganizationOf", "Organization"),
-]  # fmt: skip
+# The schema of simulations.bench.peers' university data, plus the teaching assistants added
+# below.
+SUBCLASSES = peers.SUBCLASSES
+SUBPROPERTIES = peers.SUBPROPERTIES
+DOMAINS = [*peers.DOMAINS, ("teachingAssistantOf", "Student")]
+RANGES = peers.RANGES
 INVERSES = [("degreeFrom", "hasAlumnus"), ("memberOf", "member"), ("advisor", "advises")]
 
 # Sixteen complex (cyclic) rules of the kind the paper adds for LUBM L+C.
@@ -228,12 +215,10 @@ def university_facts(universities: int, seed: int = 3) -> list[tuple]:
     """The university data of ``simulations.bench.peers`` (15 departments per university, with
     faculty, students, courses and articles) as binary facts and class facts, plus a research
     group per department (a suborganisation chain) and teaching assistants."""
-    from simulations.bench.peers import university
-
     rng = random.Random(seed)
     facts: list[tuple] = []
     courses: dict[str, list[str]] = {}
-    for s, p, o in university(universities, seed):
+    for s, p, o in peers.university(universities, seed):
         if p in ("sc", "sp", "dom", "rng"):
             continue  # the schema is in the rules
         if p == "type":

@@ -185,6 +185,17 @@ class Module(ABC):
         return {rule.key}
 
 
+def net_changes(node: NodeState, overdeleted: Facts, added: Facts, strategy: str) -> Maintained:
+    """What DRed did to the IDB: the overdeleted facts that stayed away (and are held by no
+    other store), and the facts added that had not been there before the update."""
+    result = Maintained(strategy=strategy)
+    for key, rows in overdeleted.items():
+        result.remove(key, node.own(key).absent(rows))
+    for key, rows in added.items():
+        result.add(key, rows - overdeleted.get(key, set()))
+    return result
+
+
 def by_subject_of(own: Relation) -> dict:
     """A binary relation's facts by subject, read only: the storage itself when subject-keyed,
     else its subject index (built if it has none)."""

@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 
 from ..changes import Facts
-from ..decomposition import Decomposition
+from ..decomposition import Decomposition, negated_shared_variables
 from ..executor import Executor
 from ..language import Atom, Bind, Comparison, Negation, Rule, Variable, expr_variables
 from ..store import DataStoreBag, Relation, RelationKey
@@ -61,7 +61,7 @@ class DecomposedRule:
                 bodies[0].append(item)  # a ground atom: a filter at the root
                 placed.add(position)
             elif isinstance(item, Negation):
-                needed = self._shared_variables(position)
+                needed = negated_shared_variables(rule, position)
                 home = next(i for i, bag in enumerate(self.bags) if needed <= set(bag))
                 bodies[home].append(item)
                 placed.add(position)
@@ -101,21 +101,6 @@ class DecomposedRule:
             self.edge_columns[(parent, child)] = (parent_columns, child_columns)
         self.seconds = 0.0
 
-    def _shared_variables(self, position: int) -> set[Variable]:
-        """The variables of the negated atom at ``position`` that occur elsewhere in the rule."""
-        elsewhere = set(self.rule.head.variables())
-        for index, item in enumerate(self.rule.body):
-            if index != position:
-                if isinstance(item, Atom):
-                    elsewhere |= item.variables()
-                elif isinstance(item, Negation):
-                    elsewhere |= item.atom.variables()
-                elif isinstance(item, Comparison):
-                    elsewhere |= item.variables()
-                elif isinstance(item, Bind):
-                    elsewhere |= expr_variables(item.expr) | {item.variable}
-        return self.rule.body[position].atom.variables() & elsewhere
-
     @property
     def rule_keys(self) -> set[str]:
         """The content keys of the rules compiled for this one (to forget their plans)."""
@@ -136,9 +121,7 @@ class DecomposedRule:
     ) -> set[tuple]:
         """``Π_p[I, Δ+]``: instantiations using a new fact (or that a fact deleted from a
         negated relation enables), over the current state."""
-        found: set[tuple] = set()
-        deltas.heads_added(executor, self.node_rules[index], view, plus, unblocked, found)
-        return found
+        return deltas.heads_added(executor, self.node_rules[index], view, plus, unblocked)
 
     def in_node_removed(
         self,
@@ -151,10 +134,8 @@ class DecomposedRule:
     ) -> set[tuple]:
         """``Π_p[I, Δ-]``: instantiations of the old state using a deleted fact (or that a
         fact added to a negated relation blocks)."""
-        found: set[tuple] = set()
         rule = self.node_rules[index]
-        deltas.heads_removed(executor, rule, view, old, minus, blocked, found)
-        return found
+        return deltas.heads_removed(executor, rule, view, old, minus, blocked)
 
     # ------------------------------------------------------------------ Add / Del / Red
     def materialise(self, executor: Executor, view: DataStoreBag) -> set[tuple]:

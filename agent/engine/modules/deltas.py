@@ -147,11 +147,17 @@ def _with_fresh_existentials(body: Sequence, position: int) -> Atom:
 
 
 def heads_added(
-    executor: Executor, rule: Rule, view: DataStoreBag, plus: Facts, unblocked: Facts, out: set
-) -> None:
+    executor: Executor,
+    rule: Rule,
+    view: DataStoreBag,
+    plus: Facts,
+    unblocked: Facts,
+    out: set | None = None,
+) -> set:
     """Heads of the instances, over the current state, that use a fact of ``plus`` or that a
     fact of ``unblocked`` (deleted from a negated relation) enables: ``rule`` evaluated once per
-    body position whose relation changed."""
+    body position whose relation changed. Added to ``out`` (a new set by default), returned."""
+    out = set() if out is None else out
     for position, item in enumerate(rule.body):
         if isinstance(item, Atom):
             delta = plus.get(item.relation)
@@ -161,6 +167,7 @@ def heads_added(
             delta = unblocked.get(item.atom.relation)
             if delta:
                 enabled_by_deletion(executor, rule, rule.body, view, position, delta, out)
+    return out
 
 
 def heads_removed(
@@ -170,11 +177,13 @@ def heads_removed(
     old: dict[RelationKey, Relation],
     minus: Facts,
     blocked: Facts,
-    out: set,
+    out: set | None = None,
     tag: str = "",
-) -> None:
+) -> set:
     """Heads of the instances of the old state that use a fact of ``minus`` (deleted) or that
-    a fact of ``blocked`` (added to a negated relation) blocks."""
+    a fact of ``blocked`` (added to a negated relation) blocks; added to ``out`` (a new set by
+    default), returned."""
+    out = set() if out is None else out
     for position, item in enumerate(rule.body):
         if isinstance(item, Atom):
             delta = minus.get(item.relation)
@@ -186,6 +195,22 @@ def heads_removed(
             overdeletion_candidates(
                 executor, rule, rule.body, view, old, position, delta, out, tag=tag
             )
+    return out
+
+
+def removed_rule_heads(
+    executor: Executor,
+    rule: Rule,
+    view: DataStoreBag,
+    old: dict[RelationKey, Relation],
+    out: set | None = None,
+) -> set:
+    """Everything a deleted ``rule`` derived over the old state (``view`` plus the facts of
+    ``old``): what its deletion may take away."""
+    out = set() if out is None else out
+    sources = sources_for(rule.body, view, old)
+    executor.run(rule, view, out, sources=sources, variant=Variant.REMOVED)
+    return out
 
 
 def check(

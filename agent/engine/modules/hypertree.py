@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 from ..changes import Facts, InputChanges
 from ..decomposition import AtomStats, decompose, is_cyclic_rule, seminaive_cost
-from ..executor import Executor, Variant
+from ..executor import Executor
 from ..language import Atom, Rule
 from ..store import DataStoreBag, Relation, RelationKey
 from . import deltas
-from .base import Maintained, Module, NodeState, by_column
+from .base import Maintained, Module, NodeState, by_column, net_changes
 from .decomposed import DecomposedRule
 
 
@@ -55,9 +55,7 @@ class PlannedRule:
     def add(
         self, executor: Executor, view: DataStoreBag, plus: Facts, unblocked: Facts
     ) -> set[tuple]:
-        found: set[tuple] = set()
-        deltas.heads_added(executor, self.rule, view, plus, unblocked, found)
-        return found
+        return deltas.heads_added(executor, self.rule, view, plus, unblocked)
 
     def delete(
         self,
@@ -67,9 +65,7 @@ class PlannedRule:
         minus: Facts,
         blocked: Facts,
     ) -> set[tuple]:
-        found: set[tuple] = set()
-        deltas.heads_removed(executor, self.rule, view, old, minus, blocked, found)
-        return found
+        return deltas.heads_removed(executor, self.rule, view, old, minus, blocked)
 
     def rederive(
         self, executor: Executor, view: DataStoreBag, overdeleted: set[tuple]
@@ -284,12 +280,7 @@ class HypertreeModule(Module):
         for key, rows in node.absorb(inserted, added).items():
             delta.setdefault(key, set()).update(rows)
         self.close(node, executor, delta, added)
-        result = Maintained(strategy="DRed (hypertree)")
-        for key, rows in overdeleted.items():
-            result.remove(key, node.own(key).absent(rows))
-        for key, rows in added.items():
-            result.add(key, rows - overdeleted.get(key, set()))
-        return result
+        return net_changes(node, overdeleted, added, "DRed (hypertree)")
 
     def removed(
         self,
@@ -303,15 +294,7 @@ class HypertreeModule(Module):
         if choice is not None and choice.decomposed is not None:
             executor.forget(choice.decomposed.rule_keys)
             return choice.decomposed.everything(executor, view)
-        found: set[tuple] = set()
-        executor.run(
-            rule,
-            view,
-            found,
-            sources=deltas.sources_for(rule.body, view, old),
-            variant=Variant.REMOVED,
-        )
-        return found
+        return deltas.removed_rule_heads(executor, rule, view, old)
 
     def overdelete(
         self,

@@ -30,11 +30,11 @@ import time
 from collections.abc import Sequence
 
 from ..changes import Facts, InputChanges
-from ..executor import Executor, Variant
+from ..executor import Executor
 from ..language import Atom, Rule
 from ..store import DataStoreBag
 from . import deltas
-from .base import Maintained, Module, NodeState
+from .base import Maintained, Module, NodeState, net_changes
 
 
 class SeminaiveModule(Module):
@@ -97,14 +97,7 @@ class SeminaiveModule(Module):
         candidates = self.diff_removed(node, executor, changes, old_facts)
         for rule in removed_rules:
             out = candidates.setdefault(rule.head.relation, set())
-            view = old_view or node.view
-            executor.run(
-                rule,
-                view,
-                out,
-                sources=deltas.sources_for(rule.body, view, old_facts),
-                variant=Variant.REMOVED,
-            )
+            deltas.removed_rule_heads(executor, rule, old_view or node.view, old_facts, out)
         overdeleted = self.delete(node, executor, candidates, old_facts)
         if overdeleted is None:
             return self.recompute(node, executor, "recompute")
@@ -117,12 +110,7 @@ class SeminaiveModule(Module):
         for key, rows in node.absorb(inserted, added).items():
             delta.setdefault(key, set()).update(rows)
         self.add(node, executor, delta, added)
-        result = Maintained(strategy="DRed^c")
-        for key, rows in overdeleted.items():
-            result.remove(key, node.own(key).absent(rows))
-        for key, rows in added.items():
-            result.add(key, rows - overdeleted.get(key, set()))
-        return result
+        return net_changes(node, overdeleted, added, "DRed^c")
 
     def diff_removed(
         self, node: NodeState, executor: Executor, changes: InputChanges, old_facts: dict
