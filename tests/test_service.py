@@ -205,3 +205,31 @@ def test_state_survives_a_new_agent_on_the_same_file(tmp_path, cloud):
 
 def test_every_agent_command_and_option_has_help_text():
     check_help_texts(build_parser(), {"run", "status", "query", "apply"})
+
+
+def test_bundles_carry_cyclic_multi_head_rules_through_the_agent(tmp_path, cloud):
+    """A signed bundle adds a labelled rule with two heads, a cyclic body and a skolem IRI; a
+    bundle whose multi-head rule is unsafe is refused and changes nothing; the state restarts
+    from SQLite and keeps maintaining the rule."""
+    agent = make_agent(tmp_path, cloud, "decompositions = true")
+    triangle = (
+        "tri: <InTriangle>(A), <triangleId>(A, N) :- <nb>(A, B) and <nb>(B, C) and <nb>(C, A) "
+        'and bind(skolem("triangle", A) as N) .'
+    )
+    edges = [("nb", "a", "b"), ("nb", "b", "c"), ("nb", "c", "a"), ("nb", "c", "d")]
+    bundle = cloud.bundle("base", 1, rules={"tri": triangle}, facts=edges)
+    assert agent.handle_bundle(cloud.sign(bundle)).status == "applied"
+    assert {f[1] for f in agent.reasoner.facts(RDF_TYPE) if f[2] == "InTriangle"} == {"a", "b", "c"}
+    assert len({o for _, _, o in agent.reasoner.facts("triangleId")}) == 3
+
+    unsafe = "bad: <p>(X), <q>(Z) :- <nb>(X, Y) ."
+    refused = agent.handle_bundle(cloud.sign(cloud.bundle("base", 2, rules={"bad": unsafe})))
+    assert refused.status != "applied" and "bad" not in agent.reasoner.rules
+
+    agent.close()
+    agent = make_agent(tmp_path, cloud, "decompositions = true")
+    assert "tri" in agent.reasoner.rules
+    again = cloud.bundle("base", 2, delete_facts=[("nb", "c", "a")])
+    assert agent.handle_bundle(cloud.sign(again)).status == "applied"
+    assert not [f for f in agent.reasoner.facts(RDF_TYPE) if f[2] == "InTriangle"]
+    agent.close()
