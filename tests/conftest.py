@@ -100,13 +100,23 @@ def started_brokers(kind, tmp_path: Path, prefix: str) -> Iterator[Callable[...,
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """The session's one SparkSession (local mode): a JVM and Python workers take seconds to
-    start, so every test that needs Spark shares it. Fails (no skip) without pyspark."""
+    start, so every test that needs Spark shares it. Fails (no skip) without pyspark.
+
+    One shuffle partition and no adaptive query execution: the tests' data is tiny, and every
+    Spark job's fixed cost (a task per partition, re-planning after each stage) is most of
+    their time. The job's own defaults (several partitions) run in the CLI tests and the
+    standalone cluster test."""
     try:
         from cloud.spark.session import local_session, require_pyspark
 
         require_pyspark()
     except ImportError as error:
         pytest.fail(f"the Spark tests cannot run: {error}", pytrace=False)
-    session = local_session("local[2]", app_name="zodiac-cloud-tests", shuffle_partitions=4)
+    session = local_session(
+        "local[2]",
+        app_name="zodiac-cloud-tests",
+        shuffle_partitions=1,
+        extra={"spark.sql.adaptive.enabled": "false"},
+    )
     yield session
     session.stop()

@@ -5,10 +5,10 @@ requires the very same facts, *with the same Python types*: ``5`` and ``5.0`` ar
 plain set comparison would accept an int where the engine gives a float; :func:`typed` does not.
 
 Spark runs in local mode, one SparkSession for the whole pytest session (the ``spark`` fixture
-of ``tests/conftest.py``: ``local[2]``, four shuffle partitions, no UI). Spark jobs cost a fixed
-~0.1 s each, so operator tests put several rules (one head predicate per variant) into one
-program. Without pyspark these tests fail with an install hint: a suite that silently skips the
-cloud job proves nothing about it.
+of ``tests/conftest.py``: ``local[2]``, one shuffle partition, no UI; the CLI tests below run
+the job with its own defaults). Spark jobs cost a fixed ~0.1 s each, so operator tests put
+several rules (one head predicate per variant) into one program. Without pyspark these tests
+fail with an install hint: a suite that silently skips the cloud job proves nothing about it.
 """
 
 from __future__ import annotations
