@@ -43,6 +43,7 @@ from agent.engine.language import (
     Variable,
     expr_variables,
     is_number,
+    map_rule,
 )
 
 Subst = dict[Variable, object]
@@ -277,19 +278,27 @@ def ground(atom: Atom, s: Subst) -> tuple:
     return (atom.predicate, *(s[t] if isinstance(t, Variable) else t.value for t in atom.terms))
 
 
-def stratify(program: Program) -> dict[tuple[str, int], int]:
+def stratify(program: Program, equality: bool = False) -> dict[tuple[str, int], int]:
     """Stratum of every relation: a head is at least as high as what it reads positively and
     strictly higher than what it reads under negation or in an aggregate. Raise ValueError when
-    the numbers keep growing past the number of relations (a cycle through negation)."""
+    the numbers keep growing past the number of relations (a cycle through negation).
+
+    With ``equality``, a rule that sees individuals (``sees_individuals``) also reads
+    owl:sameAs as if under negation: it needs the classes complete."""
     relations = {head.relation for rule in program.rules for head in rule.heads}
     relations |= {rel for rule in program.rules for rel, _ in rule.body_relations()}
+    if equality:
+        relations.add(SAME_AS)
     stratum = dict.fromkeys(relations, 0)
     changed = True
     while changed:
         changed = False
         for rule in program.rules:
+            reads = rule.body_relations()
+            if equality and sees_individuals(rule):
+                reads = [*reads, (SAME_AS, "negative")]
             for head in (h.relation for h in rule.heads):
-                for rel, how in rule.body_relations():
+                for rel, how in reads:
                     need = stratum[rel] + (0 if how == "positive" else 1)
                     if stratum[head] < need:
                         if need > len(relations):
@@ -301,8 +310,11 @@ def stratify(program: Program) -> dict[tuple[str, int], int]:
     return stratum
 
 
-def evaluate(program: Program, facts: Iterable[tuple]) -> ReferenceResult:
-    """Materialise ``program`` over ``facts`` (logical form); see the module docstring."""
+def evaluate(program: Program, facts: Iterable[tuple], equality: bool = False) -> ReferenceResult:
+    """Materialise ``program`` over ``facts`` (logical form); see the module docstring. With
+    ``equality``, owl:sameAs is a congruence (see ``equality_axioms``)."""
+    if equality:
+        return evaluate_with_equality(program, facts)
     heads = [rule.head.relation for rule in program.rules]
     for rule in program.rules:
         if rule.aggregate() and heads.count(rule.head.relation) > 1:
@@ -326,6 +338,120 @@ def evaluate(program: Program, facts: Iterable[tuple]) -> ReferenceResult:
             new = set().union(
                 *(fire(rule, i, by_relation, errors, heads) for i, rule, heads in rules)
             )
+            if new <= known:
+                break
+            known |= new
+    return ReferenceResult(facts=known, errors=len(errors))
+
+
+# --- equality (docs/semantics.md, "Equality") ---------------------------------------------------
+# owl:sameAs axiomatised as plain rules: symmetric, transitive, reflexive on the terms an equality
+# names, and every relation closed under replacing an argument by an equal term. A rule with
+# negation, an aggregate, a comparison or a bind sees individuals: it is evaluated over the
+# facts with every term replaced by its class's smallest value (numbers by value, then
+# booleans, other literals, IRIs), and needs the classes complete (``stratify``).
+
+OWL_SAME_AS = "http://www.w3.org/2002/07/owl#sameAs"
+SAME_AS = (OWL_SAME_AS, 2)
+
+
+def sees_individuals(rule: Rule) -> bool:
+    return any(not isinstance(item, Atom) for item in rule.body)
+
+
+def value_key(value: object) -> tuple:
+    if isinstance(value, bool):
+        return (1, value)
+    if is_number(value):
+        return (0, value)
+    if isinstance(value, str):
+        return (3, value)
+    return (2, value.lexical, value.datatype or "", value.language or "")
+
+
+def equality_axioms(relations: Iterable[tuple[str, int]]) -> list[Rule]:
+    x, y, z = Variable("X"), Variable("Y"), Variable("Z")
+
+    def same(a: Variable, b: Variable) -> Atom:
+        return Atom(OWL_SAME_AS, (a, b))
+
+    axioms = [
+        Rule(same(y, x), (same(x, y),)),
+        Rule(same(x, z), (same(x, y), same(y, z))),
+        Rule(same(x, x), (same(x, y),)),
+    ]
+    for name, arity in sorted(relations):
+        if (name, arity) == SAME_AS:
+            continue
+        variables = tuple(Variable(f"A{i}") for i in range(arity))
+        for position in range(arity):
+            other = Variable("B")
+            replaced = variables[:position] + (other,) + variables[position + 1 :]
+            body = (Atom(name, variables), same(variables[position], other))
+            axioms.append(Rule(Atom(name, replaced), body))
+    return axioms
+
+
+def representatives(facts: set[tuple]) -> dict[object, object]:
+    """Each term named by an equality -> the smallest term of its class."""
+    parent: dict[object, object] = {}
+
+    def find(term: object) -> object:
+        while parent.setdefault(term, term) != term:
+            term = parent[term]
+        return term
+
+    for fact in facts:
+        if fact[0] == OWL_SAME_AS and len(fact) == 3:
+            a, b = find(fact[1]), find(fact[2])
+            if a != b:
+                low, high = sorted((a, b), key=value_key)
+                parent[high] = low
+    return {term: find(term) for term in parent}
+
+
+def canonical_rule(rule: Rule, rep: dict) -> Rule:
+    def canon(term):
+        if isinstance(term, Constant) and term.value in rep:
+            return Constant(rep[term.value])
+        return term
+
+    return map_rule(rule, canon)
+
+
+def evaluate_with_equality(program: Program, facts: Iterable[tuple]) -> ReferenceResult:
+    known = {tuple(fact) for fact in facts}
+    known |= {ground(atom, {}) for atom in program.facts}
+    relations = {(fact[0], len(fact) - 1) for fact in known}
+    relations |= {head.relation for rule in program.rules for head in rule.heads}
+    relations |= {rel for rule in program.rules for rel, _ in rule.body_relations()}
+    rules = [*program.rules, *equality_axioms(relations)]
+    strata = stratify(Program(rules=tuple(rules)), equality=True)
+    errors: set = set()
+    levels = {strata[head.relation] for rule in rules for head in rule.heads}
+    for level in sorted(levels):
+        chosen = [
+            (i, r, [h for h in r.heads if strata[h.relation] == level]) for i, r in enumerate(rules)
+        ]
+        chosen = [(i, r, heads) for i, r, heads in chosen if heads]
+        while True:
+            by_relation: Facts = defaultdict(list)
+            for fact in known:
+                by_relation[(fact[0], len(fact) - 1)].append(fact)
+            quotient: Facts | None = None
+            new: set[tuple] = set()
+            for i, rule, heads in chosen:
+                if sees_individuals(rule):
+                    if quotient is None:
+                        rep = representatives(known)
+                        quotient = defaultdict(list)
+                        for fact in {(f[0], *(rep.get(v, v) for v in f[1:])) for f in known}:
+                            quotient[(fact[0], len(fact) - 1)].append(fact)
+                    canon = canonical_rule(rule, rep)
+                    wanted = [h for h in canon.heads if strata[h.relation] == level]
+                    new |= fire(canon, i, quotient, errors, wanted)
+                else:
+                    new |= fire(rule, i, by_relation, errors, heads)
             if new <= known:
                 break
             known |= new

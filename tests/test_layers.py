@@ -33,6 +33,7 @@ ENGINE_LAYERS: list[set[str]] = [
     {"compiler"},
     {"executor"},
     {"changes", "view"},
+    {"sameas", "equality"},
     {"modules"},
     {"transitions", "estimates", "explain"},
     {"maintenance", "reclaim"},

@@ -40,6 +40,12 @@ class CostPolicy:
     # cyclic rule that has a decomposition (for comparisons and tests), "off" none.
     # ``Reasoner(decompositions=...)`` sets it.
     decompositions: str = "auto"
+    # Equality (equality.py): deleted explicit facts of the equality component, as a share of
+    # its explicit facts, above which the component is rematerialised instead of maintained by
+    # B/F~ (each deleted fact costs B/F~ a backward search and a forward re-proof of what it
+    # touched, about what recomputing costs per fact; the B/F~ paper's Table 1 shows the two
+    # meeting between a tenth and a half of the facts).
+    equality_rematerialise_share: float = 0.25
 
 
 DEFAULT_COSTS = CostPolicy()

@@ -35,6 +35,7 @@ from .budget import NO_GUARD, Budget, BudgetGuard
 from .changes import Journal
 from .costs import DEFAULT_COSTS, CostPolicy
 from .dependency import HyperGraph, build_hyper_graph
+from .equality import EqualityLayer
 from .errors import RuleError, UnknownRuleError
 from .executor import Executor
 from .explain import Derivation, explain_fact
@@ -50,6 +51,8 @@ from .loaders import FactInput, load_facts, load_program
 from .maintenance import UpdateDriver, new_node_state
 from .modules import Module, NodeState
 from .reclaim import RECLAIMER
+from .sameas.component import SAME_AS, mentions_equality
+from .sameas.expansion import ExpandedView
 from .store import DataStore, RelationKey, SavedFacts
 from .terms import TermDictionary
 from .validation import check_rule
@@ -110,6 +113,8 @@ class Reasoner:
         self._last_update: dict = {}
         # The last update's changes store by store, for a persistent copy (agent/persistence).
         self.journal = Journal()
+        # owl:sameAs by rewriting, from the first update that uses it (equality.py).
+        self.equality: EqualityLayer | None = None
 
     @classmethod
     def restore(
@@ -122,12 +127,15 @@ class Reasoner:
         modules: bool = True,
         decompositions: bool | str = True,
         progress: ProgressCallback | None = None,
+        equality: tuple[dict[int, int], dict[RelationKey, set] | None] | None = None,
     ) -> Reasoner:
         """A reasoner from a saved state, without recomputing: ``terms`` in id order (or a
         dictionary to share, see ``__init__``), the rules
         (each named by its ``id``), the explicit facts and, per hyper-node (keyed by its rules'
         content keys), its name and IDB (per relation a set of tuples, or subject -> objects
         for a binary relation, kept as the relation's storage: store.SavedFacts).
+        ``equality``: with owl:sameAs, each merged term's representative and the equality
+        component's facts (None if not saved: the component alone is then recomputed).
 
         The saved hyper-nodes must be exactly those of the rules' HRDG; if they are not (a
         state saved by a different engine version, say), everything is recomputed from the
@@ -140,19 +148,28 @@ class Reasoner:
         else:
             reasoner = cls(modules=modules, decompositions=decompositions, progress=progress)
             reasoner.terms.load(terms)
-        for key, facts in edb.items():
-            reasoner.edb.relation(key).add_all(facts)
         program = by_key(rules)
         for rule in program.values():
             check_rule(rule)
-        graph = build_hyper_graph(list(program.values()))
+        engine_edb, engine_program = edb, program
+        if equality is not None or SAME_AS in edb or mentions_equality(program.values()):
+            layer = reasoner.equality = EqualityLayer(reasoner.terms, reasoner.costs)
+            representatives, component = equality or ({}, None)
+            engine_edb = layer.load(program, edb, representatives, component)
+            engine_program = layer.engine_program(program)
+        graph = build_hyper_graph(list(engine_program.values()))
         if {logical.rule_keys for logical in graph.nodes} != set(nodes):
+            reasoner.equality = None
+            for key, facts in edb.items():
+                reasoner.edb.relation(key).add_all(facts)
             reasoner.update(add_rules=Program(rules=tuple(rules)))
             reasoner.restored = "recomputed (saved hyper-nodes do not match the rules)"
             return reasoner
+        for key, facts in engine_edb.items():
+            reasoner.edb.relation(key).add_all(facts)
         reasoner.graph = graph
         reasoner.rules = {rule.id: rule for rule in rules}
-        reasoner.program = program
+        reasoner.program = engine_program
         for index, logical in enumerate(graph.nodes):
             name, facts = nodes[logical.rule_keys]
             reasoner._node_names[logical.rule_keys] = name
@@ -255,6 +272,79 @@ class Reasoner:
         # The program changes by content: a replaced body is a deleted key and a new one; a
         # second name for a rule already present changes nothing.
         rules = by_key(names.values())
+        given = program.facts if add_facts is None else [*program.facts, *load_facts(add_facts)]
+        additions, addition_count = self.terms.encode_facts(given)
+        deletions = [] if delete_facts is None else self._lookup_facts(load_facts(delete_facts))
+        layer = self._equality_for(rules, additions)
+        if layer is not None:  # owl:sameAs: the engine runs a normalised program (equality.py)
+            known = {rule.key for rule in self.rules.values()}
+            for rule in rules.values():
+                if rule.key not in known:
+                    check_rule(rule)
+            layer.check(rules.values())
+            saved = layer.snapshot()
+        try:
+            if layer is not None:
+                plan = layer.plan(rules, additions, _by_key(deletions), self.edb)
+                target, edb_added, edb_removed = plan.program, plan.add, plan.remove
+            else:
+                target, edb_added, edb_removed = rules, additions, _by_key(deletions)
+            driven = self._run(target, edb_added, edb_removed, guard)
+        except BaseException:
+            if layer is not None:
+                layer.restore(saved)
+            raise
+        added, removed = driven.pop("edb_counts")
+        if layer is not None:
+            self.equality = layer
+            added, removed = plan.facts_added, plan.facts_deleted
+            driven["equality"] = {"maintenance": layer.maintenance, "clashes": layer.clashes()}
+        self.rules = names
+        report = {
+            "operation": _describe_operation(added_names, deleted_names, added, removed),
+            "rules_added": added_names,
+            "rules_deleted": sorted(deleted_names),
+            "facts_added": added,
+            "facts_deleted": removed,
+            "facts_ignored": addition_count - added + len(deletions) - removed,
+            **driven,
+            "seconds": time.perf_counter() - started,
+        }
+        report.setdefault("plan", [])
+        report.setdefault("directly_impacted", [])
+        self._last_update = report
+        return report
+
+    def _equality_for(
+        self, rules: dict[str, Rule], additions: dict[RelationKey, list]
+    ) -> EqualityLayer | None:
+        """The equality layer this update runs through: the reasoner's, or a new one when the
+        update brings the first ``owl:sameAs`` (in a rule or a fact), or the explicit facts
+        hold one (a saved state recomputed, see ``restore``)."""
+        if self.equality is not None:
+            return self.equality
+        held = self.edb.get(SAME_AS)
+        if (
+            SAME_AS in additions
+            or held is not None
+            and len(held)
+            or mentions_equality(rules.values())
+        ):
+            layer = EqualityLayer(self.terms, self.costs)
+            layer.adopt(self.edb)
+            return layer
+        return None
+
+    def _run(
+        self,
+        rules: dict[str, Rule],
+        edb_added: dict[RelationKey, list],
+        edb_removed: dict[RelationKey, list],
+        guard: BudgetGuard,
+    ) -> dict:
+        """The engine's part of an update: ``rules`` is its whole program by content key,
+        the other two the changes to its explicit facts. Returns the driver's report, with
+        ``edb_counts``: how many explicit facts the engine added and removed."""
         deleted_keys = {key for key in self.program if key not in rules}
         new_rules = [rule for key, rule in rules.items() if key not in self.program]
         structural = bool(deleted_keys or new_rules)
@@ -264,10 +354,6 @@ class Reasoner:
             graph = build_hyper_graph(list(rules.values()))
         else:
             graph = self.graph
-        given = program.facts if add_facts is None else [*program.facts, *load_facts(add_facts)]
-        additions, addition_count = self.terms.encode_facts(given)
-        deletions = [] if delete_facts is None else self._lookup_facts(load_facts(delete_facts))
-
         driver = UpdateDriver(
             self.edb,
             self.executor,
@@ -278,7 +364,7 @@ class Reasoner:
             self.use_modules,
             self.costs,
         )
-        added, removed = driver.apply_edb(additions, _by_key(deletions))
+        added, removed = driver.apply_edb(edb_added, edb_removed)
         # The previous journal (and the facts it removed) and dropped hyper-nodes are freed
         # off this update's path (see reclaim.py).
         RECLAIMER.discard(self.journal)
@@ -303,21 +389,7 @@ class Reasoner:
             if deleted_keys:
                 self.executor.forget(deleted_keys)
             self.journal = driver.journal()
-        self.rules = names
-        report = {
-            "operation": _describe_operation(added_names, deleted_names, added, removed),
-            "rules_added": added_names,
-            "rules_deleted": sorted(deleted_names),
-            "facts_added": added,
-            "facts_deleted": removed,
-            "facts_ignored": addition_count - added + len(deletions) - removed,
-            **{k: v for k, v in driver.report.items()},
-            "seconds": time.perf_counter() - started,
-        }
-        report.setdefault("plan", [])
-        report.setdefault("directly_impacted", [])
-        self._last_update = report
-        return report
+        return {**driver.report, "edb_counts": (added, removed)}
 
     def resolve_rule_names(self, wanted: Iterable[str]) -> set[str]:
         """The names of the rules to delete, from names, content keys or rule texts (a text
@@ -351,8 +423,9 @@ class Reasoner:
 
     # ------------------------------------------------------------------ reading
     def view(self) -> MaterialisedView:
-        """A read-only view of the materialisation (what every reader below uses)."""
-        return MaterialisedView(
+        """A read-only view of the materialisation (what every reader below uses). With
+        owl:sameAs it reads the expanded model (sameas/expansion.py)."""
+        view = MaterialisedView(
             self.terms,
             self.edb,
             [
@@ -366,6 +439,9 @@ class Reasoner:
                 for node in self.nodes
             ],
         )
+        if self.equality is None:
+            return view
+        return ExpandedView(view, self.equality.classes, self.equality.explicit_facts)
 
     def facts(self, predicate: str | None = None) -> Iterator[tuple]:
         """Every fact (explicit and derived) as ``(predicate, *arguments)`` of Python values;
@@ -446,7 +522,9 @@ class Reasoner:
         }
         return {
             "facts": sum(per_predicate.values()),
-            "explicit_facts": self.edb.size(),
+            "explicit_facts": (
+                self.equality.explicit_count() if self.equality is not None else self.edb.size()
+            ),
             "rules": len(self.rules),
             "predicates": dict(sorted(per_predicate.items())),
             "hyper_nodes": [
@@ -463,6 +541,7 @@ class Reasoner:
             "runtime_errors": self.executor.error_count,
             "last_update": dict(self._last_update),
             "terms": len(self.terms),
+            **({"equality": self.equality.stats()} if self.equality is not None else {}),
             **({"restored": self.restored} if self.restored else {}),
         }
 

@@ -148,22 +148,36 @@ class MaterialisedView:
     def query(self, atom: Atom) -> list[dict[str, Value]]:
         """Answers of one atom pattern: one dict per distinct match, variable name -> value
         (anonymous ``_`` variables left out)."""
+        wanted = self.wanted(atom)
+        if wanted is None:
+            return []
+        if len(wanted) == 2 and wanted[0] is not None:  # a subject given: read its objects
+            rows: Iterable[tuple[int, ...]] = self.of_subject(atom.relation, wanted[0])
+        else:
+            rows = self.scan(atom.relation)
+        return self.answers(atom, wanted, rows)
+
+    def wanted(self, atom: Atom) -> list[int | None] | None:
+        """The term id of each constant of ``atom`` (None for a variable); None when a
+        constant is no term at all (no fact can match)."""
         wanted: list[int | None] = []
         for term in atom.terms:
             if isinstance(term, Constant):
                 found = self.terms.lookup(term.value)
                 if found is None:
-                    return []
+                    return None
                 wanted.append(found)
             else:
                 wanted.append(None)
+        return wanted
+
+    def answers(
+        self, atom: Atom, wanted: list[int | None], rows: Iterable[tuple[int, ...]]
+    ) -> list[dict[str, Value]]:
+        """The distinct bindings of ``atom``'s variables by the ``rows`` that match it."""
         answers: list[dict[str, Value]] = []
         seen: set[tuple] = set()
         decode = self.terms.values
-        if len(wanted) == 2 and wanted[0] is not None:  # a subject given: read its objects
-            rows: Iterable[tuple[int, ...]] = self.of_subject(atom.relation, wanted[0])
-        else:
-            rows = self.scan(atom.relation)
         for args in rows:
             binding: dict[Variable, int] = {}
             ok = True

@@ -1,0 +1,261 @@
+"""Deletion from the rewritten equality component by B/F~ (Motik, Nenov, Piro, Horrocks:
+"Combining Rewriting and Incremental Materialisation Maintenance for Datalog Programs with
+Equality", IJCAI 2015, Algorithms 1-7; line numbers below are the paper's).
+
+Deleting facts may retract equalities, and a retracted equality may *add* facts to the store:
+a class that splits needs its facts back under each new representative. B/F~ marks the
+consequences of the deleted facts as doubtful (D), checks each doubtful fact's provability by
+backward chaining over the store (checkProvability) while forward chaining proves what the
+remaining explicit facts still give within the checked part (saturate, with its own classes
+gamma: rewrite), and applies the changes at the end (propagateChanges).
+
+One departure from the paper, by our semantics (docs/semantics.md): a term equals itself only
+when an equality names it (``x = x`` follows from ``x = y``), not whenever a fact mentions it
+(the paper's rules (=4)). In the store every equality is a class fact ``c = c`` of a
+representative, so the paper's handling of (=4) reduces to nothing: line 12 adds ``c = c`` to D
+when it is already there, lines 25-28 would check ``c = c`` itself, lines 37-39 are covered by
+line 40 (the explicit equalities naming a member of ``c``'s class are exactly those ``c = c``
+represents), and line 47 proves the fact being processed. The rest is the paper's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from itertools import product
+
+from .classes import Classes
+from .component import SAME_AS
+from .facts import Fact, FactIndex, consequences, represented, solve, whole_body
+from .rewriting import EqualityComponent
+
+
+class BackwardForward:
+    """One run of B/F~ over ``component`` (its store, classes and explicit facts)."""
+
+    def __init__(self, component: EqualityComponent) -> None:
+        self.component = component
+        self.pi = component.classes
+        self.store = component.store
+        self.gamma = Classes(self.pi.order)  # line 2: identity
+        self.gamma_rules = list(component.rules)  # line 2: Gamma := Pi
+        self.checked: list[Fact] = []  # C, in order of addition
+        self.checked_set: set[Fact] = set()
+        self.doubtful: list[Fact] = []  # D
+        self.doubtful_set: set[Fact] = set()
+        self.proved: list[Fact] = []  # P
+        self.proved_set: set[Fact] = set()
+        self.proved_by_term: dict[int, set[Fact]] = {}
+        self.outdated: set[Fact] = set()  # P-hat
+        self.delayed = FactIndex()  # Y
+        self.processed = FactIndex()  # V
+        self.done: set[Fact] = set()  # O
+        self.disproved: set[Fact] = set()  # S
+        self._next_checked = 0  # saturate's position in C
+        self._next_proved = 0  # saturate's position in P
+        self._next_disproof = 0  # line 7's position in C
+        self.steps = 0  # facts made doubtful, checked or proved (the paper's D count)
+
+    # ------------------------------------------------------------------ sets
+    def _add_doubtful(self, fact: Fact) -> None:
+        if fact not in self.doubtful_set:
+            self.doubtful_set.add(fact)
+            self.doubtful.append(fact)
+            self.steps += 1
+
+    def _add_checked(self, fact: Fact) -> bool:
+        if fact in self.checked_set:
+            return False
+        self.checked_set.add(fact)
+        self.checked.append(fact)
+        self.steps += 1
+        return True
+
+    def _add_proved(self, fact: Fact) -> None:
+        if fact not in self.proved_set:
+            self.proved_set.add(fact)
+            self.proved.append(fact)
+            for term in fact[1]:
+                self.proved_by_term.setdefault(term, set()).add(fact)
+
+    def _up_to_date(self, fact: Fact) -> bool:
+        """In P minus P-hat."""
+        return fact in self.proved_set and fact not in self.outdated
+
+    def _gamma(self, fact: Fact) -> Fact:
+        return (fact[0], self.gamma.normal(fact[1]))
+
+    def _image_counts(self, fact: Fact) -> tuple[int, int]:
+        """How many of gamma(F^pi), the facts ``fact`` stands for in gamma's normal form, are
+        in P minus P-hat, and how many there are. Small products are enumerated; a large one
+        (a fact of a big class) is counted from the proved facts naming its first term."""
+        relation, args = fact
+        find = self.gamma.find
+        options = [{find(member) for member in self.pi.class_of(term)} for term in args]
+        total = 1
+        for option in options:
+            total *= len(option)
+        if total <= 64:
+            found = sum(
+                1 for combination in product(*options) if self._up_to_date((relation, combination))
+            )
+            return found, total
+        found = 0
+        for first in options[0]:
+            for candidate in self.proved_by_term.get(first, ()):
+                found_relation, found_args = candidate
+                if (
+                    found_relation == relation
+                    and found_args[0] == first
+                    and candidate not in self.outdated
+                    and all(found_args[i] in options[i] for i in range(1, len(args)))
+                ):
+                    found += 1
+        return found, total
+
+    def all_proved(self, fact: Fact) -> bool:
+        if fact in self.disproved:
+            return False
+        found, total = self._image_counts(fact)
+        return found == total
+
+    def all_disproved(self, fact: Fact) -> bool:
+        return self._image_counts(fact)[0] == 0
+
+    # ------------------------------------------------------------------ Algorithm 1
+    def run(self, deletions: list[Fact]) -> None:
+        """Delete the explicit facts ``deletions`` (as given, not normalised)."""
+        explicit, index = self.component.explicit, self.component.index
+        for fact in deletions:  # lines 3-4
+            if explicit.discard(fact):
+                self._add_doubtful(self.component.normal(fact))
+        position = 0
+        while position < len(self.doubtful):  # line 5
+            fact = self.doubtful[position]
+            position += 1
+            self.check_provability(fact)  # line 6
+            while self._next_disproof < len(self.checked):  # line 7
+                candidate = self.checked[self._next_disproof]
+                self._next_disproof += 1
+                if self.all_disproved(candidate):
+                    self.disproved.add(candidate)
+            if self.all_proved(fact):  # line 8
+                continue
+            relation, args = fact
+            if relation == SAME_AS and self.pi.size(args[0]) > 1:  # lines 9-11
+                for other in list(self.store.with_term(args[0])):
+                    if other not in self.done:
+                        self._add_doubtful(other)
+            rules = self.component.normal_rules  # lines 13-15
+            for head in consequences(index, rules, fact, self.store, self.done):
+                self._add_doubtful(head)
+            self.done.add(fact)  # line 16
+        self.propagate_changes()  # line 17
+
+    # ------------------------------------------------------------------ Algorithm 2
+    def propagate_changes(self) -> None:
+        component = self.component
+        changed: set[int] = set()
+        for relation, args in self.checked:  # lines 18-19
+            if relation == SAME_AS and args[0] == args[1]:
+                changed |= self.pi.regroup(args[0], self.gamma.find)
+        for fact in self.doubtful:  # line 20
+            if not self._up_to_date(fact) and self.store.discard(fact):
+                component.note_removed(fact)
+        for fact in self.proved:  # line 21
+            if fact not in self.outdated:
+                normal = component.normal(fact)
+                if self.store.add(normal):
+                    component.note_added(normal)
+        component.changed_terms |= changed
+        component.renormalise_rules(changed)
+
+    # ------------------------------------------------------------------ Algorithm 4
+    def check_provability(self, root: Fact) -> None:
+        """Lines 22-35, with an explicit stack instead of recursion (proofs can be long)."""
+        if not self._add_checked(root):  # line 22
+            return
+        stack = [self._check(root)]
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                stack.pop()
+            elif self._add_checked(child):
+                stack.append(self._check(child))
+
+    def _check(self, fact: Fact) -> Iterator[Fact]:
+        """The body of checkProvability(fact) after line 22: yields each fact whose
+        provability it checks recursively, and stops once every fact ``fact`` stands for is
+        proved."""
+        self.saturate()  # line 23
+        if self.all_proved(fact):  # line 24
+            return
+        relation, args = fact
+        for term in dict.fromkeys(args):  # lines 29-31
+            reflexive = (SAME_AS, (term, term))
+            if reflexive not in self.disproved and self.pi.size(term) > 1:
+                yield reflexive
+                if self.all_proved(fact):
+                    return
+        rules, index = self.component.normal_rules, self.component.index
+        for rule, sigma in index.match_head(rules, fact):  # lines 32-35
+            for tau in solve(
+                whole_body(rule), self.store, sigma, lambda p, f: f not in self.disproved
+            ):
+                for atom in rule.body:
+                    yield atom.ground(tau)
+                    if self.all_proved(fact):
+                        return
+
+    # ------------------------------------------------------------------ Algorithm 5
+    def saturate(self) -> None:
+        explicit = self.component.explicit
+        pi = self.pi
+        while self._next_checked < len(self.checked) or self._next_proved < len(self.proved):
+            while self._next_checked < len(self.checked):  # lines 36-40
+                fact = self.checked[self._next_checked]
+                self._next_checked += 1
+                for source in (explicit, self.delayed):
+                    for given in represented(source, fact, pi.find, pi.class_of):
+                        self._add_proved(self._gamma(given))
+            while self._next_proved < len(self.proved):  # line 41
+                fact = self.proved[self._next_proved]
+                self._next_proved += 1
+                if fact in self.outdated or fact in self.processed:  # line 42
+                    continue
+                self.processed.add(fact)
+                self.steps += 1
+                normal = self._gamma(fact)  # line 43
+                if normal != fact:  # line 44
+                    self.outdated.add(fact)
+                    self._add_proved(normal)
+                elif fact[0] == SAME_AS and fact[1][0] != fact[1][1]:  # line 45
+                    self.rewrite(fact[1][0], fact[1][1])
+                else:  # lines 48-50 (47: see the module docstring)
+                    index, rules = self.component.index, self.gamma_rules
+                    for head in consequences(index, rules, normal, self.processed, self.outdated):
+                        self.prove(head)
+
+    # ------------------------------------------------------------------ Algorithm 6
+    def rewrite(self, a: int, b: int) -> None:
+        kept, gone = self.gamma.merge(a, b)  # lines 51-52
+        for fact in list(self.proved_by_term.get(gone, ())):  # lines 53-54
+            if fact not in self.outdated:
+                self.outdated.add(fact)
+                self._add_proved(self._gamma(fact))
+        for number, rule in enumerate(self.gamma_rules):  # lines 55-58
+            normal = rule.mapped(self.gamma.find)
+            if normal == rule:
+                continue
+            self.gamma_rules[number] = normal
+            for tau in solve(
+                whole_body(normal), self.processed, {}, lambda p, f: f not in self.outdated
+            ):
+                for head in normal.heads:
+                    self.prove(head.ground(tau))
+
+    # ------------------------------------------------------------------ Algorithm 7
+    def prove(self, fact: Fact) -> None:
+        if self.component.normal(fact) in self.checked_set:  # line 59
+            self._add_proved(fact)
+        else:
+            self.delayed.add(fact)

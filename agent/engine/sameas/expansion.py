@@ -1,0 +1,99 @@
+"""The expanded model: what readers see when the materialisation is kept in normal form.
+
+The stores hold each fact once, with every term its class's representative. A reader gets
+every fact for every combination of the names of its terms' classes, and ``owl:sameAs``
+between every two names of a class (the class fact ``c = c`` of a representative stands for
+all of them), exactly what equality axiomatised as rules would have derived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from itertools import product
+
+from ..language import Atom, Value
+from ..store import RelationKey
+from ..view import MaterialisedView
+from .classes import Classes
+from .facts import Fact
+
+
+class ExpandedView(MaterialisedView):
+    """A ``MaterialisedView`` whose readers see the expanded model (see the module docstring).
+    ``nodes`` and ``edb`` stay the stores as they are (normal form), for persistence and the
+    update machinery; ``explicit_given`` is the explicit facts as given."""
+
+    def __init__(self, base: MaterialisedView, classes: Classes, explicit_given) -> None:
+        super().__init__(base.terms, base.edb, base.nodes)
+        self.classes = classes
+        self.explicit_given = explicit_given  # () -> iterable of (key, args) as given
+
+    def expand(self, args: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
+        class_of = self.classes.class_of
+        if not self.classes.rep or all(len(class_of(a)) == 1 for a in args):
+            yield args
+            return
+        yield from product(*(class_of(a) for a in args))
+
+    def scan(self, key: RelationKey) -> Iterable[tuple[int, ...]]:
+        base = super().scan(key)
+        if not self.classes.rep:
+            return base
+        return (expanded for args in base for expanded in self.expand(args))
+
+    def visible(self, key: RelationKey) -> set[tuple[int, ...]]:
+        return set(self.scan(key))
+
+    def of_subject(self, key: RelationKey, subject: int) -> set[tuple[int, int]]:
+        rep = self.classes.find(subject)
+        found: set[tuple[int, int]] = set()
+        for _, obj in super().of_subject(key, rep):
+            for name in self.classes.class_of(obj):
+                found.add((subject, name))
+        return found
+
+    def size(self, key: RelationKey) -> int:
+        if not self.classes.rep:
+            return super().size(key)
+        size = self.classes.size
+        total = 0
+        for args in super().scan(key):
+            count = 1
+            for term in args:
+                count *= size(term)
+            total += count
+        return total
+
+    def holds(self, key: RelationKey, args: tuple[int, ...]) -> bool:
+        return super().holds(key, self.classes.normal(args))
+
+    def explicit(self, key: RelationKey, args: tuple[int, ...]) -> bool:
+        return any(fact == (key, args) for fact in self._given(key))
+
+    def _given(self, key: RelationKey) -> Iterator[Fact]:
+        return (fact for fact in self.explicit_given() if fact[0] == key)
+
+    def edb_facts(self) -> Iterator[tuple]:
+        for key, args in sorted(self.explicit_given()):
+            yield self.external(key, args)
+
+    def query(self, atom: Atom) -> list[dict[str, Value]]:
+        """Answers of one atom pattern over the expanded model: a constant matches the facts
+        of its class, and is answered with its own name."""
+        wanted = self.wanted(atom)
+        if wanted is None:
+            return []
+        return self.answers(atom, wanted, self._expanded_rows(atom.relation, wanted))
+
+    def _expanded_rows(
+        self, key: RelationKey, wanted: list[int | None]
+    ) -> Iterator[tuple[int, ...]]:
+        """The expanded facts of ``key`` whose constants are the ``wanted`` names."""
+        find, class_of = self.classes.find, self.classes.class_of
+        reps = [None if w is None else find(w) for w in wanted]
+        for args in super().scan(key):
+            if any(r is not None and r != a for r, a in zip(reps, args, strict=True)):
+                continue
+            yield from product(
+                *((w,) if w is not None else class_of(a) for w, a in zip(wanted, args, strict=True))
+            )

@@ -1,0 +1,278 @@
+"""An indexed set of facts and the join of a rule body over it, for the equality component.
+
+The equality component's rules are positive atoms only (``component.py``), and it is evaluated
+fact by fact (B/F~ checks, proves and retracts single facts), so a small interpreter over
+indexes is the right tool here; the engine's compiled plans evaluate every other rule. A
+fact is ``(relation, args)`` with args term ids; a rule is a ``PatternRule`` whose atoms hold
+term ids for constants and ``Variable`` objects for variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from ..language import Atom, Constant, RelationKey, Rule, Variable
+from ..terms import TermDictionary
+
+Fact = tuple[RelationKey, tuple[int, ...]]
+Term = int | Variable
+Subst = dict[Variable, int]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    relation: RelationKey
+    terms: tuple[Term, ...]
+
+    def ground(self, sigma: Subst) -> Fact:
+        return (
+            self.relation,
+            tuple(sigma[t] if isinstance(t, Variable) else t for t in self.terms),
+        )
+
+    def unify(self, args: tuple[int, ...], sigma: Subst) -> Subst | None:
+        """``sigma`` extended so that this pattern becomes ``args``, or None."""
+        out = dict(sigma)
+        for term, value in zip(self.terms, args, strict=True):
+            if isinstance(term, Variable):
+                bound = out.setdefault(term, value)
+                if bound != value:
+                    return None
+            elif term != value:
+                return None
+        return out
+
+    def mapped(self, find: Callable[[int], int]) -> Pattern:
+        return Pattern(
+            self.relation, tuple(t if isinstance(t, Variable) else find(t) for t in self.terms)
+        )
+
+
+@dataclass(frozen=True)
+class PatternRule:
+    """A rule of the equality component over term ids; ``source`` is the user's rule."""
+
+    heads: tuple[Pattern, ...]
+    body: tuple[Pattern, ...]
+    source: Rule
+
+    @classmethod
+    def encode(cls, rule: Rule, terms: TermDictionary) -> PatternRule:
+        def pattern(atom: Atom) -> Pattern:
+            return Pattern(
+                atom.relation,
+                tuple(terms.encode(t.value) if isinstance(t, Constant) else t for t in atom.terms),
+            )
+
+        body = tuple(pattern(item) for item in rule.body if isinstance(item, Atom))
+        return cls(tuple(pattern(head) for head in rule.heads), body, rule)
+
+    def constants(self) -> set[int]:
+        return {
+            t
+            for atom in (*self.heads, *self.body)
+            for t in atom.terms
+            if not isinstance(t, Variable)
+        }
+
+    def mapped(self, find: Callable[[int], int]) -> PatternRule:
+        return PatternRule(
+            tuple(h.mapped(find) for h in self.heads),
+            tuple(b.mapped(find) for b in self.body),
+            self.source,
+        )
+
+
+class FactIndex:
+    """A set of facts with an index per term and, unless ``positions=False`` (a set that is
+    never joined), per (relation, position, term)."""
+
+    __slots__ = ("by_relation", "by_position", "by_term", "positions")
+
+    def __init__(self, *, positions: bool = True) -> None:
+        self.positions = positions
+        self.by_relation: dict[RelationKey, set[tuple[int, ...]]] = {}
+        self.by_position: dict[tuple[RelationKey, int, int], set[tuple[int, ...]]] = {}
+        self.by_term: dict[int, set[Fact]] = {}
+
+    def copy(self) -> FactIndex:
+        other = FactIndex(positions=self.positions)
+        other.by_relation = {key: set(rows) for key, rows in self.by_relation.items()}
+        other.by_position = {key: set(rows) for key, rows in self.by_position.items()}
+        other.by_term = {key: set(facts) for key, facts in self.by_term.items()}
+        return other
+
+    def __contains__(self, fact: Fact) -> bool:
+        found = self.by_relation.get(fact[0])
+        return found is not None and fact[1] in found
+
+    def __len__(self) -> int:
+        return sum(len(facts) for facts in self.by_relation.values())
+
+    def __iter__(self) -> Iterator[Fact]:
+        for relation, facts in self.by_relation.items():
+            for args in facts:
+                yield (relation, args)
+
+    def add(self, fact: Fact) -> bool:
+        relation, args = fact
+        facts = self.by_relation.setdefault(relation, set())
+        if args in facts:
+            return False
+        facts.add(args)
+        for position, term in enumerate(args):
+            if self.positions:
+                self.by_position.setdefault((relation, position, term), set()).add(args)
+            self.by_term.setdefault(term, set()).add(fact)
+        return True
+
+    def discard(self, fact: Fact) -> bool:
+        relation, args = fact
+        facts = self.by_relation.get(relation)
+        if facts is None or args not in facts:
+            return False
+        facts.discard(args)
+        for position, term in enumerate(args):
+            if self.positions:
+                bucket = self.by_position[(relation, position, term)]
+                bucket.discard(args)
+                if not bucket:
+                    del self.by_position[(relation, position, term)]
+            holders = self.by_term.get(term)
+            if holders is not None:
+                holders.discard(fact)
+                if not holders:
+                    del self.by_term[term]
+        return True
+
+    def with_term(self, term: int) -> set[Fact]:
+        return self.by_term.get(term, set())
+
+    def candidates(self, relation: RelationKey, bound: tuple[int | None, ...]) -> Iterable:
+        """The args of ``relation`` that may match ``bound`` (None: any term): the smallest
+        index bucket of a bound position (the caller unifies)."""
+        best: set | None = None
+        for position, term in enumerate(bound):
+            if term is None:
+                continue
+            bucket = self.by_position.get((relation, position, term))
+            if bucket is None:
+                return ()
+            if best is None or len(bucket) < len(best):
+                best = bucket
+        if best is None:
+            return self.by_relation.get(relation, ())
+        return best
+
+
+def solve(
+    atoms: Sequence[tuple[int, Pattern]],
+    store: FactIndex,
+    sigma: Subst,
+    accept: Callable[[int, Fact], bool] | None = None,
+) -> Iterator[Subst]:
+    """Every extension of ``sigma`` matching all ``atoms`` (``(position in the rule body,
+    atom)``) in ``store``, each atom's fact also passing ``accept(position, fact)`` when given.
+    Atoms are joined most-bound first."""
+    if not atoms:
+        yield sigma
+        return
+    best = max(
+        range(len(atoms)),
+        key=lambda i: sum(
+            1 for t in atoms[i][1].terms if not isinstance(t, Variable) or t in sigma
+        ),
+    )
+    position, atom = atoms[best]
+    rest = atoms[:best] + atoms[best + 1 :]
+    bound = tuple((sigma.get(t) if isinstance(t, Variable) else t) for t in atom.terms)
+    for args in list(store.candidates(atom.relation, bound)):
+        extended = atom.unify(args, sigma)
+        if extended is None:
+            continue
+        if accept is not None and not accept(position, (atom.relation, args)):
+            continue
+        yield from solve(rest, store, extended, accept)
+
+
+def consequences(
+    index: RuleIndex,
+    rules: Sequence[PatternRule],
+    fact: Fact,
+    store: FactIndex,
+    excluded: Container[Fact] = (),
+) -> Iterator[Fact]:
+    """Every head fact of a rule instance that uses ``fact`` and otherwise facts of ``store``
+    not in ``excluded``: the paper's ``matchBody(F)`` and ``[store - excluded].eval(Q, {F},
+    sigma)``, whose annotation keeps the atoms before ``fact``'s position from matching
+    ``fact`` again (an instance using ``fact`` twice is found once)."""
+    for rule, at, sigma in index.match_body(rules, fact):
+        for tau in solve(
+            body_except(rule, at),
+            store,
+            sigma,
+            lambda p, found, at=at: found not in excluded and (p > at or found != fact),
+        ):
+            for head in rule.heads:
+                yield head.ground(tau)
+
+
+def body_except(rule: PatternRule, position: int) -> list[tuple[int, Pattern]]:
+    """The body atoms of ``rule`` but the one at ``position``, with their positions."""
+    return [(i, atom) for i, atom in enumerate(rule.body) if i != position]
+
+
+def whole_body(rule: PatternRule) -> list[tuple[int, Pattern]]:
+    return list(enumerate(rule.body))
+
+
+class RuleIndex:
+    """Where a relation occurs in a list of rules (their body and head atoms), by relation.
+    The list may be replaced rule by rule with rules of the same shape (renormalised
+    constants): positions stay valid."""
+
+    def __init__(self, rules: Sequence[PatternRule]) -> None:
+        self.body: dict[RelationKey, list[tuple[int, int]]] = {}
+        self.head: dict[RelationKey, list[tuple[int, int]]] = {}
+        for number, rule in enumerate(rules):
+            for position, atom in enumerate(rule.body):
+                self.body.setdefault(atom.relation, []).append((number, position))
+            for position, atom in enumerate(rule.heads):
+                self.head.setdefault(atom.relation, []).append((number, position))
+
+    def match_body(
+        self, rules: Sequence[PatternRule], fact: Fact
+    ) -> Iterator[tuple[PatternRule, int, Subst]]:
+        """The paper's matchBody: each rule and body position ``fact`` matches, with the
+        substitution."""
+        for number, position in self.body.get(fact[0], ()):
+            rule = rules[number]
+            sigma = rule.body[position].unify(fact[1], {})
+            if sigma is not None:
+                yield rule, position, sigma
+
+    def match_head(
+        self, rules: Sequence[PatternRule], fact: Fact
+    ) -> Iterator[tuple[PatternRule, Subst]]:
+        """The paper's matchHead: each rule with a head atom ``fact`` matches."""
+        for number, position in self.head.get(fact[0], ()):
+            rule = rules[number]
+            sigma = rule.heads[position].unify(fact[1], {})
+            if sigma is not None:
+                yield rule, sigma
+
+
+def represented(index: FactIndex, fact: Fact, find: Callable[[int], int], members) -> list[Fact]:
+    """The facts of ``index`` whose normal form (under ``find``) is ``fact``: those of the
+    first position's class members, filtered (the paper's ``F^pi & E``)."""
+    relation, args = fact
+    if not args:
+        return [fact] if fact in index else []
+    found = []
+    rest = (None,) * (len(args) - 1)
+    for member in members(args[0]):
+        for candidate in index.candidates(relation, (member, *rest)):
+            if tuple(find(a) for a in candidate) == args:
+                found.append((relation, candidate))
+    return found

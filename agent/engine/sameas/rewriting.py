@@ -1,0 +1,129 @@
+"""The equality component materialised with rewriting (Motik et al., AAAI 2015), and kept up
+to date under insertions by carrying on from where the materialisation stopped.
+
+Facts are stored in normal form only (every term its class's representative): a class of k
+equal names holding a fact costs one fact, not k^2 copies and k^3 derivations. An equality
+between two representatives merges their classes: every stored fact naming the one that is no
+longer a representative leaves the store and comes back in normal form, and every rule whose
+constants changed is normalised again and evaluated anew.
+
+The component keeps a log of what changed since ``start_log``: facts that entered and left the
+store, and terms whose representative changed, for the engine above it (``equality.py``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from ..language import Rule
+from ..terms import TermDictionary
+from .classes import Classes, value_order
+from .component import SAME_AS
+from .facts import Fact, FactIndex, PatternRule, RuleIndex, consequences, solve, whole_body
+
+
+class EqualityComponent:
+    """The equality component's explicit facts (as given), its rules, and its rewritten
+    materialisation ``store`` with the classes ``classes`` (the paper's E, Pi, I and pi)."""
+
+    def __init__(self, terms: TermDictionary) -> None:
+        self.terms = terms
+        values = terms.values
+        self.classes = Classes(lambda term: value_order(values[term]))
+        self.explicit = FactIndex()
+        self.store = FactIndex()
+        self.rules: list[PatternRule] = []
+        self.normal_rules: list[PatternRule] = []
+        self.index = RuleIndex([])
+        self.derivations = 0  # rule instances evaluated, for the benchmark and stats
+        self.start_log()
+
+    # ------------------------------------------------------------------ the change log
+    def start_log(self) -> None:
+        self.entered: set[Fact] = set()
+        self.left: set[Fact] = set()
+        self.changed_terms: set[int] = set()
+
+    def note_added(self, fact: Fact) -> None:
+        if fact in self.left:
+            self.left.discard(fact)
+        else:
+            self.entered.add(fact)
+
+    def note_removed(self, fact: Fact) -> None:
+        if fact in self.entered:
+            self.entered.discard(fact)
+        else:
+            self.left.add(fact)
+
+    # ------------------------------------------------------------------ rules
+    def set_rules(self, rules: Iterable[Rule]) -> None:
+        """Replace the rules (the caller rematerialises)."""
+        self.rules = [PatternRule.encode(rule, self.terms) for rule in rules]
+        self.normal_rules = [rule.mapped(self.classes.find) for rule in self.rules]
+        self.index = RuleIndex(self.rules)
+
+    def renormalise_rules(self, changed: set[int]) -> list[PatternRule]:
+        """Normalise again the rules naming a term of ``changed``; returns those that changed."""
+        renewed = []
+        for number, rule in enumerate(self.rules):
+            if rule.constants() & changed:
+                normal = rule.mapped(self.classes.find)
+                if normal != self.normal_rules[number]:
+                    self.normal_rules[number] = normal
+                    renewed.append(normal)
+        return renewed
+
+    # ------------------------------------------------------------------ materialisation
+    def normal(self, fact: Fact) -> Fact:
+        return (fact[0], self.classes.normal(fact[1]))
+
+    def rematerialise(self) -> None:
+        """Compute the store afresh from the explicit facts (the paper's Remat~)."""
+        old_store, old_classes = self.store, self.classes
+        baseline = {fact for fact in old_store if fact not in self.entered} | self.left
+        changed = set(self.changed_terms)
+        self.classes = Classes(old_classes.order)
+        self.store = FactIndex()
+        self.normal_rules = list(self.rules)
+        self.insert(list(self.explicit))
+        for classes in (old_classes, self.classes):
+            for members in classes.classes():
+                changed |= {m for m in members if self.classes.find(m) != old_classes.find(m)}
+        self.changed_terms = changed
+        self.entered = {fact for fact in self.store if fact not in baseline}
+        self.left = {fact for fact in baseline if fact not in self.store}
+
+    def insert(self, facts: Iterable[Fact]) -> None:
+        """Carry the materialisation on from new explicit facts (already in ``explicit``)."""
+        queue: deque[Fact] = deque(facts)
+        store, classes = self.store, self.classes
+        while queue:
+            relation, args = queue.popleft()
+            fact = (relation, classes.normal(args))
+            if relation == SAME_AS and fact[1][0] != fact[1][1]:
+                self._merge(fact[1][0], fact[1][1], queue)
+                continue
+            if not store.add(fact):
+                continue
+            self.note_added(fact)
+            for head in consequences(self.index, self.normal_rules, fact, store):
+                self.derivations += 1
+                queue.append(head)
+
+    def _merge(self, a: int, b: int, queue: deque[Fact]) -> None:
+        before = {a: set(self.classes.class_of(a)), b: set(self.classes.class_of(b))}
+        kept, gone = self.classes.merge(a, b)
+        moved = before[gone]  # their representative was ``gone``; now it is ``kept``
+        self.changed_terms |= moved
+        # Facts naming the old representative leave and come back in normal form.
+        for fact in list(self.store.with_term(gone)):
+            self.store.discard(fact)
+            self.note_removed(fact)
+            queue.append(fact)
+        queue.append((SAME_AS, (kept, kept)))
+        for rule in self.renormalise_rules(moved):
+            for tau in solve(whole_body(rule), self.store, {}):
+                self.derivations += 1
+                queue.extend(head.ground(tau) for head in rule.heads)
