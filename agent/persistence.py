@@ -54,11 +54,12 @@ from agent.engine.errors import ZodiacError
 from agent.engine.language import Literal, Program, Rule, Value, atom_fact
 from agent.engine.parser import parse_program
 from agent.engine.reasoner import Reasoner
+from agent.engine.sameas.component import SAME_AS, mentions_equality
 from agent.engine.store import SUBJECT, Relation, RelationKey, SavedFacts, by_subject
 from agent.engine.subject_facts import SubjectFacts
 
 FORMAT = "zodiac-edge agent state"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 EXPECTED_TABLES = {
     "meta",
@@ -71,7 +72,10 @@ EXPECTED_TABLES = {
     "derived",
     "requests",
     "reading_times",
+    "representatives",
 }
+# The ``nodes`` row holding the equality component's facts (agent/engine/equality.py).
+EQUALITY_MODULE = "equality"
 
 SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -104,6 +108,9 @@ CREATE TABLE requests (
     request_id TEXT PRIMARY KEY, event TEXT NOT NULL, stream TEXT, status TEXT NOT NULL,
     created_at REAL NOT NULL, resolved_at REAL
 );
+CREATE TABLE representatives (
+    term INTEGER PRIMARY KEY, representative INTEGER NOT NULL
+);  -- owl:sameAs: every term of a class of two or more names -> the class's representative
 CREATE TABLE derived (
     node INTEGER NOT NULL, rel INTEGER NOT NULL, a0 INTEGER NOT NULL, a1 INTEGER NOT NULL,
     a2 INTEGER NOT NULL, rest TEXT NOT NULL,
@@ -253,6 +260,14 @@ class AgentState:
             ).fetchone()[0]
             if dangling:
                 problems.append(f"{dangling} row(s) of {table} name missing terms or relations")
+        if "representatives" in set(self.db.table_names()):  # (an older file: none yet)
+            dangling = conn.execute(
+                "SELECT count(*) FROM representatives WHERE term >= ?1 OR term < 0 "
+                "OR representative >= ?1 OR representative < 0",
+                (count,),
+            ).fetchone()[0]
+            if dangling:
+                problems.append(f"{dangling} representative(s) name missing terms")
         for name, text in conn.execute("SELECT name, text FROM rules"):
             try:
                 _parse_rule(name, text)
@@ -346,11 +361,24 @@ class AgentState:
             self._rule_claims.setdefault(name, {})[stream] = rule.key
         stored_nodes: dict[frozenset[str], tuple[str, dict[RelationKey, SavedFacts]]] = {}
         row_of: dict[frozenset[str], int] = {}
-        for node_id, name, rule_keys in conn.execute("SELECT id, name, rules FROM nodes"):
-            keys = frozenset(json.loads(rule_keys))
+        self._equality_row = None
+        component = None
+        for node_id, name, rule_keys, module in conn.execute(
+            "SELECT id, name, rules, module FROM nodes"
+        ):
             facts = _load_derived(conn, node_id, relations)
+            if module == EQUALITY_MODULE:
+                self._equality_row, component = node_id, _as_tuples(facts)
+                continue
+            keys = frozenset(json.loads(rule_keys))
             stored_nodes[keys] = (name, facts)
             row_of[keys] = node_id
+        representatives = dict(conn.execute("SELECT term, representative FROM representatives"))
+        equality = (representatives, component) if self._equality_row is not None else None
+        if equality is None and (
+            SAME_AS in edb or mentions_equality(rules.values())
+        ):  # saved before equality was rewriting: derived without it, so recomputed
+            stored_nodes = {}
         self.reasoner = Reasoner.restore(
             terms=terms,
             rules=list(rules.values()),
@@ -358,6 +386,7 @@ class AgentState:
             nodes=stored_nodes,
             modules=self.modules,
             decompositions=self.decompositions,
+            equality=equality,
         )
         self.reasoner.budget = self.budget
         self._saved_terms = len(terms)
@@ -368,11 +397,16 @@ class AgentState:
             }
         else:  # recomputed: rewrite every node from the fresh materialisation
             self._node_rows = {}
+            self._equality_row = None
             with self.conn:
                 self.conn.execute("DELETE FROM derived")
                 self.conn.execute("DELETE FROM nodes")
                 self._write_terms()
                 self._write_nodes()
+                self._write_equality()
+        if self.reasoner.equality is not None and component is None and not created:
+            with self.conn:  # the component was recomputed at load: save it
+                self._write_equality()
         how = "new" if created else self.reasoner.restored
         derived = sum(node.size() for node in self.reasoner.view().nodes)
         return LoadReport(
@@ -513,6 +547,7 @@ class AgentState:
                 self._write_terms()
                 self._write_claims(change, source, bundle_id)
                 self._write_nodes()
+                self._write_equality()
                 if version is not None:
                     self.conn.execute(
                         "INSERT INTO streams (stream, version, bundle_id, applied_at) "
@@ -651,6 +686,57 @@ class AgentState:
             self.conn.execute("DELETE FROM derived WHERE node = ?", (gone,))
             self.conn.execute("DELETE FROM nodes WHERE id = ?", (gone,))
         self._node_rows = kept
+
+    def _write_equality(self) -> None:
+        """The equality component's facts (one ``nodes`` row, module ``equality``, written
+        like a hyper-node's: in full when the component was rebuilt, else its net changes) and
+        the representatives of the terms whose representative changed."""
+        layer = self.reasoner.equality
+        if layer is None:
+            return
+        full, left, entered, changed = layer.saved_changes()
+        row = self._equality_row
+        keys = json.dumps(list(layer.component_keys))
+        classes = layer.classes
+        if row is None or full:
+            if row is None:
+                cursor = self.conn.execute(
+                    "INSERT INTO nodes (name, rules, module) VALUES (?, ?, ?)",
+                    (EQUALITY_MODULE, keys, EQUALITY_MODULE),
+                )
+                row = self._equality_row = int(cursor.lastrowid)  # type: ignore[arg-type]
+            else:
+                self.conn.execute("UPDATE nodes SET rules = ? WHERE id = ?", (keys, row))
+                self.conn.execute("DELETE FROM derived WHERE node = ?", (row,))
+            facts: dict[RelationKey, set] = {}
+            for key, args in layer.component.store:
+                facts.setdefault(key, set()).add(args)
+            self.conn.executemany(
+                "INSERT INTO derived (node, rel, a0, a1, a2, rest, size, high, objects) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    _derived_row(row, key[0], key[1:], BitMap(objects))
+                    for key, objects in self._by_prefix_with_rel_ids(facts).items()
+                ),
+            )
+            self.conn.execute("DELETE FROM representatives")
+            self.conn.executemany(
+                "INSERT INTO representatives (term, representative) VALUES (?, ?)",
+                ((term, rep) for term, rep in classes.rep.items() if term != rep),
+            )
+            return
+        self.conn.execute("UPDATE nodes SET rules = ? WHERE id = ?", (keys, row))
+        self._update_derived(row, _by_relation(left), _by_relation(entered))
+        for term in changed:
+            rep = classes.find(term)
+            if rep == term:
+                self.conn.execute("DELETE FROM representatives WHERE term = ?", (term,))
+            else:
+                self.conn.execute(
+                    "INSERT INTO representatives (term, representative) VALUES (?, ?) "
+                    "ON CONFLICT (term) DO UPDATE SET representative = excluded.representative",
+                    (term, rep),
+                )
 
     def _write_derived(self, row: int, relations: dict[RelationKey, Relation]) -> None:
         """A hyper-node's derived facts in full: one row per prefix (module docstring)."""
@@ -997,5 +1083,36 @@ def _derived_by_prefix(conn: sqlite3.Connection) -> int:
     return 4
 
 
+def _representatives(conn: sqlite3.Connection) -> int:
+    """Version 4 -> 5: owl:sameAs by rewriting keeps each merged term's representative. A
+    state with equalities saved before is recomputed at its first load (see ``_load``)."""
+    statement = next(s for s in SCHEMA.split(";") if "TABLE representatives" in s)
+    conn.executescript(statement.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS") + ";")
+    return 5
+
+
+def _as_tuples(facts: dict[RelationKey, SavedFacts]) -> dict[RelationKey, set]:
+    """Saved facts as sets of tuples (a binary relation is saved as subject -> objects)."""
+    found: dict[RelationKey, set] = {}
+    for key, saved in facts.items():
+        if isinstance(saved, dict):
+            found[key] = {(s, o) for s, objects in saved.items() for o in objects}
+        else:
+            found[key] = set(saved)
+    return found
+
+
+def _by_relation(facts: Iterable[tuple[RelationKey, tuple[int, ...]]]) -> dict[RelationKey, set]:
+    grouped: dict[RelationKey, set] = {}
+    for key, args in facts:
+        grouped.setdefault(key, set()).add(args)
+    return grouped
+
+
 # Schema version -> the step that migrates a file of that version to the next one.
-MIGRATIONS = {1: _rules_by_name_and_key, 2: _claims_per_source, 3: _derived_by_prefix}
+MIGRATIONS = {
+    1: _rules_by_name_and_key,
+    2: _claims_per_source,
+    3: _derived_by_prefix,
+    4: _representatives,
+}
