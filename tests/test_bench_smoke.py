@@ -212,3 +212,18 @@ def test_hypertree_benchmark_quick_run(capsys):
     for step in hypertree.STEPS:
         assert f"  {step} " in out
     assert "identical in all: True" in out
+
+
+# ------------------------------------------------------------------ simulations.bench.equality
+def test_equality_benchmark_checks_every_step_against_the_axioms(capsys):
+    """Small sizes: each step's result is compared with axiomatised equality (the benchmark
+    exits 1 on a mismatch), and every row is printed for both class sizes."""
+    from simulations.bench import equality
+
+    assert equality.main(["--quick", "--repeat", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    out = "\n".join(lines)
+    steps = ["materialise", "delete 100", "delete 1,000", "delete 5,000", "split largest"]
+    for step in steps:
+        assert sum(line.strip().startswith(step + " ") for line in lines) == 2, step
+    assert "largest class 40 names" in out

@@ -20,6 +20,7 @@ represents), and line 47 proves the fact being processed. The rest is the paper'
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from itertools import product
 
@@ -53,6 +54,10 @@ class BackwardForward:
         self._next_checked = 0  # saturate's position in C
         self._next_proved = 0  # saturate's position in P
         self._next_disproof = 0  # line 7's position in C
+        # Proved equalities between two names, processed before the rest of P (its order is
+        # free): merging at once normalises what follows, where a queue would first derive
+        # the equalities between every two of k names with one key, k^2 of them.
+        self._equalities: deque[Fact] = deque()
         self.steps = 0  # facts made doubtful, checked or proved (the paper's D count)
 
     # ------------------------------------------------------------------ sets
@@ -76,6 +81,8 @@ class BackwardForward:
             self.proved.append(fact)
             for term in fact[1]:
                 self.proved_by_term.setdefault(term, set()).add(fact)
+            if fact[0] == SAME_AS and fact[1][0] != fact[1][1]:
+                self._equalities.append(fact)
 
     def _up_to_date(self, fact: Fact) -> bool:
         """In P minus P-hat."""
@@ -210,16 +217,23 @@ class BackwardForward:
     def saturate(self) -> None:
         explicit = self.component.explicit
         pi = self.pi
-        while self._next_checked < len(self.checked) or self._next_proved < len(self.proved):
+        while (
+            self._next_checked < len(self.checked)
+            or self._next_proved < len(self.proved)
+            or self._equalities
+        ):
             while self._next_checked < len(self.checked):  # lines 36-40
                 fact = self.checked[self._next_checked]
                 self._next_checked += 1
                 for source in (explicit, self.delayed):
                     for given in represented(source, fact, pi.find, pi.class_of):
                         self._add_proved(self._gamma(given))
-            while self._next_proved < len(self.proved):  # line 41
-                fact = self.proved[self._next_proved]
-                self._next_proved += 1
+            while self._equalities or self._next_proved < len(self.proved):  # line 41
+                if self._equalities:
+                    fact = self._equalities.popleft()
+                else:
+                    fact = self.proved[self._next_proved]
+                    self._next_proved += 1
                 if fact in self.outdated or fact in self.processed:  # line 42
                     continue
                 self.processed.add(fact)

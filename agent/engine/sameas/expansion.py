@@ -25,6 +25,7 @@ class ExpandedView(MaterialisedView):
 
     def __init__(self, base: MaterialisedView, classes: Classes, explicit_given) -> None:
         super().__init__(base.terms, base.edb, base.nodes)
+        self.base = base  # reads the stores as they are: the methods below expand its facts
         self.classes = classes
         self.explicit_given = explicit_given  # () -> iterable of (key, args) as given
 
@@ -36,7 +37,7 @@ class ExpandedView(MaterialisedView):
         yield from product(*(class_of(a) for a in args))
 
     def scan(self, key: RelationKey) -> Iterable[tuple[int, ...]]:
-        base = super().scan(key)
+        base = self.base.scan(key)
         if not self.classes.rep:
             return base
         return (expanded for args in base for expanded in self.expand(args))
@@ -47,17 +48,17 @@ class ExpandedView(MaterialisedView):
     def of_subject(self, key: RelationKey, subject: int) -> set[tuple[int, int]]:
         rep = self.classes.find(subject)
         found: set[tuple[int, int]] = set()
-        for _, obj in super().of_subject(key, rep):
+        for _, obj in self.base.of_subject(key, rep):
             for name in self.classes.class_of(obj):
                 found.add((subject, name))
         return found
 
     def size(self, key: RelationKey) -> int:
         if not self.classes.rep:
-            return super().size(key)
+            return self.base.size(key)
         size = self.classes.size
         total = 0
-        for args in super().scan(key):
+        for args in self.base.scan(key):
             count = 1
             for term in args:
                 count *= size(term)
@@ -65,7 +66,7 @@ class ExpandedView(MaterialisedView):
         return total
 
     def holds(self, key: RelationKey, args: tuple[int, ...]) -> bool:
-        return super().holds(key, self.classes.normal(args))
+        return self.base.holds(key, self.classes.normal(args))
 
     def explicit(self, key: RelationKey, args: tuple[int, ...]) -> bool:
         return any(fact == (key, args) for fact in self._given(key))
@@ -91,7 +92,7 @@ class ExpandedView(MaterialisedView):
         """The expanded facts of ``key`` whose constants are the ``wanted`` names."""
         find, class_of = self.classes.find, self.classes.class_of
         reps = [None if w is None else find(w) for w in wanted]
-        for args in super().scan(key):
+        for args in self.base.scan(key):
             if any(r is not None and r != a for r, a in zip(reps, args, strict=True)):
                 continue
             yield from product(

@@ -110,7 +110,10 @@ class EqualityComponent:
             self.note_added(fact)
             for head in consequences(self.index, self.normal_rules, fact, store):
                 self.derivations += 1
-                queue.append(head)
+                if head[0] == SAME_AS and head[1][0] != head[1][1]:
+                    queue.appendleft(head)  # merge first: what follows is then normalised
+                else:
+                    queue.append(head)
 
     def _merge(self, a: int, b: int, queue: deque[Fact]) -> None:
         before = {a: set(self.classes.class_of(a)), b: set(self.classes.class_of(b))}

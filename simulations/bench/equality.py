@@ -1,0 +1,275 @@
+"""Benchmark: owl:sameAs by rewriting (B/F~) vs equality axiomatised as rules.
+
+    python -m simulations.bench.equality [--quick] [--largest N ...] [--repeat N]
+                                         [--axiomatised-up-to N]
+
+Data: a university in the spirit of UOBM (``university``, deterministic): departments,
+faculty, students with advisors, courses, emails, home towns (``hasSameHomeTownWith`` is
+symmetric and transitive: cliques), and records of the same person from several sources.
+Equality comes from an inverse-functional ``email`` (two records with one address are one
+person), an inverse-functional ``isHeadOf`` and a functional ``hasAdvisor``; ``--largest``
+sets the size of the largest class of names (one person recorded that many times), the other
+duplicates make classes of two and three.
+
+Sides, each timed alone and in the same run:
+
+* **rewriting**: ``Reasoner()`` (agent/engine/equality.py);
+* **axiomatised**: the same program with ``owl:sameAs`` renamed ``eq`` and written out as rules
+  (symmetry, transitivity, reflexivity, one replacement rule per relation and argument), on the
+  same engine (seminaive, DRed^c): k names of one individual cost k^2 ``eq`` facts and k^3
+  derivations, so it is skipped above ``--axiomatised-up-to``.
+
+Steps: materialisation; then deleting 100, 1,000 and 5,000 random explicit facts, and every
+email of the largest class's names (the class splits), each from the same materialisation, by
+**B/F~** (the component maintained by Algorithm 1), **remat~** (the component rematerialised,
+the rest maintained incrementally), **scratch** (a new ``Reasoner`` over what is left) and
+the axiomatised program's incremental maintenance. After every step each side must hold the
+same facts as the axiomatised side (``eq`` read as ``owl:sameAs``) where it ran, else as
+scratch. Best of ``--repeat`` per cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from dataclasses import replace
+
+from agent.engine import Reasoner
+from agent.engine.costs import DEFAULT_COSTS
+from simulations.bench.timing import timed
+
+OWL_SAME_AS = "http://www.w3.org/2002/07/owl#sameAs"
+RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
+EQ = "eq"
+
+RULES = """@prefix owl: <http://www.w3.org/2002/07/owl#> .
+owl:sameAs(X, Y) :- email(X, E), email(Y, E) .
+owl:sameAs(X, Y) :- isHeadOf(X, D), isHeadOf(Y, D) .
+owl:sameAs(Y, Z) :- hasAdvisor(X, Y), hasAdvisor(X, Z) .
+<Person>(X) :- <Student>(X) .
+<Person>(X) :- <Faculty>(X) .
+memberOfUniversity(X, U) :- memberOf(X, D), subOrganizationOf(D, U) .
+worksForUniversity(X, U) :- worksFor(X, D), subOrganizationOf(D, U) .
+advisedAt(X, U) :- hasAdvisor(X, Y), worksForUniversity(Y, U) .
+hasSameHomeTownWith(X, Y) :- hasSameHomeTownWith(Y, X) .
+hasSameHomeTownWith(X, Z) :- hasSameHomeTownWith(X, Y), hasSameHomeTownWith(Y, Z) .
+teaches(Y, C) :- teacherOf(Y, C) .
+attendsCourseOf(X, Y) :- takesCourse(X, C), teacherOf(Y, C) .
+"""
+RELATIONS = [
+    ("email", 2),
+    ("isHeadOf", 2),
+    ("hasAdvisor", 2),
+    ("Student", 1),
+    ("Faculty", 1),
+    ("Person", 1),
+    ("memberOf", 2),
+    ("worksFor", 2),
+    ("subOrganizationOf", 2),
+    ("memberOfUniversity", 2),
+    ("worksForUniversity", 2),
+    ("advisedAt", 2),
+    ("hasSameHomeTownWith", 2),
+    ("teacherOf", 2),
+    ("teaches", 2),
+    ("takesCourse", 2),
+    ("attendsCourseOf", 2),
+]
+
+
+def university(largest: int, departments: int = 30, students: int = 150, seed: int = 7) -> list:
+    """The explicit facts (see the module docstring), ``largest`` names in the largest class."""
+    rng = random.Random(seed)
+    facts: list[tuple] = []
+    people: list[str] = []
+    for d in range(departments):
+        dept, univ = f"u{d % 3}/d{d}", f"u{d % 3}"
+        facts.append(("subOrganizationOf", dept, univ))
+        faculty = [f"{dept}/f{i}" for i in range(8)]
+        for f in faculty:
+            facts += [(RDF_TYPE, f, "Faculty"), ("worksFor", f, dept), ("email", f, f"{f}@mail")]
+            course = f"{f}/course"
+            facts.append(("teacherOf", f, course))
+            people.append(f)
+        facts.append(("isHeadOf", faculty[0], dept))
+        for i in range(students):
+            s = f"{dept}/s{i}"
+            facts += [(RDF_TYPE, s, "Student"), ("memberOf", s, dept), ("email", s, f"{s}@mail")]
+            facts.append(("hasAdvisor", s, rng.choice(faculty)))
+            for _ in range(2):
+                facts.append(("takesCourse", s, f"{rng.choice(faculty)}/course"))
+            people.append(s)
+    for _ in range(len(people) // 12):  # home towns: chains that the closure makes cliques
+        members = rng.sample(people, 4)
+        facts += [("hasSameHomeTownWith", a, b) for a, b in zip(members, members[1:], strict=False)]
+    # Records of the same people from other sources: the same email, some facts of their own.
+    for number, person in enumerate(rng.sample(people, len(people) // 5)):
+        for copy in range(1 + number % 2):
+            alias = f"registry{copy}:{person}"
+            facts += [("email", alias, f"{person}@mail"), ("takesCourse", alias, "extra")]
+    star = people[0]
+    courses = sorted({f[2] for f in facts if f[0] == "teacherOf"})
+    for copy in range(largest - 1):  # each record of the star brings facts of its own
+        alias = f"source{copy}:{star}"
+        facts += [("email", alias, f"{star}@mail"), ("memberOf", alias, "u0/d0")]
+        facts += [("takesCourse", alias, rng.choice(courses)) for _ in range(2)]
+    # A department head recorded twice; an advisor under a second name.
+    facts.append(("isHeadOf", "registry:head0", "u0/d0"))
+    first = next(f for f in facts if f[0] == "hasAdvisor")
+    facts.append(("hasAdvisor", first[1], f"hr:{first[2]}"))
+    return list(dict.fromkeys(facts))
+
+
+def axiomatised(rules: str) -> str:
+    """The program with owl:sameAs renamed ``eq`` and equality written out as rules."""
+    text = rules.replace("owl:sameAs", EQ)
+    lines = [
+        f"{EQ}(Y, X) :- {EQ}(X, Y) .",
+        f"{EQ}(X, Z) :- {EQ}(X, Y), {EQ}(Y, Z) .",
+        f"{EQ}(X, X) :- {EQ}(X, Y) .",
+    ]
+    for name, arity in RELATIONS:
+        args = [f"A{i}" for i in range(arity)]
+        for position in range(arity):
+            replaced = args[:position] + ["B"] + args[position + 1 :]
+            lines.append(
+                f"<{name}>({', '.join(replaced)}) :- <{name}>({', '.join(args)}), "
+                f"{EQ}({args[position]}, B) ."
+            )
+    return text + "\n".join(lines) + "\n"
+
+
+def renamed(facts) -> list[tuple]:
+    return [(EQ, *f[1:]) if f[0] == OWL_SAME_AS else f for f in facts]
+
+
+def as_same_as(facts) -> set[tuple]:
+    return {(OWL_SAME_AS, *f[1:]) if f[0] == EQ else f for f in facts}
+
+
+def rewriting(facts, share: float | None = None) -> Reasoner:
+    costs = (
+        DEFAULT_COSTS
+        if share is None
+        else replace(DEFAULT_COSTS, equality_rematerialise_share=share)
+    )
+    reasoner = Reasoner(costs=costs)
+    reasoner.update(add_rules=RULES, add_facts=facts)
+    return reasoner
+
+
+def run(largest: int, repeat: int, axiomatised_up_to: int, quick: bool) -> None:
+    facts = university(largest, *((4, 20) if quick else ()))
+    with_axioms = largest <= axiomatised_up_to
+    print(f"\n## largest class {largest} names: {len(facts):,} explicit facts")
+    best: dict[str, float] = {}
+
+    def keep(name: str, seconds: float) -> None:
+        best[name] = min(best.get(name, seconds), seconds)
+
+    for _ in range(repeat):
+        keep("mat rewriting", timed(lambda: rewriting(facts)))
+        if with_axioms:
+            keep("mat axiomatised", timed(lambda: _axiomatised(facts)))
+    reference = rewriting(facts)
+    want = set(reference.facts())
+    if with_axioms:
+        got = as_same_as(_axiomatised(facts).facts())
+        _check(got, want, "materialisation")
+    stats = reference.stats()
+    equality = stats["equality"]
+    print(
+        f"  materialised: {stats['facts']:,} facts (expanded), {equality['classes']} classes, "
+        f"largest {equality['largest_class']}, component {equality['component_facts']:,} facts"
+    )
+    _row("materialise", best.get("mat rewriting"), None, None, best.get("mat axiomatised"))
+    rng = random.Random(11)
+    star_emails = [f for f in facts if f[0] == "email" and f[2] == f"{_star(facts)}@mail"]
+    updates = {
+        f"delete {n:,}": rng.sample(facts, min(n, len(facts) // 2)) for n in (100, 1000, 5000)
+    }
+    updates["split largest class"] = star_emails
+    for name, deleted in updates.items():
+        times, result, baseline = _deletions(facts, deleted, repeat, with_axioms)
+        expected = set(rewriting([f for f in facts if f not in set(deleted)]).facts())
+        _check(result, expected, name)
+        if baseline is not None:
+            _check(as_same_as(baseline.facts()), expected, name + " (axiomatised)")
+        _row(name, times["bf"], times["remat"], times["scratch"], times.get("axiomatised"))
+
+
+def _deletions(facts: list, deleted: list, repeat: int, with_axioms: bool):
+    """Best times of one deletion per side; the last B/F~ result and axiomatised reasoner."""
+    left = [f for f in facts if f not in set(deleted)]
+    times: dict[str, float] = {}
+    result: set = set()
+    baseline = None
+    for _ in range(repeat):
+        for side, share in (("bf", 1e9), ("remat", 0.0)):
+            reasoner = rewriting(facts, share)
+            seconds = timed(lambda r=reasoner: r.delete_facts(deleted))
+            times[side] = min(times.get(side, seconds), seconds)
+            result = set(reasoner.facts())
+        seconds = timed(lambda: rewriting(left))
+        times["scratch"] = min(times.get("scratch", seconds), seconds)
+        if with_axioms:
+            baseline = _axiomatised(facts)
+            seconds = timed(lambda b=baseline: b.delete_facts(renamed(deleted)))
+            times["axiomatised"] = min(times.get("axiomatised", seconds), seconds)
+    return times, result, baseline
+
+
+def _star(facts) -> str:
+    return next(f[2] for f in facts if f[0] == "email" and f[1].startswith("source0:"))[:-5]
+
+
+def _axiomatised(facts) -> Reasoner:
+    reasoner = Reasoner()
+    reasoner.update(add_rules=axiomatised(RULES), add_facts=renamed(facts))
+    return reasoner
+
+
+def _check(got: set, want: set, step: str) -> None:
+    if got != want:
+        print(
+            f"MISMATCH at {step}: missing {sorted(want - got, key=repr)[:3]}, "
+            f"extra {sorted(got - want, key=repr)[:3]}",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
+
+
+def _row(step: str, bf, remat, scratch, axioms) -> None:
+    def cell(seconds) -> str:
+        return "-" if seconds is None else f"{seconds:.3f}"
+
+    def ratio(other) -> str:
+        return "-" if other is None or bf is None else f"{other / bf:.1f}x"
+
+    print(
+        f"  {step:22} {cell(bf):>9} {cell(remat):>9} {cell(scratch):>9} {cell(axioms):>11}"
+        f"   remat/B/F {ratio(remat):>7}  scratch/B/F {ratio(scratch):>7}"
+        f"  axiomatised/rewriting {ratio(axioms):>7}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    parser.add_argument("--largest", type=int, nargs="*", default=None, help="class sizes")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per cell (best kept)")
+    parser.add_argument(
+        "--axiomatised-up-to", type=int, default=200, help="largest class the axioms run for"
+    )
+    args = parser.parse_args(argv)
+    sizes = args.largest or ([10, 40] if args.quick else [10, 100, 200, 500, 2000])
+    print("seconds per step; materialise: rewriting (B/F~ column) vs axiomatised")
+    print(f"  {'step':22} {'B/F~':>9} {'remat~':>9} {'scratch':>9} {'axiomatised':>11}")
+    for largest in sizes:
+        run(largest, args.repeat, args.axiomatised_up_to, args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
