@@ -10,6 +10,9 @@ Path of a call::
         transitive closure       -> closures.transitive_closure (seminaive squaring)
         symmetric-transitive     -> closures.symmetric_transitive_closure (large/small-star CC)
         anything else            -> seminaive: delta = rules(delta ⋈ all) − all, until empty
+    owl:sameAs (equality.py): the equality component first, by rounds of its rules and
+        connected components of its equalities, everything rewritten to representatives;
+        the result expanded to every name at the end
     -> Materialisation: relation -> DataFrame of term ids, decodable to the engine's facts
 
 The hyper-nodes, their order and the choice of closure algorithm are the engine's
@@ -40,10 +43,12 @@ from agent.engine.language import RESERVED_PREFIX, Atom, Program, Rule
 from agent.engine.loaders import load_facts, load_program
 from agent.engine.modules.patterns import detect_closure
 from agent.engine.reasoner import by_key
+from agent.engine.sameas.component import SAME_AS, mentions_equality
 from agent.engine.validation import check_rule
 
 from .closures import symmetric_transitive_closure, transitive_closure
 from .driver import LOCAL_BELOW, MAX_OUTPUT, evaluate_on_driver, fits, inputs_of
+from .equality import SparkEquality
 from .frames import cut, schema, settle, union_all
 from .rules import evaluate_rule
 from .session import require_pyspark
@@ -96,6 +101,8 @@ class Materialisation(dict[RelationKey, "DataFrame"]):
         self.reports = reports
         # Relations whose facts are on the driver too (read without a Spark job).
         self.local = {key: rows for key, rows in (local or {}).items() if key in frames}
+        # The equality component's hyper-nodes, per round (cloud/spark/equality.py).
+        self.equality_reports: list[NodeReport] = []
 
     def visible(self) -> list[RelationKey]:
         """The relations a reader sees, sorted: all but the engine's own (a multi-head rule's
@@ -282,23 +289,40 @@ def materialise_frames(
     """The core: the explicit facts, already encoded with ``space``, are in ``frames``
     (DataFrames) or ``local`` (id tuples on the driver); ``counts`` their sizes (used to leave
     empty relations out of the result and to choose where a hyper-node runs)."""
-    graph = build_hyper_graph(rules)
     job = _Job(spark, space, dict(frames), dict(local or {}), counts, closures, progress)
     job.local_below = local_below
     reports = []
+
+    def run(step: int, node: HyperNode, into: list[NodeReport]) -> NodeReport:
+        report = job.run(step, node)
+        counts.update(report.counts)
+        into.append(report)
+        return report
+
+    equality = None
+    if mentions_equality(rules) or counts.get(SAME_AS, 0):  # owl:sameAs: see equality.py
+        equality = SparkEquality(job, run)
+        rules = equality.materialise(rules)
+        if progress:
+            progress(
+                f"equality: {len(set(equality.rep.values()))} class(es) of merged names, "
+                f"{equality.rounds} round(s)"
+            )
+    graph = build_hyper_graph(rules)
     # The engine's own order (a topological order of the HRDG, Algorithm 4): with the rule
     # constants and computed numbers encoded in the same order, a number computed as both 4
     # and 4.0 is decoded as whichever the engine saw first.
     for step, index in enumerate(execution_plan(graph, range(len(graph.nodes)))):
-        node = graph.nodes[index]
-        report = job.run(step, node)
-        counts.update(report.counts)
-        reports.append(report)
+        report = run(step, graph.nodes[index], reports)
         if progress:
             progress(report.describe(len(graph.nodes)))
+    if equality is not None:
+        equality.expand(job.frames, job.local, counts)
     space.release()  # every relation is checkpointed: no UDF reads the dictionary again
     kept = {key: job.frame(key) for key in {*job.frames, *job.local} if counts.get(key, 0) > 0}
-    return Materialisation(space, kept, reports, job.local)
+    result = Materialisation(space, kept, reports, job.local)
+    result.equality_reports = equality.reports if equality is not None else []
+    return result
 
 
 class _Job:
