@@ -50,6 +50,7 @@ from agent.config import AgentConfig
 from agent.engine.budget import BudgetExceeded
 from agent.engine.errors import ZodiacError
 from agent.engine.language import RDF_TYPE, Atom, Constant, Variable
+from agent.engine.sameas.component import OWL_SAME_AS
 from agent.keys import KeyRing
 from agent.messages import (
     FARM_WIDE,
@@ -399,9 +400,12 @@ class Agent:
         return self._replace(source, readings, by_sensor=False, times={"*": telemetry.sent_at})
 
     def _owned_subjects(self, device: str) -> set:
-        """What ``device`` may report about: itself and, with ``owner_predicate``, its
-        sensors per the facts held here."""
+        """What ``device`` may report about: itself under any of its names (owl:sameAs facts
+        held here) and, with ``owner_predicate``, its sensors per the facts held here."""
         owned: set = {device}
+        if self.reasoner.equality is not None:
+            names = Atom(OWL_SAME_AS, (Constant(device), X))
+            owned |= {answer["X"] for answer in self.reasoner.query(names)}
         predicate = self.config.telemetry.owner_predicate
         if predicate:
             pattern = Atom(predicate, (Constant(device), X))

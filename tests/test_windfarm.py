@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import pytest
 
+from agent.persistence import AgentState
 from simulations.brokerprocess import BrokerError
 from simulations.mqttbroker import EmbeddedBroker
 from simulations.windfarm import run as windfarm_run
 from simulations.windfarm.__main__ import build_parser, main, parse_faults
+from simulations.windfarm.cloud import neighbours_of
 from simulations.windfarm.farm import CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm, SensorModel
 from simulations.windfarm.report import write_report
 from simulations.windfarm.run import FAULTS, Options, Simulation, SimulationError
@@ -52,6 +54,20 @@ def test_five_turbines_end_to_end_with_every_fault(tmp_path, spark):
         assert (simulation.directory / plot).stat().st_size > 10_000
     databases = list((simulation.directory / "agents").glob("*/*.db"))
     assert len(databases) == 5
+    # Two sources name each turbine; a turbine reporting under its registry name is one of
+    # its neighbours' neighbours like any other (its readings reached their reasoning).
+    assert "10 turbine names from two sources" in text and "into 5 turbines" in text
+    registry_fed = [
+        t.id for t in simulation.farm.turbines if t.id != simulation.farm.reading_name(t.id)
+    ]
+    assert registry_fed
+    for database in databases:
+        with AgentState(database, create=False) as state:
+            readings = {f[1] for f in state.reasoner.facts("hasAirTemperatureMesurement")}
+            device = database.stem
+            for other in registry_fed:
+                if other in neighbours_of(simulation.graph, device, simulation.farm):
+                    assert other in readings and Farm.registry_name(other) in readings
 
 
 def test_the_scenario_is_decided_by_the_thresholds_whatever_the_noise():

@@ -22,6 +22,7 @@ RULES = Path(__file__).resolve().parents[2] / "rules" / "windfarm"
 FARM_PROGRAM = RULES / "farm.rules"
 STREAMS = RULES / "streams"
 NEIGHBOUR = "hasNeighbour"
+OWL_SAME_AS = "http://www.w3.org/2002/07/owl#sameAs"
 KEY_ID = "cloud"
 
 
@@ -78,18 +79,41 @@ def materialise_farm(
 
 
 def base_targets(farm: Farm, graph: FarmGraph, streams: dict[str, dict[str, str]]) -> dict:
-    """Each device's base stream: the base rules and the facts about the device itself."""
+    """Each device's base stream: the base rules, the facts about the device itself, and the
+    other names of its neighbours (their owl:sameAs facts), so that a neighbour's readings
+    under either of its names reach the device's reasoning, and a neighbour known under two
+    names is one neighbour."""
     rules = dict(streams["base"])
-    return {
-        t.id: Target(
-            rules=rules, facts=device_facts(graph.facts, t.id, NEIGHBOUR, neighbours=False)
-        )
-        for t in farm.turbines
-    }
+    names: dict[str, set[tuple]] = {}
+    for fact in graph.facts:
+        if fact[0] == OWL_SAME_AS:
+            names.setdefault(fact[1], set()).add(fact)
+    targets = {}
+    for t in farm.turbines:
+        facts = device_facts(graph.facts, t.id, NEIGHBOUR, neighbours=False)
+        for neighbour in neighbours_of(graph, t.id, farm):
+            facts |= names.get(neighbour, set())
+        targets[t.id] = Target(rules=rules, facts=facts)
+    return targets
 
 
-def neighbours_of(graph: FarmGraph, device: str) -> list[str]:
-    return sorted(f[2] for f in graph.facts if f[0] == NEIGHBOUR and f[1] == device)
+def merged_names(graph: FarmGraph) -> tuple[int, int]:
+    """(names merged, classes): how many turbine names owl:sameAs merged, into how many."""
+    classes: dict[str, set[str]] = {}
+    for fact in graph.facts:
+        if fact[0] == OWL_SAME_AS and fact[1] != fact[2]:
+            classes.setdefault(min(fact[1], fact[2]), set()).update(fact[1:])
+    named = {name for members in classes.values() for name in members}
+    return len(named), len({frozenset(m) for m in classes.values()})
+
+
+def neighbours_of(graph: FarmGraph, device: str, farm: Farm) -> list[str]:
+    """The device ids of a device's neighbours (the graph names them by their other names
+    too: owl:sameAs)."""
+    devices = {t.id for t in farm.turbines}
+    return sorted(
+        f[2] for f in graph.facts if f[0] == NEIGHBOUR and f[1] == device and f[2] in devices
+    )
 
 
 class SimulationCloud:

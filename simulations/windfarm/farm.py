@@ -96,16 +96,38 @@ class Farm:
         return next(t for t in self.turbines if t.id == turbine_id)
 
     def layout_facts(self) -> list[tuple]:
-        """What the cloud knows before reasoning: adjacency, membership, forecast."""
+        """What the cloud knows before reasoning, from two sources that name a turbine
+        differently: the SCADA system (its device id: adjacency in the layout grid, the serial
+        number) and the asset registry (``registry_name``: farm membership, the serial
+        number). The farm program's key rule on the serial number merges the two names."""
         at = {(t.row, t.column): t for t in self.turbines}
         facts: list[tuple] = [("hasForecastAirTemperature", self.farm_id, FORECAST)]
-        for t in self.turbines:
-            facts.append(("partOfFarm", t.id, self.farm_id))
+        for number, t in enumerate(self.turbines, start=1):
+            serial = f"SN-{self.farm_id}-{number:05d}"
+            facts.append(("hasSerial", t.id, serial))
+            facts.append(("hasSerial", self.registry_name(t.id), serial))
+            facts.append(("partOfFarm", self.registry_name(t.id), self.farm_id))
             for dr, dc in ((0, 1), (1, 0)):
                 other = at.get((t.row + dr, t.column + dc))
                 if other is not None:
                     facts.append(("adjacentTo", t.id, other.id))
         return facts
+
+    @staticmethod
+    def registry_name(turbine_id: str) -> str:
+        """The asset registry's name of a turbine (``wt003`` -> ``registry:WT-003``)."""
+        return f"registry:WT-{turbine_id.removeprefix('wt')}"
+
+    def reading_name(self, turbine_id: str) -> str:
+        """The name a turbine's controller gives its readings: every third turbine's
+        controller was configured from the asset registry and uses its registry name, the
+        others their device id; owl:sameAs makes both reach the same reasoning."""
+        index = next(i for i, t in enumerate(self.turbines) if t.id == turbine_id)
+        return self.registry_name(turbine_id) if index % 3 == 2 else turbine_id
+
+    def merged_names(self) -> int:
+        """How many turbine names the farm graph merges (two per turbine)."""
+        return 2 * len(self.turbines)
 
     def neighbours(self, turbine_id: str) -> list[str]:
         """Turbines at most two grid steps away (what farm.rules derives; used for checks)."""
@@ -162,11 +184,12 @@ class SensorModel:
         power = power_curve(wind) * (1.0 + bounded_noise(rng, 0.02, 0.05))
         ambient = self.temperature_reading(turbine_id, t, rng)
         nacelle = self.true_temperature(turbine_id, t) + 25.0 + bounded_noise(rng, 0.3, 1.0)
+        name = self.farm.reading_name(turbine_id)
         return [
-            (TEMPERATURE, turbine_id, ambient),
-            (WIND, turbine_id, round(wind, 1)),
-            (POWER, turbine_id, round(power)),
-            (NACELLE, turbine_id, round(nacelle, 1)),
+            (TEMPERATURE, name, ambient),
+            (WIND, name, round(wind, 1)),
+            (POWER, name, round(power)),
+            (NACELLE, name, round(nacelle, 1)),
         ]
 
     def expected_findings(self) -> dict[str, str]:

@@ -36,6 +36,7 @@ from simulations.windfarm.cloud import (
     SimulationCloud,
     base_targets,
     materialise_farm,
+    merged_names,
     neighbours_of,
 )
 from simulations.windfarm.farm import (
@@ -252,6 +253,12 @@ class Simulation:
             )
             + ", equal to the edge engine's"
         )
+        merged, classes = merged_names(self.graph)
+        self.say(
+            f"cloud: {merged} turbine names from two sources (SCADA, asset registry) merged "
+            f"into {classes} turbines by owl:sameAs; every third turbine reports under its "
+            "registry name"
+        )
         self.cloud = SimulationCloud(self.directory / "cloud", self.farm, self.host, self.port)
         self.monitor = Monitor(
             self.farm.farm_id, self.host, self.port, KeyRing.from_directory(self.cloud.keys)
@@ -270,7 +277,7 @@ class Simulation:
                     self.host,
                     self.port,
                     self.cloud.keys,
-                    neighbours_of(self.graph, turbine.id),
+                    neighbours_of(self.graph, turbine.id, self.farm),
                 )
             )
         count = self.options.processes or min(len(configs), 16)
