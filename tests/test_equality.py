@@ -298,3 +298,44 @@ def test_a_state_saved_before_equality_was_rewriting_is_recomputed_once(tmp_path
         state.apply(delete_facts=[(OWL_SAME_AS, "scada:T7", "registry:WT-007")])
         assert (RDF, "registry:WT-007", "seen") not in set(state.reasoner.facts())
         assert state.reasoner.stats()["equality"]["classes"] == 0
+
+
+def test_explain_shows_the_merges_a_derivation_relied_on():
+    reasoner = Reasoner()
+    reasoner.add_rules(
+        PREFIX + "owl:sameAs(X, Y) :- hasSerial(X, S), hasSerial(Y, S) .\n"
+        "hot: hot(X) :- turbine(X), temp(X, T), T > 5 ."
+    )
+    reasoner.add_facts(
+        [("hasSerial", "scada:T1", "s1"), ("hasSerial", "reg:WT-1", "s1")]
+        + [(RDF, "reg:WT-1", "turbine"), ("temp", "scada:T1", 7)]
+    )
+    tree = reasoner.explain((RDF, "scada:T1", "hot"))
+    text = str(tree)
+    assert tree.rule == "owl:sameAs" and "'scada:T1' = 'reg:WT-1'" in tree.detail
+    assert tree.premises[0].rule == "hot"
+    assert "('temp', 'scada:T1', 7)   [explicit]" in text  # the reading as it was given
+    assert "('temp', 'reg:WT-1', 7)   [by rule owl:sameAs" in text
+    same = reasoner.explain((OWL_SAME_AS, "reg:WT-1", "scada:T1"))
+    assert same.rule == "owl:sameAs"
+    assert {leaf.fact for leaf in same.premises[0].premises} <= {
+        ("hasSerial", "reg:WT-1", "s1"),
+        ("hasSerial", "scada:T1", "s1"),
+    }
+    with pytest.raises(KeyError):
+        reasoner.explain((RDF, "nobody", "hot"))
+
+
+def test_the_command_line_writes_and_answers_the_expanded_model(tmp_path, capsys):
+    from agent.zodiac_edge_cli import main
+
+    rules = tmp_path / "eq.rules"
+    rules.write_text(PREFIX + "owl:sameAs(X, Y) :- <hasSerial>(X, S), <hasSerial>(Y, S) .\n")
+    facts = tmp_path / "eq.nt"
+    facts.write_text('<a> <hasSerial> "s1" .\n<b> <hasSerial> "s1" .\n<a> <temp> 35 .\n')
+    assert main(["materialise", str(rules), str(facts)]) == 0
+    out = capsys.readouterr().out
+    assert '<b> <temp> "35"^^<http://www.w3.org/2001/XMLSchema#integer> .' in out
+    assert "<b> <http://www.w3.org/2002/07/owl#sameAs> <a> ." in out
+    assert main(["query", str(rules), str(facts), "--pattern", "<temp>(X, 35)"]) == 0
+    assert capsys.readouterr().out.split() == ["X", "a", "b"]

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import values
 from .errors import ZodiacError
@@ -48,9 +49,13 @@ from .language import (
 )
 from .modules.patterns import ClosurePattern, detect_closure, symmetric_shape, transitive_shape
 from .planner import BindStep, FilterStep, NegationStep, Plan, ScanStep, plan_rule
+from .sameas.facts import represented, solve, whole_body
 from .store import Relation, RelationKey
 from .values import EVAL_ERRORS
 from .view import MaterialisedView, NodeView
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .equality import EqualityLayer
 
 # Rule-body steps one explanation may take (a guard against pathological programs, not a
 # limit any benchmark program comes near).
@@ -545,6 +550,89 @@ def explain_fact(
         return _without_body_steps(tree, rule_names or {}, {})
 
 
+# The name of the step that replaces names by equal ones (owl:sameAs), in explanations.
+EQUALITY_STEP = "owl:sameAs"
+
+
+def explain_with_equality(
+    view: MaterialisedView,
+    layer: EqualityLayer,
+    key: RelationKey,
+    args: tuple[int, ...],
+    rule_names: dict[str, str] | None = None,
+) -> Derivation:
+    """A derivation tree of a fact of the expanded model (``view`` reads the stores in normal
+    form, see ``sameas/expansion.py``): the tree of its normal form, with a step by
+    ``owl:sameAs`` wherever names were replaced by equal ones (the fact asked for, and each
+    explicit fact given under other names), naming the merges; a fact the equality
+    component derived is a leaf saying so."""
+    classes = layer.classes
+    values = view.terms.values
+    external = view.external
+
+    def merges(given: tuple[int, ...], normal: tuple[int, ...]) -> str:
+        pairs = dict.fromkeys((a, b) for a, b in zip(given, normal, strict=True) if a != b)
+        return ", ".join(
+            f"{values[a]!r} = {values[b]!r} (one of {classes.size(b)} names)" for a, b in pairs
+        )
+
+    def leaf(fact_key: RelationKey, normal: tuple[int, ...]) -> Derivation:
+        fact = (fact_key, normal)
+        source = layer.component.explicit if fact_key in layer.relations else layer.explicit
+        if fact in source:
+            return Derivation(external(fact_key, normal))
+        given = sorted(represented(source, fact, classes.find, classes.class_of))
+        if given:
+            original = given[0][1]
+            return Derivation(
+                external(fact_key, normal),
+                EQUALITY_STEP,
+                [Derivation(external(fact_key, original))],
+                detail=merges(original, normal),
+            )
+        return component_proof(fact, set())
+
+    def component_proof(fact, visiting: set) -> Derivation:
+        """A fact the equality component derived: a rule instance deriving it from facts of
+        the component (each explained the same way; one met again on the way is cut)."""
+        component = layer.component
+        visiting.add(fact)
+        for rule, sigma in component.index.match_head(component.normal_rules, fact):
+            for tau in solve(whole_body(rule), component.store, sigma):
+                body = [atom.ground(tau) for atom in rule.body]
+                if any(premise in visiting for premise in body):
+                    continue
+                premises = [
+                    leaf(*premise)
+                    if premise[0] not in layer.relations
+                    or premise in component.explicit
+                    or premise not in component.store
+                    else component_proof(premise, visiting)
+                    for premise in body
+                ]
+                return Derivation(external(*fact), rule.source.id, premises)
+        return Derivation(external(*fact), detail="derived by the rules deciding equality")
+
+    def rewrite(tree: Derivation, done: dict[int, Derivation]) -> Derivation:
+        found = done.get(id(tree))
+        if found is not None:
+            return found
+        if tree.rule is None:
+            fact_key, normal = view.terms.lookup_fact(tree.fact)
+            node = leaf(fact_key, normal) if fact_key is not None else tree
+        else:
+            node = tree
+            node.premises = [rewrite(p, done) for p in tree.premises]
+        done[id(tree)] = node
+        return node
+
+    normal = classes.normal(args)
+    tree = rewrite(explain_fact(view, key, normal, rule_names), {})
+    if normal == args:
+        return tree
+    return Derivation(external(key, args), EQUALITY_STEP, [tree], detail=merges(args, normal))
+
+
 def _without_body_steps(tree: Derivation, names: dict[str, str], done: dict) -> Derivation:
     found = done.get(id(tree))
     if found is not None:
@@ -563,4 +651,4 @@ def _without_body_steps(tree: Derivation, names: dict[str, str], done: dict) -> 
     return node
 
 
-__all__ = ["Derivation", "explain_fact"]
+__all__ = ["Derivation", "explain_fact", "explain_with_equality"]

@@ -38,7 +38,7 @@ from .dependency import HyperGraph, build_hyper_graph
 from .equality import EqualityLayer
 from .errors import RuleError, UnknownRuleError
 from .executor import Executor
-from .explain import Derivation, explain_fact
+from .explain import Derivation, explain_fact, explain_with_equality
 from .gcpause import FREEZE_AT, collector_paused
 from .heads import single_headed
 from .language import (
@@ -478,6 +478,8 @@ class Reasoner:
         if key is None or not view.holds(key, args):
             raise KeyError(f"{fact!r} is not a fact of the materialisation")
         names = {key: rule.id for key, rule in self.program.items()}
+        if isinstance(view, ExpandedView) and self.equality is not None:
+            return explain_with_equality(view.base, self.equality, key, args, names)
         return explain_fact(view, key, args, names)
 
     def plans(self, name: str) -> list:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import product
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agent.engine.dependency import build_hyper_graph, execution_plan
 from agent.engine.language import RESERVED_PREFIX, Atom, Rule
@@ -35,7 +35,6 @@ from .frames import columns, settle
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-    from .materialise import _Job
     from .terms import RelationKey
 
 EDGE: RelationKey = (RESERVED_PREFIX + "sameas-edge", 2)
@@ -58,8 +57,8 @@ class SparkEquality:
     """The classes of one materialisation (term id -> representative id, merged terms only)
     and the steps that rewrite and expand the job's relations."""
 
-    def __init__(self, job: _Job, run_node: Callable) -> None:
-        self.job = job
+    def __init__(self, job: Any, run_node: Callable) -> None:
+        self.job = job  # the materialisation's relations (materialise._Job)
         self.run_node = run_node  # (step, HyperNode, reports) -> report, counts kept
         self.rep: dict[int, int] = {}
         self.rounds = 0

@@ -1,7 +1,7 @@
 """Benchmark: owl:sameAs by rewriting (B/F~) vs equality axiomatised as rules.
 
     python -m simulations.bench.equality [--quick] [--largest N ...] [--repeat N]
-                                         [--axiomatised-up-to N]
+                                         [--axiomatised-up-to N] [--departments N]
 
 Data: a university in the spirit of UOBM (``university``, deterministic): departments,
 faculty, students with advisors, courses, emails, home towns (``hasSameHomeTownWith`` is
@@ -159,8 +159,8 @@ def rewriting(facts, share: float | None = None) -> Reasoner:
     return reasoner
 
 
-def run(largest: int, repeat: int, axiomatised_up_to: int, quick: bool) -> None:
-    facts = university(largest, *((4, 20) if quick else ()))
+def run(largest: int, repeat: int, axiomatised_up_to: int, departments: int) -> None:
+    facts = university(largest, departments, 20 if departments < 10 else 150)
     with_axioms = largest <= axiomatised_up_to
     print(f"\n## largest class {largest} names: {len(facts):,} explicit facts")
     best: dict[str, float] = {}
@@ -262,12 +262,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--axiomatised-up-to", type=int, default=200, help="largest class the axioms run for"
     )
+    parser.add_argument(
+        "--departments", type=int, default=150, help="university size (150: ~160k facts)"
+    )
     args = parser.parse_args(argv)
+    departments = 4 if args.quick else args.departments
     sizes = args.largest or ([10, 40] if args.quick else [10, 100, 200, 500, 2000])
     print("seconds per step; materialise: rewriting (B/F~ column) vs axiomatised")
     print(f"  {'step':22} {'B/F~':>9} {'remat~':>9} {'scratch':>9} {'axiomatised':>11}")
     for largest in sizes:
-        run(largest, args.repeat, args.axiomatised_up_to, args.quick)
+        run(largest, args.repeat, args.axiomatised_up_to, departments)
     return 0
 
 

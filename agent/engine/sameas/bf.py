@@ -97,6 +97,9 @@ class BackwardForward:
         (a fact of a big class) is counted from the proved facts naming its first term."""
         relation, args = fact
         find = self.gamma.find
+        merged = self.pi.rep
+        if not any(term in merged for term in args):  # no class: the fact stands for itself
+            return int(self._up_to_date((relation, self.gamma.normal(args)))), 1
         options = [{find(member) for member in self.pi.class_of(term)} for term in args]
         total = 1
         for option in options:

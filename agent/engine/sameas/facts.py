@@ -152,6 +152,15 @@ class FactIndex:
     def candidates(self, relation: RelationKey, bound: tuple[int | None, ...]) -> Iterable:
         """The args of ``relation`` that may match ``bound`` (None: any term): the smallest
         index bucket of a bound position (the caller unifies)."""
+        if not self.positions:  # only the per-term index: its facts of the relation
+            for position, term in enumerate(bound):
+                if term is not None:
+                    return [
+                        args
+                        for key, args in self.by_term.get(term, ())
+                        if key == relation and args[position] == term
+                    ]
+            return self.by_relation.get(relation, ())
         best: set | None = None
         for position, term in enumerate(bound):
             if term is None:
