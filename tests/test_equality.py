@@ -205,6 +205,7 @@ def test_the_papers_example():
 
     component.start_log()
     run = BackwardForward(component)
+    component.explicit.discard((r, (a, d)))
     run.run([(r, (a, d))])
     assert set(component.store) == {
         (r, (a, b)),
@@ -339,3 +340,29 @@ def test_the_command_line_writes_and_answers_the_expanded_model(tmp_path, capsys
     assert "<b> <http://www.w3.org/2002/07/owl#sameAs> <a> ." in out
     assert main(["query", str(rules), str(facts), "--pattern", "<temp>(X, 35)"]) == 0
     assert capsys.readouterr().out.split() == ["X", "a", "b"]
+
+
+def test_an_update_over_budget_changes_nothing_and_the_next_ones_are_right():
+    """The layer undoes its part of an update the engine refused (here: over budget)."""
+    from agent.engine import Budget, BudgetExceeded
+
+    rules = PREFIX + "owl:sameAs(X, Y) :- key(X, S), key(Y, S) .\nreach(X, Z) :- link(X, Z) .\n"
+    rules += "reach(X, Z) :- reach(X, Y), link(Y, Z) ."
+    reasoner = Reasoner()
+    reasoner.add_rules(rules)
+    facts = [("link", f"n{i}", f"n{i + 1}") for i in range(8)] + [("key", "n0", "k")]
+    reasoner.add_facts(facts)
+    before, stats = set(reasoner.facts()), reasoner.stats()["equality"]
+    merging = [("key", "n8", "k"), (OWL_SAME_AS, "n3", "m"), ("link", "n8", "n9")]
+    with pytest.raises(BudgetExceeded):
+        reasoner.update(add_facts=merging, budget=Budget(max_derived_facts=5))
+    assert set(reasoner.facts()) == before
+    assert reasoner.stats()["equality"]["classes"] == stats["classes"]
+    with pytest.raises(BudgetExceeded):
+        reasoner.update(delete_facts=[("key", "n0", "k")], add_facts=merging,
+                        budget=Budget(max_derived_facts=5))  # fmt: skip
+    assert set(reasoner.facts()) == before
+    reasoner.update(add_facts=merging)
+    reasoner.delete_facts([("key", "n0", "k")])
+    explicit = {*facts, *merging} - {("key", "n0", "k")}
+    check(reasoner, explicit)

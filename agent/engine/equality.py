@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 
 from .costs import DEFAULT_COSTS, CostPolicy
 from .language import Rule, Value
@@ -68,6 +69,8 @@ class EqualityLayer:
         self.counts: dict[Fact, int] = {}
         self.maintenance = ""  # how the last update maintained the component, and why
         self.rewritten = True  # the last update rebuilt the component (a saved copy: in full)
+        self.undo: list | None = None  # how to undo the update under way (see ``snapshot``)
+        self._clashes: tuple | None = None  # (the classes they were found in, the clashes)
         self.seconds = 0.0
 
     @property
@@ -92,14 +95,17 @@ class EqualityLayer:
         return len(self.component.explicit) + len(self.explicit)
 
     def clashes(self) -> list[list[Value]]:
-        """Every class holding two distinct literals, as its literals (sorted)."""
-        values = self.terms.values
-        found = []
-        for members in self.classes.classes():
-            literals = [values[m] for m in members if is_literal(values[m])]
-            if len(literals) > 1:
-                found.append(sorted(literals, key=repr))
-        return found
+        """Every class holding two distinct literals, as its literals (sorted); computed again
+        only after classes changed."""
+        if self._clashes is None or self._clashes[0] is not self.classes:
+            values = self.terms.values
+            found = []
+            for members in self.classes.classes():
+                literals = [values[m] for m in members if is_literal(values[m])]
+                if len(literals) > 1:
+                    found.append(sorted(literals, key=repr))
+            self._clashes = (self.classes, found)
+        return self._clashes[1]
 
     def stats(self) -> dict:
         sizes = [len(members) for members in self.classes.classes()]
@@ -215,10 +221,9 @@ class EqualityLayer:
         share = self.costs.equality_rematerialise_share
         many = deleted > share * max(1, len(component.explicit))
         self.rewritten = restructure or many
+        gone = [fact for fact in component_deletions if self._discard(component.explicit, fact)]
         if restructure or many:
-            for fact in component_deletions:
-                component.explicit.discard(fact)
-            new = [fact for fact in component_additions if component.explicit.add(fact)]
+            new = [fact for fact in component_additions if self._add(component.explicit, fact)]
             component.rematerialise()
             self.maintenance = (
                 "rematerialised (the rules deciding equality changed)"
@@ -226,11 +231,11 @@ class EqualityLayer:
                 else f"rematerialised ({deleted} of the component's explicit facts deleted)"
             )
         else:
-            if deleted:
+            if gone:
                 run = BackwardForward(component)
-                run.run(component_deletions)
+                run.run(gone)
                 self.maintenance = f"B/F~ ({deleted} deleted, {run.steps} steps)"
-            new = [fact for fact in component_additions if component.explicit.add(fact)]
+            new = [fact for fact in component_additions if self._add(component.explicit, fact)]
             component.insert(new)
             if new and not deleted:
                 self.maintenance = f"insertion ({len(new)} facts)"
@@ -239,12 +244,12 @@ class EqualityLayer:
         for key, rows in deletions.items():
             if key not in relations:
                 for args in rows:
-                    if self.explicit.discard((key, args)):
+                    if self._discard(self.explicit, (key, args)):
                         removed_given.append((key, args))
         for key, rows in additions.items():
             if key not in relations:
                 for args in rows:
-                    if self.explicit.add((key, args)):
+                    if self._add(self.explicit, (key, args)):
                         added_given.append((key, args))
         plan.facts_added += len(added_given)
         plan.facts_deleted += len(removed_given)
@@ -254,7 +259,7 @@ class EqualityLayer:
         for fact in component.entered:
             changes.add(fact)
         for fact in removed_given:
-            self._uncount(self.normal_of.pop(fact, fact), changes)
+            self._uncount(self._pop(self.normal_of, fact, fact), changes)
         changed = component.changed_terms
         if changed:
             self._renormalise(changed, changes, skip=set(added_given))
@@ -263,6 +268,8 @@ class EqualityLayer:
         for key in moved:  # a relation that joined or left the component: all of it anew
             changes.replace(key, self._engine_facts(key, relations))
         plan.add, plan.remove = changes.result()
+        if changed:
+            self._clashes = None
         plan.program = self._engine_program(rules, component_rules)
         return plan
 
@@ -286,37 +293,32 @@ class EqualityLayer:
         joined = relations - self.relations
         left = self.relations - relations
         for fact in [fact for fact in self.explicit if fact[0] in joined]:
-            self.explicit.discard(fact)
-            normal = self.normal_of.pop(fact, fact)
-            self.counts[normal] -= 1
-            if not self.counts[normal]:
-                del self.counts[normal]
-            self.component.explicit.add(fact)
+            self._discard(self.explicit, fact)
+            self._uncount(self._pop(self.normal_of, fact, fact), None)
+            self._add(self.component.explicit, fact)
         for fact in [fact for fact in self.component.explicit if fact[0] in left]:
-            self.component.explicit.discard(fact)
-            self.explicit.add(fact)
-            normal = (fact[0], self.classes.normal(fact[1]))
-            if normal != fact:
-                self.normal_of[fact] = normal
-            self.counts[normal] = self.counts.get(normal, 0) + 1
+            self._discard(self.component.explicit, fact)
+            self._add(self.explicit, fact)
+            self._count(fact, None)
         self.relations = relations
 
     def _count(self, fact: Fact, changes: _Changes | None) -> None:
         normal = (fact[0], self.classes.normal(fact[1]))
         if normal != fact:
-            self.normal_of[fact] = normal
+            self._set(self.normal_of, fact, normal)
         count = self.counts.get(normal, 0)
-        self.counts[normal] = count + 1
+        self._set(self.counts, normal, count + 1)
         if not count and changes is not None:
             changes.add(normal)
 
-    def _uncount(self, normal: Fact, changes: _Changes) -> None:
+    def _uncount(self, normal: Fact, changes: _Changes | None) -> None:
         count = self.counts[normal] - 1
         if count:
-            self.counts[normal] = count
+            self._set(self.counts, normal, count)
         else:
-            del self.counts[normal]
-            changes.remove(normal)
+            self._pop(self.counts, normal, None)
+            if changes is not None:
+                changes.remove(normal)
 
     def _renormalise(self, changed: set[int], changes: _Changes, skip: set[Fact]) -> None:
         """The given facts naming a term whose representative changed: their new normal form
@@ -327,49 +329,93 @@ class EqualityLayer:
                 if fact in seen:
                     continue
                 seen.add(fact)
-                old = self.normal_of.pop(fact, fact)
+                old = self.normal_of.get(fact, fact)
                 new = (fact[0], self.classes.normal(fact[1]))
                 if new == old:
-                    if new != fact:
-                        self.normal_of[fact] = new
                     continue
+                self._pop(self.normal_of, fact, None)
                 self._uncount(old, changes)
                 self._count(fact, changes)
 
     # ------------------------------------------------------------------ rollback
+    # An update changes the layer in place and records how to undo each change (``undo``),
+    # so that an engine failure after ``plan`` (a budget exceeded) restores it at the cost of
+    # what changed, not of a copy of every explicit fact taken before each update.
+    def _add(self, index: FactIndex, fact: Fact) -> bool:
+        if not index.add(fact):
+            return False
+        if self.undo is not None:
+            self.undo.append(partial(index.discard, fact))
+        return True
+
+    def _discard(self, index: FactIndex, fact: Fact) -> bool:
+        if not index.discard(fact):
+            return False
+        if self.undo is not None:
+            self.undo.append(partial(index.add, fact))
+        return True
+
+    def _set(self, mapping: dict, key, value) -> None:
+        if self.undo is not None:
+            self.undo.append(partial(_put_back, mapping, key, mapping.get(key, _MISSING)))
+        mapping[key] = value
+
+    def _pop(self, mapping: dict, key, default):
+        if key not in mapping:
+            return default
+        value = mapping.pop(key)
+        if self.undo is not None:
+            self.undo.append(partial(_put_back, mapping, key, value))
+        return value
+
     def snapshot(self) -> tuple:
+        """What ``restore`` needs to undo the next ``plan``: the small parts copied (classes
+        of merged terms, rules), the rest undone from the journal ``plan`` keeps."""
         component = self.component
+        self.undo = []
         return (
+            component.classes,
             component.classes.copy(),
-            component.explicit.copy(),
-            component.store.copy(),
+            component.store,
             list(component.rules),
             list(component.normal_rules),
             component.index,
             self.relations,
             self.component_keys,
-            self.explicit.copy(),
-            dict(self.normal_of),
-            dict(self.counts),
             self.maintenance,
+            self.undo,
         )
+
+    def commit(self) -> None:
+        """The update went through: forget how to undo it."""
+        self.undo = None
 
     def restore(self, saved: tuple) -> None:
         component = self.component
-        (
-            component.classes,
-            component.explicit,
-            component.store,
-            component.rules,
-            component.normal_rules,
-            component.index,
-            self.relations,
-            self.component_keys,
-            self.explicit,
-            self.normal_of,
-            self.counts,
-            self.maintenance,
-        ) = saved
+        classes, copied, store, rules, normal_rules, index, relations, keys, how, undo = saved
+        for step in reversed(undo):
+            step()
+        if component.store is store:  # changed in place: its changes logged since start_log
+            for fact in component.entered:
+                store.discard(fact)
+            for fact in component.left:
+                store.add(fact)
+        component.store = store
+        component.classes = copied if component.classes is classes else classes
+        component.rules, component.normal_rules, component.index = rules, normal_rules, index
+        self.relations, self.component_keys, self.maintenance = relations, keys, how
+        component.start_log()
+        self.undo = None
+
+
+_MISSING = object()
+
+
+def _put_back(mapping: dict, key, value) -> None:
+    if value is _MISSING:
+        mapping.pop(key, None)
+    else:
+        mapping[key] = value
 
 
 class _Changes:

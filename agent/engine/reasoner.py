@@ -296,6 +296,7 @@ class Reasoner:
             raise
         added, removed = driven.pop("edb_counts")
         if layer is not None:
+            layer.commit()
             self.equality = layer
             added, removed = plan.facts_added, plan.facts_deleted
             driven["equality"] = {"maintenance": layer.maintenance, "clashes": layer.clashes()}

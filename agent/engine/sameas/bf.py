@@ -132,12 +132,12 @@ class BackwardForward:
         return self._image_counts(fact)[0] == 0
 
     # ------------------------------------------------------------------ Algorithm 1
-    def run(self, deletions: list[Fact]) -> None:
-        """Delete the explicit facts ``deletions`` (as given, not normalised)."""
-        explicit, index = self.component.explicit, self.component.index
-        for fact in deletions:  # lines 3-4
-            if explicit.discard(fact):
-                self._add_doubtful(self.component.normal(fact))
+    def run(self, deleted: list[Fact]) -> None:
+        """Maintain the store after ``deleted`` (as given, not normalised) left the explicit
+        facts: lines 3-4's deletion is the caller's, which keeps an undo journal."""
+        index = self.component.index
+        for fact in deleted:  # lines 3-4
+            self._add_doubtful(self.component.normal(fact))
         position = 0
         while position < len(self.doubtful):  # line 5
             fact = self.doubtful[position]
