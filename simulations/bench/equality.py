@@ -6,6 +6,9 @@
 Data: a university in the spirit of UOBM (``university``, deterministic): departments,
 faculty, students with advisors, courses, emails, home towns (``hasSameHomeTownWith`` is
 symmetric and transitive: cliques), and records of the same person from several sources.
+The person recorded ``--largest`` times is a professor whose courses 3,000 students attend:
+each of those facts names the professor, so axiomatised equality copies it once per name and
+derives each copy once per name again (k^2 per fact), where rewriting stores it once.
 Equality comes from an inverse-functional ``email`` (two records with one address are one
 person), an inverse-functional ``isHeadOf`` and a functional ``hasAdvisor``; ``--largest``
 sets the size of the largest class of names (one person recorded that many times), the other
@@ -110,8 +113,13 @@ def university(largest: int, departments: int = 30, students: int = 150, seed: i
         for copy in range(1 + number % 2):
             alias = f"registry{copy}:{person}"
             facts += [("email", alias, f"{person}@mail"), ("takesCourse", alias, "extra")]
-    star = people[0]
+    star = people[0]  # a professor: teaches 20 courses that 3,000 students attend
     courses = sorted({f[2] for f in facts if f[0] == "teacherOf"})
+    star_courses = [f"{star}/course{i}" for i in range(20)]
+    facts += [("teacherOf", star, course) for course in star_courses]
+    students_now = [p for p in people if "/s" in p]
+    for student in rng.sample(students_now, min(3000, len(students_now))):
+        facts.append(("takesCourse", student, rng.choice(star_courses)))
     for copy in range(largest - 1):  # each record of the star brings facts of its own
         alias = f"source{copy}:{star}"
         if copy % 2:  # linked by a record-linkage tool: an explicit owl:sameAs

@@ -58,6 +58,8 @@ class BackwardForward:
         # free): merging at once normalises what follows, where a queue would first derive
         # the equalities between every two of k names with one key, k^2 of them.
         self._equalities: deque[Fact] = deque()
+        self._merges = 0  # gamma's merges so far (the option cache's version)
+        self._option_cache: dict[int, tuple[int, set[int]]] = {}
         self.steps = 0  # facts made doubtful, checked or proved (the paper's D count)
 
     # ------------------------------------------------------------------ sets
@@ -91,25 +93,40 @@ class BackwardForward:
     def _gamma(self, fact: Fact) -> Fact:
         return (fact[0], self.gamma.normal(fact[1]))
 
-    def _image_counts(self, fact: Fact) -> tuple[int, int]:
-        """How many of gamma(F^pi), the facts ``fact`` stands for in gamma's normal form, are
-        in P minus P-hat, and how many there are. Small products are enumerated; a large one
-        (a fact of a big class) is counted from the proved facts naming its first term."""
-        relation, args = fact
+    def _options(self, term: int) -> set[int]:
+        """gamma's representatives of the members of ``term``'s class under pi, cached until
+        gamma next merges (a class of k names is not walked again at every test)."""
+        cached = self._option_cache.get(term)
+        if cached is not None and cached[0] == self._merges:
+            return cached[1]
         find = self.gamma.find
+        options = {find(member) for member in self.pi.class_of(term)}
+        self._option_cache[term] = (self._merges, options)
+        return options
+
+    def _image_counts(self, fact: Fact, enough: int | None = None) -> tuple[int, int]:
+        """How many of gamma(F^pi), the facts ``fact`` stands for in gamma's normal form, are
+        in P minus P-hat (counting stops at ``enough``), and how many there are. Small
+        products are enumerated; a large one (a fact of a big class) is counted from the
+        proved facts naming its first term."""
+        relation, args = fact
         merged = self.pi.rep
         if not any(term in merged for term in args):  # no class: the fact stands for itself
             return int(self._up_to_date((relation, self.gamma.normal(args)))), 1
-        options = [{find(member) for member in self.pi.class_of(term)} for term in args]
+        options = [self._options(term) for term in args]
         total = 1
         for option in options:
             total *= len(option)
-        if total <= 64:
-            found = sum(
-                1 for combination in product(*options) if self._up_to_date((relation, combination))
-            )
-            return found, total
+        if enough is None and total > len(self.proved_set):
+            return 0, total  # (asked whether all are proved: they cannot all be)
         found = 0
+        if total <= 64:
+            for combination in product(*options):
+                if self._up_to_date((relation, combination)):
+                    found += 1
+                    if found == enough:
+                        break
+            return found, total
         for first in options[0]:
             for candidate in self.proved_by_term.get(first, ()):
                 found_relation, found_args = candidate
@@ -120,6 +137,8 @@ class BackwardForward:
                     and all(found_args[i] in options[i] for i in range(1, len(args)))
                 ):
                     found += 1
+                    if found == enough:
+                        return found, total
         return found, total
 
     def all_proved(self, fact: Fact) -> bool:
@@ -129,7 +148,7 @@ class BackwardForward:
         return found == total
 
     def all_disproved(self, fact: Fact) -> bool:
-        return self._image_counts(fact)[0] == 0
+        return self._image_counts(fact, enough=1)[0] == 0
 
     # ------------------------------------------------------------------ Algorithm 1
     def run(self, deleted: list[Fact]) -> None:
@@ -255,6 +274,7 @@ class BackwardForward:
     # ------------------------------------------------------------------ Algorithm 6
     def rewrite(self, a: int, b: int) -> None:
         kept, gone = self.gamma.merge(a, b)  # lines 51-52
+        self._merges += 1
         for fact in list(self.proved_by_term.get(gone, ())):  # lines 53-54
             if fact not in self.outdated:
                 self.outdated.add(fact)
