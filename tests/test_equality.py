@@ -366,3 +366,13 @@ def test_an_update_over_budget_changes_nothing_and_the_next_ones_are_right():
     reasoner.delete_facts([("key", "n0", "k")])
     explicit = {*facts, *merging} - {("key", "n0", "k")}
     check(reasoner, explicit)
+
+
+def test_the_view_knows_the_explicit_facts_as_given():
+    reasoner = Reasoner()
+    reasoner.add_facts([(OWL_SAME_AS, "a", "b"), ("p", "a", "x")])
+    view = reasoner.view()
+    key, given = reasoner.lookup_fact(("p", "a", "x"))
+    _, other = reasoner.lookup_fact(("p", "b", "x"))
+    assert view.explicit(key, given) and not view.explicit(key, other)
+    assert view.holds(key, other)

@@ -91,6 +91,9 @@ class EqualityLayer:
         yield from self.component.explicit
         yield from self.explicit
 
+    def is_explicit(self, fact: Fact) -> bool:
+        return fact in self.component.explicit or fact in self.explicit
+
     def explicit_count(self) -> int:
         return len(self.component.explicit) + len(self.explicit)
 

@@ -442,7 +442,8 @@ class Reasoner:
         )
         if self.equality is None:
             return view
-        return ExpandedView(view, self.equality.classes, self.equality.explicit_facts)
+        layer = self.equality
+        return ExpandedView(view, layer.classes, layer.explicit_facts, layer.is_explicit)
 
     def facts(self, predicate: str | None = None) -> Iterator[tuple]:
         """Every fact (explicit and derived) as ``(predicate, *arguments)`` of Python values;

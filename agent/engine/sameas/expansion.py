@@ -8,7 +8,7 @@ all of them), exactly what equality axiomatised as rules would have derived.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import product
 
 from ..language import Atom, Value
@@ -23,11 +23,18 @@ class ExpandedView(MaterialisedView):
     ``nodes`` and ``edb`` stay the stores as they are (normal form), for persistence and the
     update machinery; ``explicit_given`` is the explicit facts as given."""
 
-    def __init__(self, base: MaterialisedView, classes: Classes, explicit_given) -> None:
+    def __init__(
+        self,
+        base: MaterialisedView,
+        classes: Classes,
+        explicit_given: Callable[[], Iterable[Fact]],
+        is_explicit: Callable[[Fact], bool],
+    ) -> None:
         super().__init__(base.terms, base.edb, base.nodes)
         self.base = base  # reads the stores as they are: the methods below expand its facts
         self.classes = classes
-        self.explicit_given = explicit_given  # () -> iterable of (key, args) as given
+        self.explicit_given = explicit_given  # the explicit facts as given
+        self.is_explicit = is_explicit
 
     def expand(self, args: tuple[int, ...]) -> Iterator[tuple[int, ...]]:
         class_of = self.classes.class_of
@@ -69,10 +76,7 @@ class ExpandedView(MaterialisedView):
         return self.base.holds(key, self.classes.normal(args))
 
     def explicit(self, key: RelationKey, args: tuple[int, ...]) -> bool:
-        return any(fact == (key, args) for fact in self._given(key))
-
-    def _given(self, key: RelationKey) -> Iterator[Fact]:
-        return (fact for fact in self.explicit_given() if fact[0] == key)
+        return self.is_explicit((key, args))
 
     def edb_facts(self) -> Iterator[tuple]:
         for key, args in sorted(self.explicit_given()):
