@@ -34,7 +34,7 @@ from .sameas.bf import BackwardForward
 from .sameas.classes import Classes, is_literal
 from .sameas.component import equality_component, normal_rule
 from .sameas.facts import Fact, FactIndex
-from .sameas.rewriting import EqualityComponent
+from .sameas.rewriting import EqualityComponent, Evaluate
 from .store import DataStore, RelationKey
 from .terms import TermDictionary
 
@@ -54,10 +54,15 @@ class EqualityLayer:
     """The classes of equal terms, the equality component, and the explicit facts as given
     (see the module docstring)."""
 
-    def __init__(self, terms: TermDictionary, costs: CostPolicy = DEFAULT_COSTS) -> None:
+    def __init__(
+        self,
+        terms: TermDictionary,
+        costs: CostPolicy = DEFAULT_COSTS,
+        evaluate: Evaluate | None = None,
+    ) -> None:
         self.terms = terms
         self.costs = costs
-        self.component = EqualityComponent(terms)
+        self.component = EqualityComponent(terms, evaluate)
         # The component's relations: none until the first update, which brings every relation
         # it has in (owl:sameAs at least), the engine's copies of their facts replaced.
         self.relations: set[RelationKey] = set()

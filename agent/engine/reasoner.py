@@ -153,7 +153,9 @@ class Reasoner:
             check_rule(rule)
         engine_edb, engine_program = edb, program
         if equality is not None or SAME_AS in edb or mentions_equality(program.values()):
-            layer = reasoner.equality = EqualityLayer(reasoner.terms, reasoner.costs)
+            layer = reasoner.equality = EqualityLayer(
+                reasoner.terms, reasoner.costs, reasoner._evaluate_rules
+            )
             representatives, component = equality or ({}, None)
             engine_edb = layer.load(program, edb, representatives, component)
             engine_program = layer.engine_program(program)
@@ -282,7 +284,8 @@ class Reasoner:
                 if rule.key not in known:
                     check_rule(rule)
             layer.check(rules.values())
-            saved = layer.snapshot()
+        # A layer new in this update is dropped if the update fails: nothing to undo in it.
+        saved = layer.snapshot() if layer is not None and layer is self.equality else None
         try:
             if layer is not None:
                 plan = layer.plan(rules, additions, _by_key(deletions), self.edb)
@@ -291,7 +294,7 @@ class Reasoner:
                 target, edb_added, edb_removed = rules, additions, _by_key(deletions)
             driven = self._run(target, edb_added, edb_removed, guard)
         except BaseException:
-            if layer is not None:
+            if layer is not None and saved is not None:
                 layer.restore(saved)
             raise
         added, removed = driven.pop("edb_counts")
@@ -331,10 +334,23 @@ class Reasoner:
             and len(held)
             or mentions_equality(rules.values())
         ):
-            layer = EqualityLayer(self.terms, self.costs)
+            layer = EqualityLayer(self.terms, self.costs, self._evaluate_rules)
             layer.adopt(self.edb)
             return layer
         return None
+
+    def _evaluate_rules(self, rules: list[Rule], facts: dict[RelationKey, set]) -> dict:
+        """Every relation's facts after ``rules`` over ``facts`` (term ids), by a reasoner of
+        their own on this one's terms and settings: the equality component's rounds
+        (equality.py); the rules must not use owl:sameAs (they are given it renamed)."""
+        inner = Reasoner.restore(
+            terms=self.terms, rules=[], edb=facts, nodes={}, modules=self.use_modules
+        )
+        inner.costs = self.costs
+        inner.add_rules(Program(rules=tuple(rules)))
+        view = inner.view()
+        keys = {*facts, *(head.relation for rule in rules for head in rule.heads)}
+        return {key: set(view.visible(key)) for key in keys}
 
     def _run(
         self,

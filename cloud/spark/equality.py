@@ -25,9 +25,15 @@ from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from agent.engine.dependency import build_hyper_graph, execution_plan
-from agent.engine.language import RESERVED_PREFIX, Atom, Rule
+from agent.engine.language import Rule
 from agent.engine.sameas.classes import value_order
-from agent.engine.sameas.component import SAME_AS, equality_component, normal_rule
+from agent.engine.sameas.component import (
+    EDGE,
+    SAME_AS,
+    equality_component,
+    normal_rule,
+    renamed,
+)
 
 from .closures import component_labels
 from .frames import columns, settle
@@ -36,21 +42,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
     from .terms import RelationKey
-
-EDGE: RelationKey = (RESERVED_PREFIX + "sameas-edge", 2)
-
-
-def renamed(rule: Rule) -> Rule:
-    """``rule`` with owl:sameAs atoms reading and writing ``EDGE`` instead."""
-
-    def atom(a: Atom) -> Atom:
-        return Atom(EDGE[0], a.terms) if a.relation == SAME_AS else a
-
-    heads = [atom(h) for h in rule.heads]
-    body = tuple(atom(item) if isinstance(item, Atom) else item for item in rule.body)
-    result = Rule(heads[0], body, rule.label, tuple(heads[1:]))
-    result.mark_checked()  # checked as the user's rule; it derives a reserved relation
-    return result
 
 
 class SparkEquality:

@@ -18,10 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..errors import StratificationError
-from ..language import Atom, Constant, RelationKey, Rule, Term, map_rule
+from ..language import RESERVED_PREFIX, Atom, Constant, RelationKey, Rule, Term, map_rule
 
 OWL_SAME_AS = "http://www.w3.org/2002/07/owl#sameAs"
 SAME_AS: RelationKey = (OWL_SAME_AS, 2)
+# owl:sameAs as a plain relation, for evaluating the component's rules by rounds with an
+# evaluator that must not treat it as equality (the engine's own, the Spark job's).
+EDGE: RelationKey = (RESERVED_PREFIX + "sameas-edge", 2)
 
 
 def mentions_equality(rules: Iterable[Rule]) -> bool:
@@ -85,4 +88,17 @@ def normal_rule(rule: Rule, representative: Callable[[object], object]) -> Rule:
     result = Rule(mapped.head, mapped.body, rule.id, mapped.more_heads)
     if rule.checked:
         result.mark_checked()
+    return result
+
+
+def renamed(rule: Rule) -> Rule:
+    """``rule`` with its owl:sameAs atoms reading and writing ``EDGE`` instead."""
+
+    def atom(a: Atom) -> Atom:
+        return Atom(EDGE[0], a.terms) if a.relation == SAME_AS else a
+
+    heads = [atom(h) for h in rule.heads]
+    body = tuple(atom(item) if isinstance(item, Atom) else item for item in rule.body)
+    result = Rule(heads[0], body, rule.label, tuple(heads[1:]))
+    result.mark_checked()  # checked as the user's rule; it derives a reserved relation
     return result

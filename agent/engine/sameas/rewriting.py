@@ -14,21 +14,27 @@ store, and terms whose representative changed, for the engine above it (``equali
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..language import Rule
 from ..terms import TermDictionary
 from .classes import Classes, value_order
-from .component import SAME_AS
+from .component import EDGE, SAME_AS, normal_rule, renamed
 from .facts import Fact, FactIndex, PatternRule, RuleIndex, consequences, solve, whole_body
+
+Evaluate = Callable[[list[Rule], dict], dict]
 
 
 class EqualityComponent:
     """The equality component's explicit facts (as given), its rules, and its rewritten
     materialisation ``store`` with the classes ``classes`` (the paper's E, Pi, I and pi)."""
 
-    def __init__(self, terms: TermDictionary) -> None:
+    def __init__(self, terms: TermDictionary, evaluate: Evaluate | None = None) -> None:
         self.terms = terms
+        # A set-at-a-time evaluator of positive rules over facts by relation, returning every
+        # relation's facts after (the reasoner passes its engine's): rematerialisations run by
+        # rounds of it instead of fact by fact (``_by_rounds``).
+        self.evaluate = evaluate
         values = terms.values
         self.classes = Classes(lambda term: value_order(values[term]))
         self.explicit = FactIndex()
@@ -87,13 +93,51 @@ class EqualityComponent:
         self.classes = Classes(old_classes.order)
         self.store = FactIndex()
         self.normal_rules = list(self.rules)
-        self.insert(list(self.explicit))
+        if self.evaluate is None:
+            self.insert(list(self.explicit))
+        else:
+            self._by_rounds()
         for classes in (old_classes, self.classes):
             for members in classes.classes():
                 changed |= {m for m in members if self.classes.find(m) != old_classes.find(m)}
         self.changed_terms = changed
         self.entered = {fact for fact in self.store if fact not in baseline}
         self.left = {fact for fact in baseline if fact not in self.store}
+
+    def _by_rounds(self) -> None:
+        """The materialisation by rounds of the engine's own set-at-a-time evaluation
+        (``evaluate``, owl:sameAs renamed a plain relation): the rules over the explicit facts
+        in normal form, then every equality they derived between two representatives merged,
+        until a round merges nothing. Classes only grow, and each round starts again from the
+        explicit facts, so the last round's facts are the rewritten materialisation."""
+        classes, terms = self.classes, self.terms
+        sources = [rule.source for rule in self.rules]
+
+        def representative(value):
+            term = terms.lookup(value)
+            rep = classes.find(term) if term is not None else None
+            return value if rep is None or rep == term else terms.values[rep]
+
+        while True:
+            facts: dict = {}
+            for key, args in self.explicit:
+                key = EDGE if key == SAME_AS else key
+                facts.setdefault(key, set()).add(classes.normal(args))
+            rules = [normal_rule(renamed(rule), representative) for rule in sources]
+            derived = self.evaluate(rules, facts)  # type: ignore[misc]
+            merged = False
+            for a, b in derived.get(EDGE, ()):
+                a, b = classes.find(a), classes.find(b)
+                if a != b:
+                    classes.merge(a, b)
+                    merged = True
+            if not merged:
+                break
+        for key, rows in derived.items():
+            target = SAME_AS if key == EDGE else key
+            for args in rows:
+                self.store.add((target, classes.normal(args)))
+        self.normal_rules = [rule.mapped(classes.find) for rule in self.rules]
 
     def insert(self, facts: Iterable[Fact]) -> None:
         """Carry the materialisation on from new explicit facts (already in ``explicit``)."""
