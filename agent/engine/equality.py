@@ -76,7 +76,6 @@ class EqualityLayer:
         self.rewritten = True  # the last update rebuilt the component (a saved copy: in full)
         self.undo: list | None = None  # how to undo the update under way (see ``snapshot``)
         self._clashes: tuple | None = None  # (the classes they were found in, the clashes)
-        self.seconds = 0.0
 
     @property
     def classes(self) -> Classes:
@@ -126,6 +125,8 @@ class EqualityLayer:
             "component_relations": sorted(f"{name}/{arity}" for name, arity in self.relations),
             "component_facts": len(self.component.store),
             "maintenance": self.maintenance,
+            # rule instances the component evaluated fact by fact (insertions; rounds and
+            # B/F~ count theirs in ``maintenance``)
             "derivations": self.component.derivations,
         }
 
