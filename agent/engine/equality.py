@@ -131,10 +131,6 @@ class EqualityLayer:
         }
 
     # ------------------------------------------------------------------ updating
-    def check(self, rules: Iterable[Rule]) -> None:
-        """Raise StratificationError if a rule deciding equality is not positive."""
-        equality_component(rules)
-
     def adopt(self, edb: DataStore) -> None:
         """Take over the explicit facts of a reasoner that had no equality so far (all of them
         in normal form: there were no classes)."""
@@ -207,8 +203,9 @@ class EqualityLayer:
         engine_edb: DataStore,
     ) -> EnginePlan:
         """Apply the explicit fact changes and the program ``rules`` (the user's, by key);
-        return what the engine must do. The caller restores a ``snapshot`` if the engine then
-        fails."""
+        return what the engine must do. Raises StratificationError, before changing anything,
+        if a rule deciding equality is not positive. The caller restores a ``snapshot`` if
+        the engine then fails."""
         component_rules, relations = equality_component(rules.values())
         component = self.component
         component.start_log()

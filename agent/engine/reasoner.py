@@ -277,13 +277,12 @@ class Reasoner:
         given = program.facts if add_facts is None else [*program.facts, *load_facts(add_facts)]
         additions, addition_count = self.terms.encode_facts(given)
         deletions = [] if delete_facts is None else self._lookup_facts(load_facts(delete_facts))
-        layer = self._equality_for(rules, additions)
+        layer = self._equality_for(program.rules, additions)
         if layer is not None:  # owl:sameAs: the engine runs a normalised program (equality.py)
             known = {rule.key for rule in self.rules.values()}
             for rule in rules.values():
                 if rule.key not in known:
                     check_rule(rule)
-            layer.check(rules.values())
         # A layer new in this update is dropped if the update fails: nothing to undo in it.
         saved = layer.snapshot() if layer is not None and layer is self.equality else None
         try:
@@ -320,20 +319,16 @@ class Reasoner:
         return report
 
     def _equality_for(
-        self, rules: dict[str, Rule], additions: dict[RelationKey, list]
+        self, added: Iterable[Rule], additions: dict[RelationKey, list]
     ) -> EqualityLayer | None:
         """The equality layer this update runs through: the reasoner's, or a new one when the
-        update brings the first ``owl:sameAs`` (in a rule or a fact), or the explicit facts
-        hold one (a saved state recomputed, see ``restore``)."""
+        update brings the first ``owl:sameAs`` (in an ``added`` rule or a fact), or the explicit
+        facts hold one (a saved state recomputed, see ``restore``). Without a layer no rule
+        held so far mentions owl:sameAs, so only the update's own rules need a look."""
         if self.equality is not None:
             return self.equality
         held = self.edb.get(SAME_AS)
-        if (
-            SAME_AS in additions
-            or held is not None
-            and len(held)
-            or mentions_equality(rules.values())
-        ):
+        if SAME_AS in additions or held is not None and len(held) or mentions_equality(added):
             layer = EqualityLayer(self.terms, self.costs, self._evaluate_rules)
             layer.adopt(self.edb)
             return layer

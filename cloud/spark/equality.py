@@ -141,10 +141,7 @@ class SparkEquality:
         if key not in job.frames:
             return
         table = job.spark.createDataFrame(sorted(mapping.items()), "term long, rep long")
-        frame = job.frames[key]
-        for column in columns(key[1]):
-            frame = _replace_column(frame, column, table)
-        job.frames[key], job.counts[key] = settle(frame.distinct())
+        job.frames[key], job.counts[key] = _through(job.frames[key], key[1], table)
 
     # ------------------------------------------------------------------ expansion
     def expand(self, frames: dict, local: dict, counts: dict) -> None:
@@ -164,10 +161,15 @@ class SparkEquality:
         pairs = [(rep, name) for rep, names in members.items() for name in names]
         table = self.job.spark.createDataFrame(sorted(pairs), "term long, rep long")
         for key in [k for k in frames if k not in local]:
-            frame = frames[key]
-            for column in columns(key[1]):
-                frame = _replace_column(frame, column, table)
-            frames[key], counts[key] = settle(frame.distinct())
+            frames[key], counts[key] = _through(frames[key], key[1], table)
+
+
+def _through(frame: DataFrame, arity: int, table: DataFrame) -> tuple[DataFrame, int]:
+    """Every column of ``frame`` replaced through ``table`` (``_replace_column``), distinct,
+    settled, with its size."""
+    for column in columns(arity):
+        frame = _replace_column(frame, column, table)
+    return settle(frame.distinct())
 
 
 def _replace_column(frame: DataFrame, column: str, table: DataFrame) -> DataFrame:
