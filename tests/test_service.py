@@ -233,3 +233,36 @@ def test_bundles_carry_cyclic_multi_head_rules_through_the_agent(tmp_path, cloud
     assert agent.handle_bundle(cloud.sign(again)).status == "applied"
     assert not [f for f in agent.reasoner.facts(RDF_TYPE) if f[2] == "InTriangle"]
     agent.close()
+
+
+def test_bundles_carry_equality_through_the_agent(tmp_path, cloud):
+    """A signed bundle adds a labelled key rule deciding owl:sameAs and facts under two names;
+    a bundle whose rule would decide equality through negation is refused and changes nothing;
+    the state restarts from SQLite (representatives loaded, not recomputed), the label is
+    replaced by a new body in one bundle, and a deletion splits the class."""
+    agent = make_agent(tmp_path, cloud, "")
+    same = "http://www.w3.org/2002/07/owl#sameAs"
+    key = f"key: <{same}>(X, Y) :- <hasSerial>(X, S) and <hasSerial>(Y, S) ."
+    hot = "hot: <Hot>(X) :- <temp>(X, T) and COMP(T, >, 30) ."
+    facts = [("hasSerial", "scada:T1", "s1"), ("hasSerial", "reg:WT-1", "s1")]
+    facts += [("temp", "scada:T1", 34)]
+    bundle = cloud.bundle("base", 1, rules={"key": key, "hot": hot}, facts=facts)
+    assert agent.handle_bundle(cloud.sign(bundle)).status == "applied"
+    assert {a["X"] for a in agent.reasoner.query("<Hot>(X)")} == {"reg:WT-1", "scada:T1"}
+
+    unstratified = "bad: <hasSerial>(X, S) :- <code>(X, S) and not <retired>(X) ."
+    refused = cloud.bundle("base", 2, rules={"bad": unstratified})
+    before = set(agent.reasoner.facts())
+    assert agent.handle_bundle(cloud.sign(refused)).status != "applied"
+    assert "bad" not in agent.reasoner.rules and set(agent.reasoner.facts()) == before
+
+    agent.close()
+    agent = make_agent(tmp_path, cloud, "")
+    assert agent.state.load_report.how == "loaded"
+    assert {a["X"] for a in agent.reasoner.query("<Hot>(X)")} == {"reg:WT-1", "scada:T1"}
+    replaced = f"key: <{same}>(X, Y) :- <hasTag>(X, S) and <hasTag>(Y, S) ."
+    again = cloud.bundle("base", 2, rules={"key": replaced}, delete_rules=["key"])
+    assert agent.handle_bundle(cloud.sign(again)).status == "applied"
+    assert {a["X"] for a in agent.reasoner.query("<Hot>(X)")} == {"scada:T1"}
+    assert agent.reasoner.stats()["equality"]["classes"] == 0
+    agent.close()
