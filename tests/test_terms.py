@@ -34,7 +34,13 @@ atom_facts = st.builds(
     st.sampled_from(["p", "r"]),
     st.lists(values, min_size=1, max_size=2),
 )
-batches = st.lists(st.one_of(tuple_facts, tuple_facts, type_facts, atom_facts), max_size=30)
+class_named_facts = st.builds(lambda cls, value: (cls, value), st.sampled_from("CD"), values)
+batches = st.one_of(
+    st.lists(st.one_of(tuple_facts, tuple_facts, type_facts, atom_facts), max_size=30),
+    # tuples only: the batch is encoded a relation and a column at a time (``C(x)`` given as
+    # ``(C, x)`` and as ``(rdf:type, x, C)`` in one batch is one relation)
+    st.lists(st.one_of(tuple_facts, type_facts, class_named_facts), max_size=30),
+)
 
 
 def decoded(terms: TermDictionary, grouped: dict) -> dict:
@@ -100,6 +106,29 @@ def test_a_bad_fact_in_a_batch_raises_what_encode_fact_raises(bad, error):
         TermDictionary().encode_facts([bad] * 3)
 
 
+def test_a_batch_of_several_relations_and_classes_is_grouped_by_relation():
+    batch = [
+        ("hasSensor", "t1", "s1"),
+        (RDF_TYPE, "t1", "Turbine"),
+        ("hasSensor", "t2", "s2"),
+        ("Turbine", "t2"),  # the class fact Turbine(t2), given as a unary fact
+        (RDF_TYPE, "s1", "Sensor"),
+        ("reading", "s1", 3.5, Literal("ok")),
+    ]
+    terms = TermDictionary()
+    grouped, count = terms.encode_facts(batch)
+    assert count == 6
+    assert {
+        key: [tuple(map(terms.decode, ids)) for ids in rows] for key, rows in grouped.items()
+    } == {
+        ("hasSensor", 2): [("t1", "s1"), ("t2", "s2")],
+        ("Turbine", 1): [("t1",), ("t2",)],
+        ("Sensor", 1): [("s1",)],
+        ("reading", 3): [("s1", 3.5, Literal("ok"))],
+    }
+    assert len(terms) == 6  # t1 s1 t2 s2 3.5 "ok": classes and predicates are not terms
+
+
 def test_the_term_limit_is_checked_for_a_batch_of_new_iris():
     terms = TermDictionary()
     terms.limit = 10
@@ -115,6 +144,11 @@ def test_the_term_limit_is_checked_for_a_batch_of_new_iris():
         [("p", "a", 2.0), ("p", 2, "b")],  # new numbers in two columns: fact by fact
         [("p", "a", 2.0), ("p", "b", 2)],  # in one column: by columns, in the same order
         [("temp", "t1", 25.0), ("temp", "t2", 25), ("temp", "t1", True), ("temp", "t3", 1)],
+        # new numbers in two relations: fact by fact, so the one given first is the spelling
+        [("speed", "t1", 7.0), ("load", "t1", "x"), ("power", "t2", 7)],
+        [("power", "t2", 7), ("speed", "t1", 7.0)],
+        # in one relation of several: by columns
+        [("speed", "t1", 7.0), (RDF_TYPE, "t1", "Turbine"), ("speed", "t2", 7)],
     ],
 )
 def test_equal_numbers_keep_the_spelling_seen_first(batch):

@@ -146,24 +146,25 @@ class TermDictionary:
 
     def encode_facts(self, facts: Iterable) -> tuple[dict[RelationKey, list[tuple[int, ...]]], int]:
         """Many facts at once -> (relation -> the facts' id tuples, how many facts were given):
-        what `encode_fact` gives fact by fact, faster for the common bulk shape.
+        what `encode_fact` gives fact by fact, faster for the common bulk shapes.
 
-        A batch of tuples ``(predicate, *arguments)`` of one IRI predicate and one arity (a CSV
-        file of one relation, a device's readings) is encoded a column at a time: a column is
-        looked up in C, IRIs never seen before get their ids at once, and only other new values
-        (numbers, literals, booleans) are encoded one by one. Any other batch, or one whose new
-        numbers sit in several columns (which of two equal numbers, ``5`` and ``5.0``, is seen
-        first, and so decoded, depends on the order facts are encoded), goes fact by fact."""
+        Tuples ``(predicate, *arguments)`` with IRI predicates (a CSV file of one relation, a
+        device's readings, an RDF file's triples; class facts ``(rdf:type, x, C)`` too) are
+        grouped by relation and encoded a column at a time: a column is looked up in C, IRIs
+        never seen before get their ids at once, and only other new values (numbers,
+        literals, booleans) are encoded one by one. Any other batch, or one whose new numbers
+        sit in several columns (which of two equal numbers, ``5`` and ``5.0``, is seen first,
+        and so decoded, depends on the order facts are encoded), goes fact by fact."""
         facts = facts if isinstance(facts, list) else list(facts)
-        key = _one_shape(facts)
-        if key is not None:
+        shaped = _by_relation(facts)
+        if shaped is not None:
+            keys = list(shaped)
             try:
-                columns = [list(map(itemgetter(i), facts)) for i in range(1, key[1] + 1)]
-                encoded = self._encode_columns(columns)
+                encoded = self._encode_columns([shaped[key] for key in keys])
             except TypeError:  # an unhashable argument: encode_fact says which
                 encoded = None
             if encoded is not None:
-                return {key: encoded}, len(facts)
+                return dict(zip(keys, encoded, strict=True)), len(facts)
         grouped: dict[RelationKey, list[tuple[int, ...]]] = {}
         for fact in facts:
             key, ids = self.encode_fact(fact)
@@ -174,37 +175,41 @@ class TermDictionary:
                 found.append(ids)
         return grouped, len(facts)
 
-    def _encode_columns(self, columns: list[list]) -> list[tuple[int, ...]] | None:
-        """The id tuples of rows given as columns (see `encode_facts`); None when new numbers
-        sit in more than one column (then nothing but IRIs was encoded)."""
+    def _encode_columns(self, tables: list[list[list]]) -> list[list[tuple[int, ...]]] | None:
+        """The id tuples of tables of rows given as columns (see `encode_facts`); None when
+        new numbers sit in more than one column of them all (then nothing but IRIs was
+        encoded)."""
         get = self._iris.get
-        id_columns: list[list] = []
-        stale: list[int] = []  # columns with values that had no id
-        pending: list[int] = []  # those among them with new values that are not IRIs
+        id_tables: list[list[list]] = []
+        stale: list[tuple[int, int]] = []  # (table, column) with values that had no id
+        pending: set[tuple[int, int]] = set()  # those with new values that are not IRIs
         numbers = 0  # columns with new numbers
-        for n, column in enumerate(columns):
-            ids = list(map(get, column))
-            id_columns.append(ids)
-            unseen = dict.fromkeys(compress(column, map(is_, ids, repeat(None))))
-            if not unseen:
-                continue
-            stale.append(n)
-            iris = [value for value in unseen if value.__class__ is str]
-            self._add_iris(iris)
-            if len(iris) < len(unseen):
-                pending.append(n)
-                numbers += any(term_key(v)[0] == "n" for v in unseen if v.__class__ is not str)
+        for t, columns in enumerate(tables):
+            id_columns = []
+            id_tables.append(id_columns)
+            for n, column in enumerate(columns):
+                ids = list(map(get, column))
+                id_columns.append(ids)
+                unseen = dict.fromkeys(compress(column, map(is_, ids, repeat(None))))
+                if not unseen:
+                    continue
+                stale.append((t, n))
+                iris = [value for value in unseen if value.__class__ is str]
+                self._add_iris(iris)
+                if len(iris) < len(unseen):
+                    pending.add((t, n))
+                    numbers += any(term_key(v)[0] == "n" for v in unseen if v.__class__ is not str)
         if numbers > 1:
             return None
         encode = self.encode
-        for n in stale:
-            column = columns[n]
-            ids = id_columns[n] = list(map(get, column))
-            if n in pending:
-                id_columns[n] = [
+        for t, n in stale:
+            column = tables[t][n]
+            ids = id_tables[t][n] = list(map(get, column))
+            if (t, n) in pending:
+                id_tables[t][n] = [
                     i if i is not None else encode(v) for v, i in zip(column, ids, strict=True)
                 ]
-        return list(zip(*id_columns, strict=True))
+        return [list(zip(*id_columns, strict=True)) for id_columns in id_tables]
 
     def lookup_fact(self, fact: tuple | Atom) -> tuple[RelationKey | None, tuple[int, ...]]:
         """Like `encode_fact`, but never adds a term: ``(None, ())`` when a term is unknown
@@ -247,20 +252,47 @@ class TermDictionary:
         return self.values[term_id]
 
 
-def _one_shape(facts: list) -> RelationKey | None:
-    """The relation when every fact is a tuple of one IRI predicate (not rdf:type) and one
-    length, found by C-level passes; else None."""
-    if not facts or facts[0].__class__ is not tuple or len(facts[0]) < 2:
-        return None
-    predicate = facts[0][0]
-    if predicate.__class__ is not str or predicate == RDF_TYPE:
+def _by_relation(facts: list) -> dict[RelationKey, list[list]] | None:
+    """The facts as columns per relation (``(rdf:type, x, C)`` as ``C(x)``), when every fact
+    is a tuple of an IRI predicate and at least one argument (checked by C-level passes);
+    else None."""
+    if not facts:
         return None
     try:
-        same = (
-            set(map(type, facts)) == {tuple}
-            and len(set(map(len, facts))) == 1
-            and set(map(itemgetter(0), facts)) == {predicate}
-        )
-    except TypeError:  # an unhashable predicate: the per-fact path says what is wrong
+        if (
+            set(map(type, facts)) != {tuple}
+            or min(map(len, facts)) < 2
+            or set(map(type, map(itemgetter(0), facts))) != {str}
+        ):
+            return None
+    except TypeError:  # (a fact without a length)
         return None
-    return (predicate, len(facts[0]) - 1) if same else None
+    rows: dict[tuple[str, int], list[tuple]] = {}
+    for fact in facts:
+        shape = (fact[0], len(fact))
+        found = rows.get(shape)
+        if found is None:
+            rows[shape] = [fact]
+        else:
+            found.append(fact)
+    tables: dict[RelationKey, list[list]] = {}
+    for (predicate, length), group in rows.items():
+        if predicate == RDF_TYPE and length == 3:
+            classes = list(map(itemgetter(2), group))
+            if set(map(type, classes)) != {str}:
+                return None  # (encode_fact says what is wrong)
+            for cls, subject in zip(classes, map(itemgetter(1), group), strict=True):
+                table = tables.get((cls, 1))
+                if table is None:
+                    tables[(cls, 1)] = [[subject]]
+                else:
+                    table[0].append(subject)
+            continue
+        columns = [list(map(itemgetter(i), group)) for i in range(1, length)]
+        table = tables.get((predicate, length - 1))  # (class facts of that name came first)
+        if table is None:
+            tables[(predicate, length - 1)] = columns
+        else:
+            for mine, more in zip(table, columns, strict=True):
+                mine.extend(more)
+    return tables
