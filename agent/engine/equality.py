@@ -378,6 +378,7 @@ class EqualityLayer:
         """What ``restore`` needs to undo the next ``plan``: the small parts copied (classes
         of merged terms, rules), the rest undone from the journal ``plan`` keeps."""
         component = self.component
+        component.start_log()  # (``restore`` undoes the log: it must be this update's alone)
         self.undo = []
         return (
             component.classes,
