@@ -33,9 +33,10 @@ from .language import Rule, Value
 from .sameas.bf import BackwardForward
 from .sameas.classes import Classes, is_literal
 from .sameas.component import equality_component, normal_rule
-from .sameas.facts import Fact, FactIndex
+from .sameas.facts import Fact, FactIndex, represented
+from .sameas.given import GivenFacts
 from .sameas.rewriting import EqualityComponent, Evaluate
-from .store import DataStore, RelationKey
+from .store import DataStore, RelationKey, by_relation
 from .terms import TermDictionary
 
 
@@ -67,11 +68,8 @@ class EqualityLayer:
         # it has in (owl:sameAs at least), the engine's copies of their facts replaced.
         self.relations: set[RelationKey] = set()
         self.component_keys: tuple[str, ...] = ()
-        # Explicit facts of the other relations, as given, and how many of them each normal
-        # form (what the engine holds) stands for.
-        self.explicit = FactIndex(positions=False)
-        self.normal_of: dict[Fact, Fact] = {}  # a given fact not in normal form -> its form
-        self.counts: dict[Fact, int] = {}
+        # Explicit facts of the other relations, as given, and the normal forms they stand for.
+        self.given = GivenFacts()
         self.maintenance = ""  # how the last update maintained the component, and why
         self.rewritten = True  # the last update rebuilt the component (a saved copy: in full)
         self.undo: list | None = None  # how to undo the update under way (see ``snapshot``)
@@ -93,13 +91,20 @@ class EqualityLayer:
 
     def explicit_facts(self) -> Iterable[Fact]:
         yield from self.component.explicit
-        yield from self.explicit
+        yield from self.given
 
     def is_explicit(self, fact: Fact) -> bool:
-        return fact in self.component.explicit or fact in self.explicit
+        return fact in self.component.explicit or fact in self.given
 
     def explicit_count(self) -> int:
-        return len(self.component.explicit) + len(self.explicit)
+        return len(self.component.explicit) + len(self.given)
+
+    def given_as(self, fact: Fact) -> list[Fact]:
+        """The explicit facts, as given, whose normal form is ``fact`` (a fact in normal form)."""
+        if fact[0] in self.relations:
+            classes = self.classes
+            return represented(self.component.explicit, fact, classes.find, classes.class_of)
+        return self.given.represented(fact)
 
     def clashes(self) -> list[list[Value]]:
         """Every class holding two distinct literals, as its literals (sorted); computed again
@@ -135,9 +140,7 @@ class EqualityLayer:
         """Take over the explicit facts of a reasoner that had no equality so far (all of them
         in normal form: there were no classes)."""
         for key, relation in edb.relations.items():
-            for args in relation:
-                self.explicit.add((key, args))
-                self.counts[(key, args)] = 1
+            self.given.count(key, self.given.add(key, relation.as_set()), self.classes, None)
 
     def load(
         self,
@@ -172,14 +175,11 @@ class EqualityLayer:
                     component.store.add((key, args))
         for key, rows in explicit.items():
             if key not in relations:
-                for args in rows:
-                    self.explicit.add((key, args))
-                    self._count((key, args), None)
-        engine: dict[RelationKey, set] = {}
-        for key, args in component.store:
-            engine.setdefault(key, set()).add(args)
-        for key, args in self.counts:
-            engine.setdefault(key, set()).add(args)
+                self.given.count(key, self.given.add(key, rows), classes, None)
+        engine = self.given.engine_facts()
+        for key, rows in component.store.by_relation.items():
+            if rows:
+                engine.setdefault(key, set()).update(rows)
         return engine
 
     def engine_program(self, rules: dict[str, Rule]) -> dict[str, Rule]:
@@ -209,7 +209,6 @@ class EqualityLayer:
         component_rules, relations = equality_component(rules.values())
         component = self.component
         component.start_log()
-        removed_given, added_given = [], []
         keys = tuple(rule.key for rule in component_rules)
         moved = relations ^ self.relations
         restructure = keys != self.component_keys or bool(moved)
@@ -229,7 +228,7 @@ class EqualityLayer:
         self.rewritten = restructure or many
         gone = [fact for fact in component_deletions if self._discard(component.explicit, fact)]
         if restructure or many:
-            new = [fact for fact in component_additions if self._add(component.explicit, fact)]
+            new = self._add_all(component.explicit, component_additions)
             component.rematerialise()
             self.maintenance = (
                 "rematerialised (the rules deciding equality changed)"
@@ -241,36 +240,30 @@ class EqualityLayer:
                 run = BackwardForward(component)
                 run.run(gone)
                 self.maintenance = f"B/F~ ({deleted} deleted, {run.steps} steps)"
-            new = [fact for fact in component_additions if self._add(component.explicit, fact)]
+            new = self._add_all(component.explicit, component_additions)
             component.insert(new)
             if new and not deleted:
                 self.maintenance = f"insertion ({len(new)} facts)"
         plan = EnginePlan(program={}, facts_added=len(new), facts_deleted=deleted)
-        # The rest of the explicit facts.
+        # The rest of the explicit facts, a relation at a time.
+        changes = _Changes(engine_edb)
+        for key, rows in by_relation(component.left).items():
+            changes.remove(key, rows)
+        for key, rows in by_relation(component.entered).items():
+            changes.add(key, rows)
+        given = self.given
         for key, rows in deletions.items():
             if key not in relations:
-                for args in rows:
-                    if self._discard(self.explicit, (key, args)):
-                        removed_given.append((key, args))
-        for key, rows in additions.items():
-            if key not in relations:
-                for args in rows:
-                    if self._add(self.explicit, (key, args)):
-                        added_given.append((key, args))
-        plan.facts_added += len(added_given)
-        plan.facts_deleted += len(removed_given)
-        changes = _Changes(engine_edb)
-        for fact in component.left:
-            changes.remove(fact)
-        for fact in component.entered:
-            changes.add(fact)
-        for fact in removed_given:
-            self._uncount(self._pop(self.normal_of, fact, fact), changes)
+                plan.facts_deleted += given.remove(key, rows, changes)
+        added_given = {
+            key: given.add(key, rows) for key, rows in additions.items() if key not in relations
+        }
         changed = component.changed_terms
         if changed:
-            self._renormalise(changed, changes, skip=set(added_given))
-        for fact in added_given:
-            self._count(fact, changes)
+            given.renormalise(changed, self.classes, changes, skip=added_given)
+        for key, rows in added_given.items():
+            plan.facts_added += len(rows)
+            given.count(key, rows, self.classes, changes)
         for key in moved:  # a relation that joined or left the component: all of it anew
             changes.replace(key, self._engine_facts(key, relations))
         plan.add, plan.remove = changes.result()
@@ -282,7 +275,7 @@ class EqualityLayer:
     def _engine_facts(self, key: RelationKey, relations: set[RelationKey]) -> set:
         if key in relations:
             return set(self.component.store.by_relation.get(key, ()))
-        return {normal for (k, normal) in self.counts if k == key}
+        return self.given.engine_rows(key)
 
     def _engine_program(self, rules: dict[str, Rule], component: list[Rule]) -> dict[str, Rule]:
         inside = {rule.key for rule in component}
@@ -298,50 +291,18 @@ class EqualityLayer:
         """Explicit facts change sides when their relation joins or leaves the component."""
         joined = relations - self.relations
         left = self.relations - relations
-        for fact in [fact for fact in self.explicit if fact[0] in joined]:
-            self._discard(self.explicit, fact)
-            self._uncount(self._pop(self.normal_of, fact, fact), None)
-            self._add(self.component.explicit, fact)
-        for fact in [fact for fact in self.component.explicit if fact[0] in left]:
-            self._discard(self.component.explicit, fact)
-            self._add(self.explicit, fact)
-            self._count(fact, None)
+        given = self.given
+        for key in joined:
+            rows = list(given.of(key))
+            given.remove(key, rows, None)
+            for args in rows:
+                self._add(self.component.explicit, (key, args))
+        for key in left:
+            rows = list(self.component.explicit.by_relation.get(key, ()))
+            for args in rows:
+                self._discard(self.component.explicit, (key, args))
+            given.count(key, given.add(key, rows), self.classes, None)
         self.relations = relations
-
-    def _count(self, fact: Fact, changes: _Changes | None) -> None:
-        normal = (fact[0], self.classes.normal(fact[1]))
-        if normal != fact:
-            self._set(self.normal_of, fact, normal)
-        count = self.counts.get(normal, 0)
-        self._set(self.counts, normal, count + 1)
-        if not count and changes is not None:
-            changes.add(normal)
-
-    def _uncount(self, normal: Fact, changes: _Changes | None) -> None:
-        count = self.counts[normal] - 1
-        if count:
-            self._set(self.counts, normal, count)
-        else:
-            self._pop(self.counts, normal, None)
-            if changes is not None:
-                changes.remove(normal)
-
-    def _renormalise(self, changed: set[int], changes: _Changes, skip: set[Fact]) -> None:
-        """The given facts naming a term whose representative changed: their new normal form
-        (but those of ``skip``, added in this update and counted after)."""
-        seen: set[Fact] = set(skip)
-        for term in changed:
-            for fact in list(self.explicit.with_term(term)):
-                if fact in seen:
-                    continue
-                seen.add(fact)
-                old = self.normal_of.get(fact, fact)
-                new = (fact[0], self.classes.normal(fact[1]))
-                if new == old:
-                    continue
-                self._pop(self.normal_of, fact, None)
-                self._uncount(old, changes)
-                self._count(fact, changes)
 
     # ------------------------------------------------------------------ rollback
     # An update changes the layer in place and records how to undo each change (``undo``),
@@ -354,6 +315,16 @@ class EqualityLayer:
             self.undo.append(partial(index.discard, fact))
         return True
 
+    def _add_all(self, index: FactIndex, facts: list[Fact]) -> list[Fact]:
+        """`_add` of many facts, a relation at a time; returns those that were new."""
+        new: list[Fact] = []
+        for key, rows in by_relation(facts).items():
+            added = index.add_rows(key, rows)
+            if added and self.undo is not None:
+                self.undo.append(partial(index.discard_rows, key, added))
+            new.extend((key, args) for args in added)
+        return new
+
     def _discard(self, index: FactIndex, fact: Fact) -> bool:
         if not index.discard(fact):
             return False
@@ -361,25 +332,12 @@ class EqualityLayer:
             self.undo.append(partial(index.add, fact))
         return True
 
-    def _set(self, mapping: dict, key, value) -> None:
-        if self.undo is not None:
-            self.undo.append(partial(_put_back, mapping, key, mapping.get(key, _MISSING)))
-        mapping[key] = value
-
-    def _pop(self, mapping: dict, key, default):
-        if key not in mapping:
-            return default
-        value = mapping.pop(key)
-        if self.undo is not None:
-            self.undo.append(partial(_put_back, mapping, key, value))
-        return value
-
     def snapshot(self) -> tuple:
         """What ``restore`` needs to undo the next ``plan``: the small parts copied (classes
         of merged terms, rules), the rest undone from the journal ``plan`` keeps."""
         component = self.component
         component.start_log()  # (``restore`` undoes the log: it must be this update's alone)
-        self.undo = []
+        self.undo = self.given.undo = []
         return (
             component.classes,
             component.classes.copy(),
@@ -395,7 +353,8 @@ class EqualityLayer:
 
     def commit(self) -> None:
         """The update went through: forget how to undo it."""
-        self.undo = None
+        self.undo = self.given.undo = None
+        self.given.commit()
 
     def restore(self, saved: tuple) -> None:
         component = self.component
@@ -412,56 +371,47 @@ class EqualityLayer:
         component.rules, component.normal_rules, component.index = rules, normal_rules, index
         self.relations, self.component_keys, self.maintenance = relations, keys, how
         component.start_log()
-        self.undo = None
-
-
-_MISSING = object()
-
-
-def _put_back(mapping: dict, key, value) -> None:
-    if value is _MISSING:
-        mapping.pop(key, None)
-    else:
-        mapping[key] = value
+        self.undo = self.given.undo = None
+        self.given.stale = []  # (the undone update's deletions are given again)
 
 
 class _Changes:
-    """Changes to the engine's explicit facts, netted, checked against what it holds."""
+    """Changes to the engine's explicit facts by relation, netted, checked against what it
+    holds."""
 
     def __init__(self, edb: DataStore) -> None:
         self.edb = edb
-        self.added: set[Fact] = set()
-        self.removed: set[Fact] = set()
+        self.added: dict[RelationKey, set[tuple[int, ...]]] = {}
+        self.removed: dict[RelationKey, set[tuple[int, ...]]] = {}
 
-    def _holds(self, fact: Fact) -> bool:
-        relation = self.edb.get(fact[0])
-        return relation is not None and fact[1] in relation
-
-    def add(self, fact: Fact) -> None:
-        self.removed.discard(fact)
-        if not self._holds(fact):
-            self.added.add(fact)
-
-    def remove(self, fact: Fact) -> None:
-        self.added.discard(fact)
-        if self._holds(fact):
-            self.removed.add(fact)
-
-    def replace(self, key: RelationKey, facts: set) -> None:
+    def add(self, key: RelationKey, rows: Iterable[tuple[int, ...]]) -> None:
+        rows = set(rows)
+        removed = self.removed.get(key)
+        if removed:
+            removed -= rows
         relation = self.edb.get(key)
-        held = set(relation) if relation is not None else set()
-        for args in held - facts:
-            self.remove((key, args))
-        for args in facts:
-            self.add((key, args))
-        for args in held & facts:
-            self.removed.discard((key, args))
+        new = rows if relation is None else relation.absent(rows)
+        if new:
+            self.added.setdefault(key, set()).update(new)
+
+    def remove(self, key: RelationKey, rows: Iterable[tuple[int, ...]]) -> None:
+        rows = set(rows)
+        added = self.added.get(key)
+        if added:
+            added -= rows
+        relation = self.edb.get(key)
+        held = relation.present(rows) if relation is not None else ()
+        if held:
+            self.removed.setdefault(key, set()).update(held)
+
+    def replace(self, key: RelationKey, rows: set[tuple[int, ...]]) -> None:
+        relation = self.edb.get(key)
+        held = relation.as_set() if relation is not None else set()
+        self.remove(key, held - rows)
+        self.add(key, rows)
 
     def result(self) -> tuple[dict, dict]:
-        added: dict[RelationKey, list] = {}
-        removed: dict[RelationKey, list] = {}
-        for key, args in self.added:
-            added.setdefault(key, []).append(args)
-        for key, args in self.removed:
-            removed.setdefault(key, []).append(args)
-        return added, removed
+        return (
+            {key: list(rows) for key, rows in self.added.items() if rows},
+            {key: list(rows) for key, rows in self.removed.items() if rows},
+        )

@@ -49,7 +49,7 @@ from .language import (
 )
 from .modules.patterns import ClosurePattern, detect_closure, symmetric_shape, transitive_shape
 from .planner import BindStep, FilterStep, NegationStep, Plan, ScanStep, plan_rule
-from .sameas.facts import represented, solve, whole_body
+from .sameas.facts import solve, whole_body
 from .store import Relation, RelationKey
 from .values import EVAL_ERRORS
 from .view import MaterialisedView, NodeView
@@ -578,10 +578,9 @@ def explain_with_equality(
 
     def leaf(fact_key: RelationKey, normal: tuple[int, ...]) -> Derivation:
         fact = (fact_key, normal)
-        source = layer.component.explicit if fact_key in layer.relations else layer.explicit
-        if fact in source:
+        if layer.is_explicit(fact):
             return Derivation(external(fact_key, normal))
-        given = sorted(represented(source, fact, classes.find, classes.class_of))
+        given = sorted(layer.given_as(fact))
         if given:
             original = given[0][1]
             return Derivation(

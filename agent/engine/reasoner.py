@@ -53,7 +53,7 @@ from .modules import Module, NodeState
 from .reclaim import RECLAIMER
 from .sameas.component import SAME_AS, mentions_equality
 from .sameas.expansion import ExpandedView
-from .store import DataStore, RelationKey, SavedFacts
+from .store import DataStore, RelationKey, SavedFacts, by_relation
 from .terms import TermDictionary
 from .validation import check_rule
 from .view import MaterialisedView, NodeView
@@ -287,10 +287,10 @@ class Reasoner:
         saved = layer.snapshot() if layer is not None and layer is self.equality else None
         try:
             if layer is not None:
-                plan = layer.plan(rules, additions, _by_key(deletions), self.edb)
+                plan = layer.plan(rules, additions, by_relation(deletions), self.edb)
                 target, edb_added, edb_removed = plan.program, plan.add, plan.remove
             else:
-                target, edb_added, edb_removed = rules, additions, _by_key(deletions)
+                target, edb_added, edb_removed = rules, additions, by_relation(deletions)
             driven = self._run(target, edb_added, edb_removed, guard)
         except BaseException:
             if layer is not None and saved is not None:
@@ -596,13 +596,6 @@ def by_key(rules: Iterable[Rule]) -> dict[str, Rule]:
     for rule in rules:
         unique.setdefault(rule.key, rule)
     return unique
-
-
-def _by_key(encoded: list[tuple[RelationKey, tuple[int, ...]]]) -> dict[RelationKey, list]:
-    grouped: dict[RelationKey, list] = {}
-    for key, args in encoded:
-        grouped.setdefault(key, []).append(args)
-    return grouped
 
 
 def _describe_operation(added_ids, deleted_ids, added: int, removed: int) -> str:

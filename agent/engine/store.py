@@ -426,6 +426,18 @@ class Relation:
             self._getters[SUBJECT] = SUBJECT_GETTERS
 
 
+def by_relation(facts: Iterable[tuple[RelationKey, tuple[int, ...]]]) -> dict[RelationKey, list]:
+    """``(relation, args)`` facts grouped by relation: relation -> list of args."""
+    grouped: dict[RelationKey, list] = {}
+    for key, args in facts:
+        found = grouped.get(key)
+        if found is None:
+            grouped[key] = [args]
+        else:
+            found.append(args)
+    return grouped
+
+
 def by_subject(rows: Iterable[tuple[int, int]]) -> dict[int, set[int]]:
     """Binary facts grouped as subject -> set of objects (the layout `adopt_subjects` takes)."""
     return grouped_by(rows, 0)

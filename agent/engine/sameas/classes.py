@@ -60,6 +60,16 @@ class Classes:
             return args
         return tuple(rep.get(a, a) for a in args)
 
+    def normal_rows(self, rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """`normal` of each row, in order (``rows`` itself when there are no classes). A row
+        naming no merged term is its own normal form, the same tuple: a caller keeping both
+        (given facts and their counts) keeps one."""
+        rep = self.rep
+        if not rep:
+            return rows
+        get, unmerged = rep.get, rep.keys().isdisjoint
+        return [args if unmerged(args) else tuple(map(get, args, args)) for args in rows]
+
     def merge(self, a: int, b: int) -> tuple[int, int]:
         """Merge the classes of representatives ``a`` and ``b`` (``a != b``): the smaller
         becomes the representative of both. Returns ``(kept, gone)``."""

@@ -85,23 +85,19 @@ class PatternRule:
 
 
 class FactIndex:
-    """A set of facts with an index per term and, unless ``positions=False`` (a set that is
-    never joined), per (relation, position, term)."""
+    """A set of facts with, per relation and position, an index from term to the facts holding
+    it there (``columns[relation][position]``): the joins of ``solve`` and the facts naming a
+    term (`with_term`, a few relations and positions at most in the component).
 
-    __slots__ = ("by_relation", "by_position", "by_term", "positions")
+    A term held by one fact only (most of them: a person's e-mail address) maps to that fact's
+    args, a tuple, rather than to a set of one: an empty set alone costs four times a pair's
+    tuple, and the index would otherwise weigh several times the facts."""
 
-    def __init__(self, *, positions: bool = True) -> None:
-        self.positions = positions
+    __slots__ = ("by_relation", "columns")
+
+    def __init__(self) -> None:
         self.by_relation: dict[RelationKey, set[tuple[int, ...]]] = {}
-        self.by_position: dict[tuple[RelationKey, int, int], set[tuple[int, ...]]] = {}
-        self.by_term: dict[int, set[Fact]] = {}
-
-    def copy(self) -> FactIndex:
-        other = FactIndex(positions=self.positions)
-        other.by_relation = {key: set(rows) for key, rows in self.by_relation.items()}
-        other.by_position = {key: set(rows) for key, rows in self.by_position.items()}
-        other.by_term = {key: set(facts) for key, facts in self.by_term.items()}
-        return other
+        self.columns: dict[RelationKey, list[dict[int, set[tuple[int, ...]]]]] = {}
 
     def __contains__(self, fact: Fact) -> bool:
         found = self.by_relation.get(fact[0])
@@ -115,17 +111,38 @@ class FactIndex:
             for args in facts:
                 yield (relation, args)
 
+    def _relation(self, relation: RelationKey) -> set[tuple[int, ...]]:
+        facts = self.by_relation.get(relation)
+        if facts is None:
+            facts = self.by_relation[relation] = set()
+            self.columns[relation] = [{} for _ in range(relation[1])]
+        return facts
+
     def add(self, fact: Fact) -> bool:
         relation, args = fact
-        facts = self.by_relation.setdefault(relation, set())
+        facts = self._relation(relation)
         if args in facts:
             return False
         facts.add(args)
-        for position, term in enumerate(args):
-            if self.positions:
-                self.by_position.setdefault((relation, position, term), set()).add(args)
-            self.by_term.setdefault(term, set()).add(fact)
+        for column, term in zip(self.columns[relation], args, strict=True):
+            _put(column, term, args)
         return True
+
+    def add_rows(
+        self, relation: RelationKey, rows: Iterable[tuple[int, ...]]
+    ) -> list[tuple[int, ...]]:
+        """Add many facts of one relation (a column at a time); returns the new ones."""
+        facts = self._relation(relation)
+        new = [args for args in dict.fromkeys(rows) if args not in facts]
+        facts.update(new)
+        for position, column in enumerate(self.columns[relation]):
+            for args in new:
+                _put(column, args[position], args)
+        return new
+
+    def discard_rows(self, relation: RelationKey, rows: Iterable[tuple[int, ...]]) -> None:
+        for args in rows:
+            self.discard((relation, args))
 
     def discard(self, fact: Fact) -> bool:
         relation, args = fact
@@ -133,46 +150,60 @@ class FactIndex:
         if facts is None or args not in facts:
             return False
         facts.discard(args)
-        for position, term in enumerate(args):
-            if self.positions:
-                bucket = self.by_position[(relation, position, term)]
-                bucket.discard(args)
-                if not bucket:
-                    del self.by_position[(relation, position, term)]
-            holders = self.by_term.get(term)
-            if holders is not None:
-                holders.discard(fact)
-                if not holders:
-                    del self.by_term[term]
+        for column, term in zip(self.columns[relation], args, strict=True):
+            bucket = column[term]
+            if bucket.__class__ is tuple:
+                del column[term]
+                continue
+            bucket.discard(args)
+            if len(bucket) == 1:
+                column[term] = next(iter(bucket))
         return True
 
     def with_term(self, term: int) -> set[Fact]:
-        return self.by_term.get(term, set())
+        found: set[Fact] = set()
+        for relation, columns in self.columns.items():
+            for column in columns:
+                bucket = column.get(term)
+                if bucket is None:
+                    continue
+                if bucket.__class__ is tuple:
+                    found.add((relation, bucket))
+                else:
+                    found.update((relation, args) for args in bucket)
+        return found
 
     def candidates(self, relation: RelationKey, bound: tuple[int | None, ...]) -> Iterable:
         """The args of ``relation`` that may match ``bound`` (None: any term): the smallest
         index bucket of a bound position (the caller unifies)."""
-        if not self.positions:  # only the per-term index: its facts of the relation
-            for position, term in enumerate(bound):
-                if term is not None:
-                    return [
-                        args
-                        for key, args in self.by_term.get(term, ())
-                        if key == relation and args[position] == term
-                    ]
-            return self.by_relation.get(relation, ())
+        columns = self.columns.get(relation)
+        if columns is None:
+            return ()
         best: set | None = None
-        for position, term in enumerate(bound):
+        for column, term in zip(columns, bound, strict=True):
             if term is None:
                 continue
-            bucket = self.by_position.get((relation, position, term))
+            bucket = column.get(term)
             if bucket is None:
                 return ()
+            if bucket.__class__ is tuple:
+                return (bucket,)
             if best is None or len(bucket) < len(best):
                 best = bucket
         if best is None:
-            return self.by_relation.get(relation, ())
+            return self.by_relation[relation]
         return best
+
+
+def _put(column: dict, term: int, args: tuple[int, ...]) -> None:
+    """Index ``args`` under ``term`` (see FactIndex: one fact alone is kept as its args)."""
+    bucket = column.get(term)
+    if bucket is None:
+        column[term] = args
+    elif bucket.__class__ is tuple:
+        column[term] = {bucket, args}
+    else:
+        bucket.add(args)
 
 
 def solve(

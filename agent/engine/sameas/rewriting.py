@@ -88,7 +88,12 @@ class EqualityComponent:
     def rematerialise(self) -> None:
         """Compute the store afresh from the explicit facts (the paper's Remat~)."""
         old_store, old_classes = self.store, self.classes
-        baseline = {fact for fact in old_store if fact not in self.entered} | self.left
+        # The store as it was when the log started, a relation at a time.
+        baseline = {key: set(rows) for key, rows in old_store.by_relation.items()}
+        for key, args in self.entered:
+            baseline[key].discard(args)
+        for key, args in self.left:
+            baseline.setdefault(key, set()).add(args)
         changed = set(self.changed_terms)
         self.classes = Classes(old_classes.order)
         self.store = FactIndex()
@@ -97,12 +102,16 @@ class EqualityComponent:
             self.insert(list(self.explicit))
         else:
             self._by_rounds()
-        for classes in (old_classes, self.classes):
-            for members in classes.classes():
-                changed |= {m for m in members if self.classes.find(m) != old_classes.find(m)}
+        old_find, new_find = old_classes.find, self.classes.find
+        touched = {term for term, _ in old_classes.rep.items() ^ self.classes.rep.items()}
+        changed |= {term for term in touched if old_find(term) != new_find(term)}
         self.changed_terms = changed
-        self.entered = {fact for fact in self.store if fact not in baseline}
-        self.left = {fact for fact in baseline if fact not in self.store}
+        self.entered, self.left = set(), set()
+        for key in baseline.keys() | self.store.by_relation.keys():
+            before = baseline.get(key, set())
+            after = self.store.by_relation.get(key, set())
+            self.entered.update((key, args) for args in after - before)
+            self.left.update((key, args) for args in before - after)
 
     def _by_rounds(self) -> None:
         """The materialisation by rounds of the engine's own set-at-a-time evaluation
@@ -119,10 +128,11 @@ class EqualityComponent:
             return value if rep is None or rep == term else terms.values[rep]
 
         while True:
-            facts: dict = {}
-            for key, args in self.explicit:
-                key = EDGE if key == SAME_AS else key
-                facts.setdefault(key, set()).add(classes.normal(args))
+            facts = {
+                EDGE if key == SAME_AS else key: set(classes.normal_rows(list(rows)))
+                for key, rows in self.explicit.by_relation.items()
+                if rows
+            }
             rules = [normal_rule(renamed(rule), representative) for rule in sources]
             derived = self.evaluate(rules, facts)  # type: ignore[misc]
             merged = False
@@ -134,9 +144,7 @@ class EqualityComponent:
             if not merged:
                 break
         for key, rows in derived.items():
-            target = SAME_AS if key == EDGE else key
-            for args in rows:
-                self.store.add((target, classes.normal(args)))
+            self.store.add_rows(SAME_AS if key == EDGE else key, classes.normal_rows(list(rows)))
         self.normal_rules = [rule.mapped(classes.find) for rule in self.rules]
 
     def insert(self, facts: Iterable[Fact]) -> None:
