@@ -32,7 +32,8 @@ tool, half by their email address: the class splits), each from the same materia
 the rest maintained incrementally), **scratch** (a new ``Reasoner`` over what is left) and
 the axiomatised program's incremental maintenance. After every step each side must hold the
 same facts as the axiomatised side (``eq`` read as ``owl:sameAs``) where it ran, else as
-scratch. Best of ``--repeat`` per cell.
+scratch. Best of ``--repeat`` per cell. Memory (``--no-memory`` skips it): peak and kept traced
+allocation and RSS growth of materialising, each side in a fresh process.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from dataclasses import replace
 
 from agent.engine import Reasoner
 from agent.engine.costs import DEFAULT_COSTS
+from simulations.bench.memory import fact_count, footprint
 from simulations.bench.timing import timed
 
 OWL_SAME_AS = "http://www.w3.org/2002/07/owl#sameAs"
@@ -176,7 +178,12 @@ def rewriting(facts, share: float | None = None) -> Reasoner:
 
 
 def run(
-    largest: int, repeat: int, axiomatised_up_to: int, departments: int, modules: bool = True
+    largest: int,
+    repeat: int,
+    axiomatised_up_to: int,
+    departments: int,
+    modules: bool = True,
+    memory: bool = True,
 ) -> None:
     facts = university(largest, departments, 20 if departments < 10 else 150)
     with_axioms = largest <= axiomatised_up_to
@@ -202,6 +209,8 @@ def run(
         f"largest {equality['largest_class']}, component {equality['component_facts']:,} facts"
     )
     _row("materialise", best.get("mat rewriting"), None, None, best.get("mat axiomatised"))
+    if memory:
+        _memory_row(facts, with_axioms, modules, stats["facts"])
     rng = random.Random(11)
     star = _star(facts)
     star_links = [f for f in facts if f[0] == OWL_SAME_AS and f[2] == star]
@@ -252,6 +261,27 @@ def _axiomatised(facts, modules: bool) -> Reasoner:
     return reasoner
 
 
+def _memory_row(facts: list, with_axioms: bool, modules: bool, expanded: int) -> None:
+    """Peak and kept traced allocation and RSS growth of materialising, each side in a fresh
+    process (simulations/bench/memory.py), per fact of the expanded model (the same model on
+    both sides, so the figures compare)."""
+    sides = [("rewriting", footprint(rewriting, fact_count, facts))]
+    if with_axioms:
+        sides.append(("axiomatised", footprint(_axiomatised, fact_count, facts, modules)))
+    for name, found in sides:
+        print(
+            f"  memory {name:12}  peak traced {found.traced_peak / 1e6:7.1f} MB, kept "
+            f"{found.traced_kept / 1e6:6.1f} MB, RSS {found.rss / 1e6:6.1f} MB; per expanded "
+            f"fact {found.traced_kept / expanded:5.1f} B kept, {found.rss / expanded:5.1f} B RSS"
+        )
+    if with_axioms:
+        (_, ours), (_, axioms) = sides
+        print(
+            f"  memory axiomatised/rewriting: peak {axioms.traced_peak / ours.traced_peak:.1f}x,"
+            f" kept {axioms.traced_kept / ours.traced_kept:.1f}x, RSS {axioms.rss / ours.rss:.1f}x"
+        )
+
+
 def _check(got: set, want: set, step: str) -> None:
     if got != want:
         print(
@@ -287,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--departments", type=int, default=150, help="university size (150: ~160k facts)"
     )
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory lines")
     parser.add_argument(
         "--axiomatised-seminaive",
         action="store_true",
@@ -304,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             args.axiomatised_up_to,
             departments,
             modules=not args.axiomatised_seminaive,
+            memory=not args.no_memory,
         )
     return 0
 
