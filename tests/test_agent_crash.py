@@ -9,8 +9,9 @@ duplicate (stream version), a reading batch comes back and replaces the same val
 
 Each reading batch carries every sensor's value plus ``seq(t1, k)``, so the state after batch k
 does not depend on earlier batches; each bundle ``v`` carries the next chunk of an edge list for
-a transitive closure (and some deletions), so the prefix applied is read off ``applied`` and the
-derived facts must match a from-scratch replay of bundles 1..v.
+a transitive closure (and some deletions), and serial numbers that make nodes equal by a key rule
+deciding owl:sameAs (classes merge and split), so the prefix applied is read off ``applied`` and
+the derived facts must match a from-scratch replay of bundles 1..v.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ RULES = {
     "tc": "tc: <path>(X, Z) :- <path>(X, Y) and <edge>(Y, Z) .",
     "deg": "deg: <degree>(X, N) :- aggregate(<edge>(X, Y)) on X with count(Y) as N .",
     "hot": "hot: <Hot>(S) :- <temp>(S, T) and COMP(T, >, 25) .",
+    # owl:sameAs by a key: nodes sharing a serial are one node (classes merge and split as
+    # bundles add and delete serials; agent/engine/equality.py)
+    "key": "key: <http://www.w3.org/2002/07/owl#sameAs>(X, Y) :- <serial>(X, S) and "
+    "<serial>(Y, S) .",
 }
 BUNDLES = 20
 BATCHES = 20
@@ -43,18 +48,30 @@ SENSORS = [f"s{i}" for i in range(5)]
 
 
 def bundle_ops(version: int, rng: random.Random) -> dict:
-    """Bundle 1 adds the rules; later ones add a chunk of edges and delete a few old ones."""
+    """Bundle 1 adds the rules; later ones add a chunk of edges and serials, and delete a few
+    old ones."""
     if version == 1:
         return {"rules": RULES, "facts": [("edge", "n0", "n1")]}
     base = version * 12
     facts = [("edge", f"n{rng.randrange(base)}", f"n{rng.randrange(base)}") for _ in range(40)]
+    facts += serials(version)
     delete = [("edge", f"n{rng.randrange(base)}", f"n{rng.randrange(base)}") for _ in range(10)]
+    delete += serials(version - 2)[:1]  # a class splits (or a name leaves it)
     ops = {"facts": facts, "delete_facts": delete}
     if version == 7:
         ops["delete_rules"] = ["deg"]
     if version == 10:
         ops["rules"] = {"deg": RULES["deg"]}
     return ops
+
+
+def serials(version: int) -> list[tuple]:
+    """Bundle ``version``'s serial numbers: three nodes, few serials, so some nodes share one."""
+    if version < 2:
+        return []
+    rng = random.Random(version)
+    base = version * 12
+    return [("serial", f"n{rng.randrange(base)}", f"s{rng.randrange(base // 3)}") for _ in range(3)]
 
 
 def batch(k: int) -> list[tuple]:
