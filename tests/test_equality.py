@@ -102,6 +102,11 @@ def check(reasoner: Reasoner, explicit: set[tuple]) -> None:
     fresh = Reasoner()
     fresh.update(add_rules=list(reasoner.rules.values()), add_facts=sorted(explicit, key=repr))
     assert set(fresh.facts()) == got
+    assert clashes(reasoner) == clashes(fresh)  # (kept per class, updated incrementally)
+
+
+def clashes(reasoner: Reasoner) -> list:
+    return reasoner.equality.clashes() if reasoner.equality is not None else []
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))

@@ -73,7 +73,8 @@ class EqualityLayer:
         self.maintenance = ""  # how the last update maintained the component, and why
         self.rewritten = True  # the last update rebuilt the component (a saved copy: in full)
         self.undo: list | None = None  # how to undo the update under way (see ``snapshot``)
-        self._clashes: tuple | None = None  # (the classes they were found in, the clashes)
+        self._clashing: dict[int, list[Value]] = {}  # representative -> its clash
+        self._clashes_of: Classes | None = None  # the classes _clashing describes
 
     @property
     def classes(self) -> Classes:
@@ -107,17 +108,25 @@ class EqualityLayer:
         return self.given.represented(fact)
 
     def clashes(self) -> list[list[Value]]:
-        """Every class holding two distinct literals, as its literals (sorted); computed again
-        only after classes changed."""
-        if self._clashes is None or self._clashes[0] is not self.classes:
-            values = self.terms.values
-            found = []
-            for members in self.classes.classes():
-                literals = [values[m] for m in members if is_literal(values[m])]
-                if len(literals) > 1:
-                    found.append(sorted(literals, key=repr))
-            self._clashes = (self.classes, found)
-        return self._clashes[1]
+        """Every class holding two distinct literals, as its literals (sorted). Kept per
+        class: an update checks again the classes its changed terms are in and those that
+        clashed before (a class losing a member), never every class."""
+        classes = self.classes
+        if self._clashes_of is not classes:  # new classes (rematerialised, undone): all anew
+            self._clashing = {}
+            self._clashes_of = classes
+            self._check_clashes(classes.members)
+        return sorted(self._clashing.values(), key=repr)
+
+    def _check_clashes(self, representatives: Iterable[int]) -> None:
+        classes, values = self.classes, self.terms.values
+        for rep in representatives:
+            members = classes.members.get(rep) if classes.find(rep) == rep else None
+            literals = [values[m] for m in members or () if is_literal(values[m])]
+            if len(literals) > 1:
+                self._clashing[rep] = sorted(literals, key=repr)
+            else:
+                self._clashing.pop(rep, None)
 
     def stats(self) -> dict:
         sizes = [len(members) for members in self.classes.classes()]
@@ -267,8 +276,9 @@ class EqualityLayer:
         for key in moved:  # a relation that joined or left the component: all of it anew
             changes.replace(key, self._engine_facts(key, relations))
         plan.add, plan.remove = changes.result()
-        if changed:
-            self._clashes = None
+        if changed and self._clashes_of is self.classes:  # (else clashes() starts anew)
+            find = self.classes.find
+            self._check_clashes({*self._clashing, *map(find, changed)})
         plan.program = self._engine_program(rules, component_rules)
         return plan
 
