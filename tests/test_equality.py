@@ -454,3 +454,18 @@ def test_given_facts_count_the_names_an_engine_fact_stands_for():
     given.renormalise({1, 2}, split, changes, skip={})
     assert changes.added == [(key, (2, 50))] and changes.removed == [(key, (1, 50))]
     assert given.engine_rows(key) == {(2, 50), (3, 60)}
+
+
+def test_counts_expand_a_pair_held_by_two_stores_once():
+    """``count()`` reads binary relations by subject (sameas/expansion.py): a pair both given
+    and derived, between terms of classes of two and three names, is counted 2 x 3 times."""
+    reasoner = Reasoner()
+    reasoner.add_rules("link(X, Z) :- link(X, Y), link(Y, Z) .")
+    reasoner.add_facts(
+        [("link", "a", "b"), ("link", "b", "c"), ("link", "a", "c")]
+        + [(OWL_SAME_AS, "b", "b2"), (OWL_SAME_AS, "c", "c2"), (OWL_SAME_AS, "c", "c3")]
+    )
+    view = reasoner.view()
+    assert len(view.holders(("link", 2))) == 2  # the EDB's and the rule's
+    assert view.size(("link", 2)) == 1 * 2 + 2 * 3 + 1 * 3 == len(set(reasoner.facts("link")))
+    assert reasoner.count() == len(set(reasoner.facts()))

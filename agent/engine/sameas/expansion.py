@@ -9,10 +9,11 @@ all of them), exactly what equality axiomatised as rules would have derived.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from itertools import product
+from itertools import filterfalse, product, repeat
+from math import prod
 
 from ..language import Atom, Value
-from ..store import RelationKey
+from ..store import SUBJECT, RelationKey
 from ..view import MaterialisedView
 from .classes import Classes
 from .facts import Fact
@@ -61,16 +62,34 @@ class ExpandedView(MaterialisedView):
         return found
 
     def size(self, key: RelationKey) -> int:
-        if not self.classes.rep:
+        return self._size(key, self._class_sizes())
+
+    def count(self) -> int:
+        sizes = self._class_sizes()
+        return sum(self._size(key, sizes) for key in self.relations())
+
+    def _size(self, key: RelationKey, sizes: dict[int, int]) -> int:
+        """The stored facts, plus for each naming a merged term its other combinations of
+        names (the product of its terms' class sizes, less one). The facts naming a merged
+        term are picked out in C and the class sizes read from one dict: a reader polling
+        ``count()`` on a large store walked every fact in Python."""
+        if not sizes:
             return self.base.size(key)
-        size = self.classes.size
-        total = 0
-        for args in self.base.scan(key):
-            count = 1
-            for term in args:
-                count *= size(term)
-            total += count
-        return total
+        if key[1] == 2:  # by subject where every holder keeps its facts so
+            indexes = [holder.existing_index(SUBJECT) for holder in self.base.holders(key)]
+            if all(index is not None for index in indexes):
+                return _pairs_size(indexes, sizes)  # type: ignore[arg-type]
+        facts = self.base.scan(key)
+        if not hasattr(facts, "__len__"):  # (several holders: their distinct facts, once)
+            facts = list(facts)
+        get, ones = sizes.get, repeat(1)
+        named = list(filterfalse(sizes.keys().isdisjoint, facts))
+        return len(facts) - len(named) + sum(prod(map(get, args, ones)) for args in named)
+
+    def _class_sizes(self) -> dict[int, int]:
+        """Each merged term's class size (none: no classes)."""
+        members = self.classes.members
+        return {term: len(members[rep]) for term, rep in self.classes.rep.items()}
 
     def holds(self, key: RelationKey, args: tuple[int, ...]) -> bool:
         return self.base.holds(key, self.classes.normal(args))
@@ -102,3 +121,26 @@ class ExpandedView(MaterialisedView):
             yield from product(
                 *((w,) if w is not None else class_of(a) for w, a in zip(wanted, args, strict=True))
             )
+
+
+def _pairs_size(indexes: list[dict], sizes: dict[int, int]) -> int:
+    """`ExpandedView._size` of a binary relation held by subject (``indexes``: each holder's
+    subject -> objects): per subject, its class size times its objects' class sizes (a
+    subject's objects in several holders counted once)."""
+    if len(indexes) == 1:
+        subjects = indexes[0]
+    else:
+        subjects = {}
+        for index in indexes:
+            for subject, objects in index.items():
+                found = subjects.get(subject)
+                subjects[subject] = objects if found is None else set(found).union(objects)
+    merged, get = set(sizes), sizes.get
+    total = 0
+    for subject, objects in subjects.items():
+        count = len(objects)
+        common = merged.intersection(objects)
+        if common:
+            count += sum(map(get, common)) - len(common)
+        total += count * get(subject, 1)
+    return total
