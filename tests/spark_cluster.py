@@ -88,11 +88,15 @@ class StandaloneCluster:
                 "--webui-port", str(free_port()), "--work-dir", str(work), self.url,
             )  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            self.check_alive()
-            if len(self.alive_workers()) == self.workers:
-                return self
-            time.sleep(0.5)
+        try:
+            while time.monotonic() < deadline:
+                self.check_alive()
+                if len(self.alive_workers()) == self.workers:
+                    return self
+                time.sleep(0.5)
+        except BaseException:
+            self.stop()  # (no Spark processes left behind by a failed start)
+            raise
         self.stop()
         raise RuntimeError(f"the cluster did not start in {START_TIMEOUT:.0f} s: {self.logs()}")
 
@@ -105,8 +109,8 @@ class StandaloneCluster:
     def alive_workers(self) -> list[dict]:
         try:
             workers = self.state().get("workers", [])
-        except OSError:
-            return []
+        except (OSError, ValueError):  # not up yet: refused, or not yet the JSON page (a
+            return []  # starting master once answered /json/ with its HTML page)
         return [worker for worker in workers if worker.get("state") == "ALIVE"]
 
     def check_alive(self) -> None:
