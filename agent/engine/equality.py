@@ -213,11 +213,11 @@ class EqualityLayer:
     ) -> EnginePlan:
         """Apply the explicit fact changes and the program ``rules`` (the user's, by key);
         return what the engine must do. Raises StratificationError, before changing anything,
-        if a rule deciding equality is not positive. The caller restores a ``snapshot`` if
-        the engine then fails."""
+        if a rule deciding equality is not positive. The caller takes a ``snapshot`` first
+        (which starts the component's log of this update; a new layer's log is empty) and
+        restores it if the engine then fails."""
         component_rules, relations = equality_component(rules.values())
         component = self.component
-        component.start_log()
         keys = tuple(rule.key for rule in component_rules)
         moved = relations ^ self.relations
         restructure = keys != self.component_keys or bool(moved)

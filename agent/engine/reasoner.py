@@ -532,9 +532,7 @@ class Reasoner:
         for name, rule in self.rules.items():
             names.setdefault(rule.key, []).append(name)
         view = self.view()
-        per_predicate = {
-            f"{name}/{arity}": view.size((name, arity)) for name, arity in view.relations()
-        }
+        per_predicate = {f"{name}/{arity}": size for (name, arity), size in view.sizes().items()}
         return {
             "facts": sum(per_predicate.values()),
             "explicit_facts": (

@@ -113,9 +113,13 @@ class MaterialisedView:
         relation = self.edb.get(key)
         return relation is not None and args in relation
 
+    def sizes(self) -> dict[RelationKey, int]:
+        """`size` of every relation holding facts."""
+        return {key: self.size(key) for key in self.relations()}
+
     def count(self) -> int:
         """Number of distinct facts, explicit and derived."""
-        return sum(self.size(key) for key in self.relations())
+        return sum(self.sizes().values())
 
     # ------------------------------------------------------------------ decoded
     def external(self, key: RelationKey, args: tuple[int, ...]) -> tuple:

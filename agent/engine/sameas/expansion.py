@@ -64,9 +64,9 @@ class ExpandedView(MaterialisedView):
     def size(self, key: RelationKey) -> int:
         return self._size(key, self._class_sizes())
 
-    def count(self) -> int:
-        sizes = self._class_sizes()
-        return sum(self._size(key, sizes) for key in self.relations())
+    def sizes(self) -> dict[RelationKey, int]:
+        sizes = self._class_sizes()  # (once for every relation)
+        return {key: self._size(key, sizes) for key in self.relations()}
 
     def _size(self, key: RelationKey, sizes: dict[int, int]) -> int:
         """The stored facts, plus for each naming a merged term its other combinations of
