@@ -45,10 +45,14 @@ class BackwardForward:
         self.doubtful_set: set[Fact] = set()
         self.proved: list[Fact] = []  # P
         self.proved_set: set[Fact] = set()
-        self.proved_by_term: dict[int, set[Fact]] = {}
         self.outdated: set[Fact] = set()  # P-hat
+        # The joins and lookups read only facts that are not outdated (a class of k names
+        # merging one name at a time outdates k facts naming it, which would otherwise stay
+        # in every join on its key): the proved facts naming each term, and V, hold P minus
+        # P-hat and V minus P-hat (line 42's test reads V as "V minus P-hat, or P-hat").
+        self.proved_by_term: dict[int, set[Fact]] = {}
         self.delayed = FactIndex()  # Y
-        self.processed = FactIndex()  # V
+        self.processed = FactIndex()  # V minus P-hat
         self.done: set[Fact] = set()  # O
         self.disproved: set[Fact] = set()  # S
         self._next_checked = 0  # saturate's position in C
@@ -85,6 +89,16 @@ class BackwardForward:
                 self.proved_by_term.setdefault(term, set()).add(fact)
             if fact[0] == SAME_AS and fact[1][0] != fact[1][1]:
                 self._equalities.append(fact)
+
+    def _outdate(self, fact: Fact) -> None:
+        """Add ``fact`` to P-hat, and take it out of the indexes that hold only up-to-date
+        facts."""
+        self.outdated.add(fact)
+        self.processed.discard(fact)
+        for term in fact[1]:
+            facts = self.proved_by_term.get(term)
+            if facts is not None:
+                facts.discard(fact)
 
     def _up_to_date(self, fact: Fact) -> bool:
         """In P minus P-hat."""
@@ -133,7 +147,6 @@ class BackwardForward:
                 if (
                     found_relation == relation
                     and found_args[0] == first
-                    and candidate not in self.outdated
                     and all(found_args[i] in options[i] for i in range(1, len(args)))
                 ):
                     found += 1
@@ -214,17 +227,22 @@ class BackwardForward:
     def _check(self, fact: Fact) -> Iterator[Fact]:
         """The body of checkProvability(fact) after line 22: yields each fact whose
         provability it checks recursively, and stops once every fact ``fact`` stands for is
-        proved."""
-        self.saturate()  # line 23
-        if self.all_proved(fact):  # line 24
-            return
+        proved.
+
+        The reflexive equalities of ``fact``'s classes (lines 29-31) are checked before the
+        first saturation (line 23), not after: until ``c = c`` is checked, no equality
+        between two names of ``c``'s class can be proved (Algorithm 7 delays it), so
+        saturating first would join each of the class's facts with all the others, still
+        apart (k names sharing one key: k^2 delayed equalities). The order of the checks
+        is free; what is checked, and so proved, is the same."""
         relation, args = fact
-        for term in dict.fromkeys(args):  # lines 29-31
+        for term in dict.fromkeys(args):  # lines 29-31, before line 23 (see the docstring)
             reflexive = (SAME_AS, (term, term))
             if reflexive not in self.disproved and self.pi.size(term) > 1:
                 yield reflexive
-                if self.all_proved(fact):
-                    return
+        self.saturate()  # line 23
+        if self.all_proved(fact):  # line 24
+            return
         rules, index = self.component.normal_rules, self.component.index
         for rule, sigma in index.match_head(rules, fact):  # lines 32-35
             for tau in solve(
@@ -258,17 +276,18 @@ class BackwardForward:
                     self._next_proved += 1
                 if fact in self.outdated or fact in self.processed:  # line 42
                     continue
-                self.processed.add(fact)
                 self.steps += 1
                 normal = self._gamma(fact)  # line 43
-                if normal != fact:  # line 44
-                    self.outdated.add(fact)
+                if normal != fact:  # line 44 (in V and P-hat: only the latter is kept)
+                    self._outdate(fact)
                     self._add_proved(normal)
-                elif fact[0] == SAME_AS and fact[1][0] != fact[1][1]:  # line 45
+                    continue
+                self.processed.add(fact)
+                if fact[0] == SAME_AS and fact[1][0] != fact[1][1]:  # line 45
                     self.rewrite(fact[1][0], fact[1][1])
                 else:  # lines 48-50 (47: see the module docstring)
                     index, rules = self.component.index, self.gamma_rules
-                    for head in consequences(index, rules, normal, self.processed, self.outdated):
+                    for head in consequences(index, rules, normal, self.processed):
                         self.prove(head)
 
     # ------------------------------------------------------------------ Algorithm 6
@@ -276,17 +295,14 @@ class BackwardForward:
         kept, gone = self.gamma.merge(a, b)  # lines 51-52
         self._merges += 1
         for fact in list(self.proved_by_term.get(gone, ())):  # lines 53-54
-            if fact not in self.outdated:
-                self.outdated.add(fact)
-                self._add_proved(self._gamma(fact))
+            self._outdate(fact)
+            self._add_proved(self._gamma(fact))
         for number, rule in enumerate(self.gamma_rules):  # lines 55-58
             normal = rule.mapped(self.gamma.find)
             if normal == rule:
                 continue
             self.gamma_rules[number] = normal
-            for tau in solve(
-                whole_body(normal), self.processed, {}, lambda p, f: f not in self.outdated
-            ):
+            for tau in solve(whole_body(normal), self.processed, {}):
                 for head in normal.heads:
                     self.prove(head.ground(tau))
 
