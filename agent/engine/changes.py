@@ -27,6 +27,7 @@ from .store import EMPTY, DataStore, Relation, RelationKey
 from .subject_facts import (
     SubjectFacts,
     absent,
+    as_bitmap,
     difference_by_subject,
     intersection_by_subject,
     mostly_by_subject,
@@ -69,11 +70,9 @@ class StoreChanges:
             return
         removed = self.removed.get(key)
         if removed:
-            back = facts & removed
-            if back:
-                removed = self.removed[key] = mutable(removed)
-                removed -= back
-                facts = facts - back
+            cancelled = _cancel(facts, removed)
+            if cancelled is not None:
+                facts, self.removed[key] = cancelled
                 owned = True
         if not facts:
             return
@@ -92,11 +91,10 @@ class StoreChanges:
             return
         added = self.added.get(key)
         if added:
-            gone = facts & added
-            if gone:
-                added = self.added[key] = mutable(added)
-                added -= gone
-                facts = facts - gone
+            cancelled = _cancel(facts, added)
+            if cancelled is not None:
+                facts, self.added[key] = cancelled
+                owned = True
         if not facts:
             return
         known = self.removed.get(key)
@@ -115,6 +113,30 @@ class StoreChanges:
 
     def counts(self) -> tuple[int, int]:
         return sum(map(len, self.added.values())), sum(map(len, self.removed.values()))
+
+
+def _cancel(facts: AbstractSet, opposite: AbstractSet) -> tuple[AbstractSet, AbstractSet] | None:
+    """``facts`` and the recorded ``opposite`` change without the facts they share (a fact
+    both added and removed in one update is neither), or None when they share none. Held
+    by subject on both sides (a closure that lost a part of a component and regained some of
+    it), a subject at a time on bitmaps; else as tuples, ``opposite`` made a plain set the
+    record owns."""
+    if isinstance(facts, SubjectFacts) and isinstance(opposite, SubjectFacts):
+        mine = {s: as_bitmap(objects) for s, objects in facts.by_subject.items()}
+        shared = intersection_by_subject(mine, opposite.by_subject)
+        if not shared:
+            return None
+        theirs = {s: as_bitmap(objects) for s, objects in opposite.by_subject.items()}
+        return (
+            SubjectFacts(difference_by_subject(mine, shared)),
+            SubjectFacts(difference_by_subject(theirs, shared)),
+        )
+    shared = facts & opposite
+    if not shared:
+        return None
+    opposite = mutable(opposite)
+    opposite -= shared
+    return facts - shared, opposite
 
 
 def difference(old: set, new: set) -> tuple[set, set]:
