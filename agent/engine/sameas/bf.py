@@ -298,9 +298,9 @@ class BackwardForward:
             self._outdate(fact)
             self._add_proved(self._gamma(fact))
         for number, rule in enumerate(self.gamma_rules):  # lines 55-58
-            normal = rule.mapped(self.gamma.find)
-            if normal == rule:
+            if gone not in rule.constants:  # (in normal form: only ``gone`` can change)
                 continue
+            normal = rule.mapped(self.gamma.find)
             self.gamma_rules[number] = normal
             for tau in solve(whole_body(normal), self.processed, {}):
                 for head in normal.heads:

@@ -4,20 +4,23 @@ The equality component's rules are positive atoms only (``component.py``), and i
 fact by fact (B/F~ checks, proves and retracts single facts), so a small interpreter over
 indexes is the right tool here; the engine's compiled plans evaluate every other rule. A
 fact is ``(relation, args)`` with args term ids; a rule is a ``PatternRule`` whose atoms hold
-term ids for constants and ``Variable`` objects for variables.
+term ids (ints) for constants and variables' names (strs) for variables: a substitution is a
+dict keyed by names, whose hashes Python keeps, where a ``Variable`` dataclass would hash its
+fields in Python at every lookup.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
-from ..language import Atom, Constant, RelationKey, Rule, Variable
+from ..language import Atom, Constant, RelationKey, Rule
 from ..terms import TermDictionary
 
 Fact = tuple[RelationKey, tuple[int, ...]]
-Term = int | Variable
-Subst = dict[Variable, int]
+Term = int | str  # a term id, or a variable's name
+Subst = dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -28,14 +31,14 @@ class Pattern:
     def ground(self, sigma: Subst) -> Fact:
         return (
             self.relation,
-            tuple(sigma[t] if isinstance(t, Variable) else t for t in self.terms),
+            tuple(sigma[t] if t.__class__ is str else t for t in self.terms),
         )
 
     def unify(self, args: tuple[int, ...], sigma: Subst) -> Subst | None:
         """``sigma`` extended so that this pattern becomes ``args``, or None."""
-        out = dict(sigma)
-        for term, value in zip(self.terms, args, strict=True):
-            if isinstance(term, Variable):
+        out = sigma.copy()
+        for term, value in zip(self.terms, args, strict=False):  # (the arity is the same)
+            if term.__class__ is str:
                 bound = out.setdefault(term, value)
                 if bound != value:
                     return None
@@ -45,7 +48,7 @@ class Pattern:
 
     def mapped(self, find: Callable[[int], int]) -> Pattern:
         return Pattern(
-            self.relation, tuple(t if isinstance(t, Variable) else find(t) for t in self.terms)
+            self.relation, tuple(t if t.__class__ is str else find(t) for t in self.terms)
         )
 
 
@@ -62,19 +65,21 @@ class PatternRule:
         def pattern(atom: Atom) -> Pattern:
             return Pattern(
                 atom.relation,
-                tuple(terms.encode(t.value) if isinstance(t, Constant) else t for t in atom.terms),
+                tuple(
+                    terms.encode(t.value) if isinstance(t, Constant) else t.name  # type: ignore[union-attr]
+                    for t in atom.terms
+                ),
             )
 
         body = tuple(pattern(item) for item in rule.body if isinstance(item, Atom))
         return cls(tuple(pattern(head) for head in rule.heads), body, rule)
 
-    def constants(self) -> set[int]:
-        return {
-            t
-            for atom in (*self.heads, *self.body)
-            for t in atom.terms
-            if not isinstance(t, Variable)
-        }
+    @cached_property
+    def constants(self) -> frozenset[int]:
+        """The term ids the rule mentions (computed once: B/F~ asks at every merge)."""
+        return frozenset(
+            t for atom in (*self.heads, *self.body) for t in atom.terms if t.__class__ is not str
+        )
 
     def mapped(self, find: Callable[[int], int]) -> PatternRule:
         return PatternRule(
@@ -218,15 +223,16 @@ def solve(
     if not atoms:
         yield sigma
         return
-    best = max(
-        range(len(atoms)),
-        key=lambda i: sum(
-            1 for t in atoms[i][1].terms if not isinstance(t, Variable) or t in sigma
-        ),
-    )
-    position, atom = atoms[best]
-    rest = atoms[:best] + atoms[best + 1 :]
-    bound = tuple((sigma.get(t) if isinstance(t, Variable) else t) for t in atom.terms)
+    if len(atoms) == 1:
+        (position, atom), rest = atoms[0], atoms[1:]
+    else:
+        best = max(
+            range(len(atoms)),
+            key=lambda i: sum(1 for t in atoms[i][1].terms if t.__class__ is not str or t in sigma),
+        )
+        position, atom = atoms[best]
+        rest = atoms[:best] + atoms[best + 1 :]
+    bound = tuple((sigma.get(t) if t.__class__ is str else t) for t in atom.terms)
     for args in list(store.candidates(atom.relation, bound)):
         extended = atom.unify(args, sigma)
         if extended is None:

@@ -74,7 +74,7 @@ class EqualityComponent:
         """Normalise again the rules naming a term of ``changed``; returns those that changed."""
         renewed = []
         for number, rule in enumerate(self.rules):
-            if rule.constants() & changed:
+            if rule.constants & changed:
                 normal = rule.mapped(self.classes.find)
                 if normal != self.normal_rules[number]:
                     self.normal_rules[number] = normal
