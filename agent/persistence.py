@@ -726,7 +726,7 @@ class AgentState:
             )
             return
         self.conn.execute("UPDATE nodes SET rules = ? WHERE id = ?", (keys, row))
-        self._update_derived(row, _by_relation(left), _by_relation(entered))
+        self._update_derived(row, left, entered)
         for term in changed:
             rep = classes.find(term)
             if rep == term:
@@ -1100,13 +1100,6 @@ def _as_tuples(facts: dict[RelationKey, SavedFacts]) -> dict[RelationKey, set]:
         else:
             found[key] = set(saved)
     return found
-
-
-def _by_relation(facts: Iterable[tuple[RelationKey, tuple[int, ...]]]) -> dict[RelationKey, set]:
-    grouped: dict[RelationKey, set] = {}
-    for key, args in facts:
-        grouped.setdefault(key, set()).add(args)
-    return grouped
 
 
 # Schema version -> the step that migrates a file of that version to the next one.

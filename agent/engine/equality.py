@@ -197,10 +197,10 @@ class EqualityLayer:
         component_rules, _ = equality_component(rules.values())
         return self._engine_program(rules, component_rules)
 
-    def saved_changes(self) -> tuple[bool, set[Fact], set[Fact], set[int]]:
+    def saved_changes(self) -> tuple[bool, dict, dict, set[int]]:
         """What the last update changed, for a saved copy: (whether to write the component
-        in full, its facts that left, those that entered, the terms whose representative
-        changed)."""
+        in full, its facts that left and those that entered, each by relation, the terms whose
+        representative changed)."""
         component = self.component
         return self.rewritten, component.left, component.entered, component.changed_terms
 
@@ -256,9 +256,9 @@ class EqualityLayer:
         plan = EnginePlan(program={}, facts_added=len(new), facts_deleted=deleted)
         # The rest of the explicit facts, a relation at a time.
         changes = _Changes(engine_edb)
-        for key, rows in by_relation(component.left).items():
+        for key, rows in component.left.items():
             changes.remove(key, rows)
-        for key, rows in by_relation(component.entered).items():
+        for key, rows in component.entered.items():
             changes.add(key, rows)
         given = self.given
         for key, rows in deletions.items():
@@ -372,10 +372,10 @@ class EqualityLayer:
         for step in reversed(undo):
             step()
         if component.store is store:  # changed in place: its changes logged since start_log
-            for fact in component.entered:
-                store.discard(fact)
-            for fact in component.left:
-                store.add(fact)
+            for key, rows in component.entered.items():
+                store.discard_rows(key, rows)
+            for key, rows in component.left.items():
+                store.add_rows(key, rows)
         component.store = store
         component.classes = copied if component.classes is classes else classes
         component.rules, component.normal_rules, component.index = rules, normal_rules, index

@@ -8,7 +8,9 @@ longer a representative leaves the store and comes back in normal form, and ever
 constants changed is normalised again and evaluated anew.
 
 The component keeps a log of what changed since ``start_log``: facts that entered and left the
-store, and terms whose representative changed, for the engine above it (``equality.py``).
+store, by relation (their args are the store's own tuples, so dropping the log of a whole
+materialisation frees no tuples), and terms whose representative changed, for the engine above
+it (``equality.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from ..language import Rule
+from ..language import RelationKey, Rule
 from ..terms import TermDictionary
 from .classes import Classes, value_order
 from .component import EDGE, SAME_AS, normal_rule, renamed
@@ -47,21 +49,15 @@ class EqualityComponent:
 
     # ------------------------------------------------------------------ the change log
     def start_log(self) -> None:
-        self.entered: set[Fact] = set()
-        self.left: set[Fact] = set()
+        self.entered: dict[RelationKey, set[tuple[int, ...]]] = {}
+        self.left: dict[RelationKey, set[tuple[int, ...]]] = {}
         self.changed_terms: set[int] = set()
 
     def note_added(self, fact: Fact) -> None:
-        if fact in self.left:
-            self.left.discard(fact)
-        else:
-            self.entered.add(fact)
+        _note(fact, self.entered, self.left)
 
     def note_removed(self, fact: Fact) -> None:
-        if fact in self.entered:
-            self.entered.discard(fact)
-        else:
-            self.left.add(fact)
+        _note(fact, self.left, self.entered)
 
     # ------------------------------------------------------------------ rules
     def set_rules(self, rules: Iterable[Rule]) -> None:
@@ -90,10 +86,10 @@ class EqualityComponent:
         old_store, old_classes = self.store, self.classes
         # The store as it was when the log started, a relation at a time.
         baseline = {key: set(rows) for key, rows in old_store.by_relation.items()}
-        for key, args in self.entered:
-            baseline[key].discard(args)
-        for key, args in self.left:
-            baseline.setdefault(key, set()).add(args)
+        for key, rows in self.entered.items():
+            baseline[key] -= rows
+        for key, rows in self.left.items():
+            baseline.setdefault(key, set()).update(rows)
         changed = set(self.changed_terms)
         self.classes = Classes(old_classes.order)
         self.store = FactIndex()
@@ -106,12 +102,12 @@ class EqualityComponent:
         touched = {term for term, _ in old_classes.rep.items() ^ self.classes.rep.items()}
         changed |= {term for term in touched if old_find(term) != new_find(term)}
         self.changed_terms = changed
-        self.entered, self.left = set(), set()
+        self.entered, self.left = {}, {}
         for key in baseline.keys() | self.store.by_relation.keys():
             before = baseline.get(key, set())
             after = self.store.by_relation.get(key, set())
-            self.entered.update((key, args) for args in after - before)
-            self.left.update((key, args) for args in before - after)
+            self.entered[key] = after - before
+            self.left[key] = before - after
 
     def _by_rounds(self) -> None:
         """The materialisation by rounds of the engine's own set-at-a-time evaluation
@@ -182,3 +178,18 @@ class EqualityComponent:
             for tau in solve(whole_body(rule), self.store, {}):
                 self.derivations += 1
                 queue.extend(head.ground(tau) for head in rule.heads)
+
+
+def _note(fact: Fact, into: dict[RelationKey, set], against: dict[RelationKey, set]) -> None:
+    """Log ``fact`` in ``into`` (entered or left), unless it cancels its entry in ``against``
+    (a fact that left and came back in one update did neither)."""
+    relation, args = fact
+    opposite = against.get(relation)
+    if opposite is not None and args in opposite:
+        opposite.discard(args)
+        return
+    rows = into.get(relation)
+    if rows is None:
+        into[relation] = {args}
+    else:
+        rows.add(args)
