@@ -58,7 +58,7 @@ class Classes:
         rep = self.rep
         if not rep:
             return args
-        return tuple(rep.get(a, a) for a in args)
+        return tuple(map(rep.get, args, args))
 
     def normal_rows(self, rows: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
         """`normal` of each row, in order (``rows`` itself when there are no classes). A row
