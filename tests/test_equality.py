@@ -470,3 +470,31 @@ def test_counts_expand_a_pair_held_by_two_stores_once():
     assert len(view.holders(("link", 2))) == 2  # the EDB's and the rule's
     assert view.size(("link", 2)) == 1 * 2 + 2 * 3 + 1 * 3 == len(set(reasoner.facts("link")))
     assert reasoner.count() == len(set(reasoner.facts()))
+
+
+@given(
+    edges=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), max_size=40),
+    earlier=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 30)), max_size=5),
+)
+def test_merging_equalities_by_subject_gives_the_classes_pairs_give(edges, earlier):
+    """The rematerialisation's rounds merge the equalities a round derived a subject at a
+    time when they are held by subject (sameas/rewriting.py, ``merge_edges``): the classes,
+    their representatives and whether anything merged are those of merging pair by pair."""
+    from pyroaring import BitMap
+
+    from agent.engine.sameas.classes import Classes
+    from agent.engine.sameas.rewriting import merge_edges
+    from agent.engine.subject_facts import SubjectFacts
+
+    def classes_after(pairs) -> tuple:
+        classes = Classes(lambda term: (0, -term))  # (the largest id represents its class)
+        for a, b in earlier:  # classes from an earlier round
+            if classes.find(a) != classes.find(b):
+                classes.merge(classes.find(a), classes.find(b))
+        merged = merge_edges(classes, pairs)
+        return merged, classes.rep, {rep: set(m) for rep, m in classes.members.items()}
+
+    grouped: dict[int, BitMap] = {}
+    for a, b in edges:
+        grouped.setdefault(a, BitMap()).add(b)
+    assert classes_after(SubjectFacts(grouped)) == classes_after(set(edges))

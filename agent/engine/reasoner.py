@@ -345,7 +345,7 @@ class Reasoner:
         inner.add_rules(Program(rules=tuple(rules)))
         view = inner.view()
         keys = {*facts, *(head.relation for rule in rules for head in rule.heads)}
-        return {key: set(view.visible(key)) for key in keys}
+        return {key: view.detached(key) for key in keys}
 
     def _run(
         self,

@@ -11,11 +11,18 @@ hyper-nodes, and offers no method that writes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import repeat
 
 from .language import RDF_TYPE, RESERVED_PREFIX, Atom, Constant, Rule, Value, Variable
 from .store import SUBJECT, DataStore, Relation, RelationKey
+from .subject_facts import (
+    SubjectFacts,
+    mostly_by_subject,
+    relation_by_subject,
+    union_by_subject,
+)
 from .terms import TermDictionary
 
 
@@ -68,6 +75,15 @@ class MaterialisedView:
         for tuples in holders:
             union |= tuples
         return union
+
+    def detached(self, key: RelationKey) -> AbstractSet[tuple[int, ...]]:
+        """The facts of ``key``, a copy no store shares: by subject (``SubjectFacts`` of new
+        bitmaps, no tuple built for them) when most of them are held by subject, else a set
+        of tuples. For a caller that keeps the facts after the stores are gone."""
+        holders = self.holders(key)
+        if holders and key[1] == 2 and mostly_by_subject(holders):
+            return SubjectFacts(union_by_subject(map(relation_by_subject, holders)))
+        return set(self.visible(key))
 
     def scan(self, key: RelationKey) -> Iterable[tuple[int, ...]]:
         """The facts of ``key``, each once, for reading through, without building the tuples

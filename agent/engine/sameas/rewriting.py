@@ -17,8 +17,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
+
+from pyroaring import BitMap
 
 from ..language import RelationKey, Rule
+from ..subject_facts import SubjectFacts, as_bitmap
 from ..terms import TermDictionary
 from .classes import Classes, value_order
 from .component import EDGE, SAME_AS, normal_rule, renamed
@@ -131,13 +135,7 @@ class EqualityComponent:
             }
             rules = [normal_rule(renamed(rule), representative) for rule in sources]
             derived = self.evaluate(rules, facts)  # type: ignore[misc]
-            merged = False
-            for a, b in derived.get(EDGE, ()):
-                a, b = classes.find(a), classes.find(b)
-                if a != b:
-                    classes.merge(a, b)
-                    merged = True
-            if not merged:
+            if not merge_edges(classes, derived.get(EDGE, ())):
                 break
         for key, rows in derived.items():
             self.store.add_rows(SAME_AS if key == EDGE else key, classes.normal_rows(list(rows)))
@@ -193,3 +191,40 @@ def _note(fact: Fact, into: dict[RelationKey, set], against: dict[RelationKey, s
         into[relation] = {args}
     else:
         rows.add(args)
+
+
+def merge_edges(classes: Classes, edges: AbstractSet[tuple[int, int]]) -> bool:
+    """Merge the classes of both terms of every pair of ``edges``; returns whether any two
+    classes merged. Pairs held by subject (``SubjectFacts``) are read a subject at a time
+    against the subject's class as a bitmap: a first round over names not merged yet derives
+    k^2 equalities from a key k names share, which take k - 1 merges, and the rest is a set
+    difference in C."""
+    if not isinstance(edges, SubjectFacts):
+        merged = False
+        for a, b in edges:
+            a, b = classes.find(a), classes.find(b)
+            if a != b:
+                classes.merge(a, b)
+                merged = True
+        return merged
+    as_bitmaps: dict[int, BitMap] = {}  # representative -> its class, for this pass
+
+    def class_bitmap(rep: int) -> BitMap:
+        found = as_bitmaps.get(rep)
+        if found is None:
+            found = as_bitmaps[rep] = BitMap(classes.class_of(rep))
+        return found
+
+    merged = False
+    for a, objects in edges.by_subject.items():
+        rep = classes.find(a)
+        for b in as_bitmap(objects) - class_bitmap(rep):
+            other = classes.find(b)
+            if other == rep:
+                continue
+            joined = class_bitmap(rep) | class_bitmap(other)
+            rep, gone = classes.merge(rep, other)
+            del as_bitmaps[gone]
+            as_bitmaps[rep] = joined
+            merged = True
+    return merged
