@@ -292,7 +292,18 @@ class BackwardForward:
 
     # ------------------------------------------------------------------ Algorithm 6
     def rewrite(self, a: int, b: int) -> None:
-        kept, gone = self.gamma.merge(a, b)  # lines 51-52
+        """Lines 51-58. Of the two representatives, the one whose class and proved facts are
+        fewer is merged away (its members move, its facts are proved again under the
+        other): a class built one name at a time by the order's representative would move
+        all its members and facts each time a smaller name joined. ``propagate_changes``
+        makes the order's smallest member of each class its representative again
+        (``Classes.regroup``)."""
+        by_term, size = self.proved_by_term, self.gamma.size
+        if len(by_term.get(a, ())) + size(a) >= len(by_term.get(b, ())) + size(b):
+            kept, gone = a, b
+        else:
+            kept, gone = b, a
+        self.gamma.merge_into(kept, gone)  # lines 51-52
         self._merges += 1
         for fact in list(self.proved_by_term.get(gone, ())):  # lines 53-54
             self._outdate(fact)

@@ -74,17 +74,25 @@ class Classes:
         """Merge the classes of representatives ``a`` and ``b`` (``a != b``): the smaller
         becomes the representative of both. Returns ``(kept, gone)``."""
         kept, gone = (a, b) if self.order(a) <= self.order(b) else (b, a)
+        self.merge_into(kept, gone)
+        return kept, gone
+
+    def merge_into(self, kept: int, gone: int) -> None:
+        """Merge the class of representative ``gone`` into that of ``kept``, which represents
+        both whatever the order: for a caller that chooses by its own costs and restores the
+        order's representatives itself (B/F~'s gamma, see ``regroup``)."""
         moved = self.members.pop(gone, None) or {gone}
         target = self.members.setdefault(kept, {kept})
         self.rep[kept] = kept
         for member in moved:
             self.rep[member] = kept
         target |= moved
-        return kept, gone
 
     def regroup(self, rep: int, new_rep: Callable[[int], int]) -> set[int]:
         """Replace the class of ``rep`` by the classes ``new_rep`` groups its members into
-        (the paper's ``pi(d) := gamma(d)``). Returns the members whose representative changed."""
+        (the paper's ``pi(d) := gamma(d)``), each represented by its smallest member in this
+        order (whichever member ``new_rep`` names). Returns the members whose representative
+        changed."""
         members = self.members.pop(rep, None)
         if members is None:
             return set()
@@ -92,7 +100,8 @@ class Classes:
         for member in members:
             groups.setdefault(new_rep(member), set()).add(member)
         changed = set()
-        for target, group in groups.items():
+        for group in groups.values():
+            target = min(group, key=self.order) if len(group) > 1 else next(iter(group))
             if len(group) > 1:
                 self.members[target] = group
             for member in group:
