@@ -103,6 +103,15 @@ def check(reasoner: Reasoner, explicit: set[tuple]) -> None:
     fresh.update(add_rules=list(reasoner.rules.values()), add_facts=sorted(explicit, key=repr))
     assert set(fresh.facts()) == got
     assert clashes(reasoner) == clashes(fresh)  # (kept per class, updated incrementally)
+    assert representatives(reasoner) == representatives(fresh)  # (the order's smallest)
+
+
+def representatives(reasoner: Reasoner) -> dict:
+    """Each merged name's representative, as values (term ids differ between reasoners)."""
+    if reasoner.equality is None:
+        return {}
+    values = reasoner.terms.values
+    return {values[t]: values[r] for t, r in reasoner.equality.classes.rep.items() if t != r}
 
 
 def clashes(reasoner: Reasoner) -> list:
