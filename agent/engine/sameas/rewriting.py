@@ -195,36 +195,44 @@ def _note(fact: Fact, into: dict[RelationKey, set], against: dict[RelationKey, s
 
 def merge_edges(classes: Classes, edges: AbstractSet[tuple[int, int]]) -> bool:
     """Merge the classes of both terms of every pair of ``edges``; returns whether any two
-    classes merged. Pairs held by subject (``SubjectFacts``) are read a subject at a time
-    against the subject's class as a bitmap: a first round over names not merged yet derives
-    k^2 equalities from a key k names share, which take k - 1 merges, and the rest is a set
-    difference in C."""
-    if not isinstance(edges, SubjectFacts):
-        merged = False
-        for a, b in edges:
-            a, b = classes.find(a), classes.find(b)
-            if a != b:
-                classes.merge(a, b)
-                merged = True
-        return merged
+    classes merged. A subject holding many pairs (``SubjectFacts``) is read against its class
+    as a bitmap: a first round over names not merged yet derives k^2 equalities from a key k
+    names share, which take k - 1 merges, and the rest is a set difference in C."""
+    find = classes.find
     as_bitmaps: dict[int, BitMap] = {}  # representative -> its class, for this pass
-
-    def class_bitmap(rep: int) -> BitMap:
-        found = as_bitmaps.get(rep)
-        if found is None:
-            found = as_bitmaps[rep] = BitMap(classes.class_of(rep))
-        return found
-
     merged = False
+
+    def join(rep: int, other: int) -> int:
+        nonlocal merged
+        mine, theirs = as_bitmaps.pop(rep, None), as_bitmaps.pop(other, None)
+        kept, _ = classes.merge(rep, other)
+        if mine is not None and theirs is not None:
+            mine |= theirs
+            as_bitmaps[kept] = mine
+        merged = True
+        return kept
+
+    if not isinstance(edges, SubjectFacts):
+        for a, b in edges:
+            a, b = find(a), find(b)
+            if a != b:
+                join(a, b)
+        return merged
     for a, objects in edges.by_subject.items():
-        rep = classes.find(a)
-        for b in as_bitmap(objects) - class_bitmap(rep):
-            other = classes.find(b)
-            if other == rep:
-                continue
-            joined = class_bitmap(rep) | class_bitmap(other)
-            rep, gone = classes.merge(rep, other)
-            del as_bitmaps[gone]
-            as_bitmaps[rep] = joined
-            merged = True
+        rep = find(a)
+        if len(objects) <= 16:  # (most subjects: themselves, a name or two)
+            for b in objects:
+                other = find(b)
+                if other != rep:
+                    rep = join(rep, other)
+            continue
+        known = as_bitmaps.get(rep)
+        if known is None:
+            known = as_bitmaps[rep] = BitMap(classes.class_of(rep))
+        for b in as_bitmap(objects) - known:
+            other = find(b)
+            if other != rep:
+                if other not in as_bitmaps:
+                    as_bitmaps[other] = BitMap(classes.class_of(other))
+                rep = join(rep, other)
     return merged
