@@ -101,7 +101,10 @@ class Classes:
             groups.setdefault(new_rep(member), set()).add(member)
         changed = set()
         for group in groups.values():
-            target = min(group, key=self.order) if len(group) > 1 else next(iter(group))
+            if rep in group:  # (the class's smallest member: still its part's)
+                target = rep
+            else:
+                target = min(group, key=self.order) if len(group) > 1 else next(iter(group))
             if len(group) > 1:
                 self.members[target] = group
             for member in group:
