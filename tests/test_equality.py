@@ -509,3 +509,31 @@ def test_merging_equalities_by_subject_gives_the_classes_pairs_give(edges, earli
     pairs = {(a, b) for a, objects in edges.items() for b in objects}
     by_subject = SubjectFacts({a: BitMap(objects) for a, objects in edges.items()})
     assert classes_after(by_subject) == classes_after(pairs)
+
+
+def test_bf_proves_a_class_sharing_a_key_in_linear_work():
+    """B/F~ over a class of k names, half linked by an explicit owl:sameAs to one name and half
+    by an e-mail address they share, after one alias's address is deleted: the facts it proves
+    grow with k, not k^2 (it used to saturate the address's facts before checking the class's
+    ``c = c``, delaying an equality between every two aliases: 6,799 proved facts for k = 160,
+    398 now)."""
+    rules = parse_program(PREFIX + "owl:sameAs(X, Y) :- <email>(X, E), <email>(Y, E) .").rules
+    terms = TermDictionary()
+    star, address = terms.encode("star"), terms.encode("star@mail")
+    aliases = [terms.encode(f"alias{i:04}") for i in range(160)]
+    email, same = ("email", 2), ("http://www.w3.org/2002/07/owl#sameAs", 2)
+    facts = [(email, (star, address))]
+    facts += [(same, (a, star)) if i % 2 else (email, (a, address)) for i, a in enumerate(aliases)]
+    component = EqualityComponent(terms)
+    component.set_rules(rules)
+    for fact in facts:
+        component.explicit.add(fact)
+    component.insert(facts)
+    component.start_log()
+    gone = (email, (aliases[0], address))
+    component.explicit.discard(gone)
+    run = BackwardForward(component)
+    run.run([gone])
+    assert len(run.proved) <= 3 * len(aliases)
+    assert component.classes.size(star) == len(aliases)  # all but the alias that lost its address
+    assert component.classes.find(aliases[0]) == aliases[0]
