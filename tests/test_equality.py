@@ -537,3 +537,24 @@ def test_bf_proves_a_class_sharing_a_key_in_linear_work():
     assert len(run.proved) <= 3 * len(aliases)
     assert component.classes.size(star) == len(aliases)  # all but the alias that lost its address
     assert component.classes.find(aliases[0]) == aliases[0]
+
+
+def test_counts_expand_a_pair_derived_by_subject_in_two_hyper_nodes_once():
+    """Two composition rules derive ``r`` in two hyper-nodes, each held by subject: ``count()``
+    reads both by subject (sameas/expansion.py, ``_pairs_size``) and counts a pair both derive,
+    between classes of two and three names, 2 x 3 times, like ``facts()``."""
+    from agent.engine.store import SUBJECT
+
+    reasoner = Reasoner()
+    reasoner.add_rules("r(X, Z) :- a(X, Y), b(Y, Z) .\nr(X, Z) :- c(X, Y), d(Y, Z) .")
+    reasoner.add_facts(
+        [("a", "x", "m"), ("b", "m", "z"), ("c", "x", "n"), ("d", "n", "z"), ("a", "y", "m")]
+        + [(OWL_SAME_AS, "x", "x2"), (OWL_SAME_AS, "z", "z2"), (OWL_SAME_AS, "z", "z3")]
+    )
+    view = reasoner.view()
+    holders = view.base.holders(("r", 2))
+    assert len(holders) == 2 and all(h.existing_index(SUBJECT) is not None for h in holders)
+    r_facts = list(reasoner.facts("r"))
+    assert len(r_facts) == 2 * 3 + 3  # x's two names and y, each with z's three
+    assert view.size(("r", 2)) == len(r_facts)
+    assert reasoner.count() == len(set(reasoner.facts()))
