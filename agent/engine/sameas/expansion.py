@@ -14,6 +14,7 @@ from math import prod
 
 from ..language import Atom, Value
 from ..store import SUBJECT, RelationKey
+from ..subject_facts import union_by_subject
 from ..view import MaterialisedView
 from .classes import Classes
 from .facts import Fact
@@ -127,14 +128,7 @@ def _pairs_size(indexes: list[dict], sizes: dict[int, int]) -> int:
     """`ExpandedView._size` of a binary relation held by subject (``indexes``: each holder's
     subject -> objects): per subject, its class size times its objects' class sizes (a
     subject's objects in several holders counted once)."""
-    if len(indexes) == 1:
-        subjects = indexes[0]
-    else:
-        subjects = {}
-        for index in indexes:
-            for subject, objects in index.items():
-                found = subjects.get(subject)
-                subjects[subject] = objects if found is None else set(found).union(objects)
+    subjects = indexes[0] if len(indexes) == 1 else union_by_subject(indexes)
     merged, get = set(sizes), sizes.get
     total = 0
     for subject, objects in subjects.items():
