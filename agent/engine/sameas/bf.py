@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Iterator
 from itertools import product
 
+from ..language import RelationKey
 from .classes import Classes
 from .component import SAME_AS
 from .facts import Fact, FactIndex, consequences, represented, solve, whole_body
@@ -39,6 +40,11 @@ class BackwardForward:
         self.store = component.store
         self.gamma = Classes(self.pi.order)  # line 2: identity
         self.gamma_rules = list(component.rules)  # line 2: Gamma := Pi
+        self.key_positions: dict[RelationKey, set[int]] = {}  # see ``_keyed``
+        for rule in self.gamma_rules:
+            if rule.key_position is not None:
+                relation = rule.body[0].relation
+                self.key_positions.setdefault(relation, set()).add(rule.key_position)
         self.checked: list[Fact] = []  # C, in order of addition
         self.checked_set: set[Fact] = set()
         self.doubtful: list[Fact] = []  # D
@@ -265,9 +271,20 @@ class BackwardForward:
             while self._next_checked < len(self.checked):  # lines 36-40
                 fact = self.checked[self._next_checked]
                 self._next_checked += 1
+                equalities, others = [], []
                 for source in (explicit, self.delayed):
                     for given in represented(source, fact, pi.find, pi.class_of):
-                        self._add_proved(self._gamma(given))
+                        normal = self._gamma(given)
+                        if normal[0] == SAME_AS and normal[1][0] != normal[1][1]:
+                            equalities.append(normal[1])
+                        else:
+                            others.append(normal)
+                equalities += self._keyed(fact, others)
+                if equalities:
+                    self.merge_all(equalities)
+                    others = [self._gamma(normal) for normal in others]
+                for normal in others:
+                    self._add_proved(normal)
             while self._equalities or self._next_proved < len(self.proved):  # line 41
                 if self._equalities:
                     fact = self._equalities.popleft()
@@ -298,18 +315,86 @@ class BackwardForward:
         all its members and facts each time a smaller name joined. ``propagate_changes``
         makes the order's smallest member of each class its representative again
         (``Classes.regroup``)."""
-        by_term, size = self.proved_by_term, self.gamma.size
-        if len(by_term.get(a, ())) + size(a) >= len(by_term.get(b, ())) + size(b):
-            kept, gone = a, b
-        else:
-            kept, gone = b, a
+        kept, gone = (a, b) if self._weight(a) >= self._weight(b) else (b, a)
         self.gamma.merge_into(kept, gone)  # lines 51-52
         self._merges += 1
-        for fact in list(self.proved_by_term.get(gone, ())):  # lines 53-54
-            self._outdate(fact)
-            self._add_proved(self._gamma(fact))
+        self._moved({gone})
+
+    def merge_all(self, equalities: list[tuple[int, int]]) -> None:
+        """Lines 41-58 for many proved equalities between gamma's representatives at once:
+        those lines 36-40 prove together, the explicit equalities a checked ``c = c`` stands
+        for (which hold the whole class of ``c`` again) and those key rules derive among the
+        facts a checked fact stands for (`_keyed`). Each connected group merges into its heaviest
+        representative (see `rewrite`) before any fact is moved or rule re-normalised, so a
+        fact naming k merged names is proved again once, not at each of k merges, and no
+        equality goes through the queue of proved facts. The group's ``r = r`` is proved,
+        as the last of the single merges would prove it (lines 53-54 on the equalities
+        themselves); the result is the same (saturation reaches one fixpoint)."""
+        parent: dict[int, int] = {}
+
+        def root(term: int) -> int:
+            while (up := parent.get(term, term)) != term:
+                parent[term] = parent.get(up, up)
+                term = up
+            return term
+
+        for a, b in equalities:
+            a, b = root(a), root(b)
+            if a != b:
+                parent[b] = a
+        groups: dict[int, list[int]] = {}
+        for term in parent:
+            groups.setdefault(root(term), []).append(term)
+        gone: set[int] = set()
+        for members in groups.values():
+            members.append(root(members[0]))  # (a root has no parent entry)
+            kept = max(members, key=self._weight)
+            for term in members:
+                if term != kept:
+                    self.gamma.merge_into(kept, term)  # lines 51-52
+                    gone.add(term)
+            self._add_proved((SAME_AS, (kept, kept)))
+        self._merges += 1
+        self._moved(gone)
+
+    def _keyed(self, checked: Fact, facts: list[Fact]) -> list[tuple[int, int]]:
+        """The equalities the key rules (``PatternRule.key_position``) derive among ``facts``,
+        the facts a checked fact stands for, proved together by lines 36-40: those agreeing
+        everywhere but at a rule's key position are equal there. Saturation would derive
+        each of them from the two facts, and Algorithm 7 would prove it, since its normal
+        form under pi, ``c = c`` for the class ``c`` at that position of ``checked``, is
+        checked (else nothing is derived here, and the equalities take the usual path):
+        merged at once, the facts have one normal form, processed once, where k names of one
+        class with one key would each be processed, joined and merged in turn."""
+        found: list[tuple[int, int]] = []
+        if len(facts) < 2:
+            return found
+        relation, args = checked
+        for position in self.key_positions.get(relation, ()):
+            if (SAME_AS, (args[position], args[position])) not in self.checked_set:
+                continue
+            first_of: dict[tuple[int, ...], int] = {}
+            for _, values in facts:
+                term = values[position]
+                first = first_of.setdefault(values[:position] + values[position + 1 :], term)
+                if first != term:
+                    found.append((first, term))
+        return found
+
+    def _weight(self, term: int) -> int:
+        """What merging representative ``term`` away moves: its proved facts and members."""
+        return len(self.proved_by_term.get(term, ())) + self.gamma.size(term)
+
+    def _moved(self, gone: set[int]) -> None:
+        """Lines 53-58 after the representatives ``gone`` were merged away in gamma: their
+        proved facts are outdated and proved again in normal form, and the rules naming them
+        are re-normalised and evaluated again."""
+        for term in gone:  # lines 53-54
+            for fact in list(self.proved_by_term.get(term, ())):
+                self._outdate(fact)
+                self._add_proved(self._gamma(fact))
         for number, rule in enumerate(self.gamma_rules):  # lines 55-58
-            if gone not in rule.constants:  # (in normal form: only ``gone`` can change)
+            if rule.constants.isdisjoint(gone):  # (in normal form: only ``gone`` can change)
                 continue
             normal = rule.mapped(self.gamma.find)
             self.gamma_rules[number] = normal

@@ -17,6 +17,7 @@ from functools import cached_property
 
 from ..language import Atom, Constant, RelationKey, Rule
 from ..terms import TermDictionary
+from .component import SAME_AS
 
 Fact = tuple[RelationKey, tuple[int, ...]]
 Term = int | str  # a term id, or a variable's name
@@ -80,6 +81,30 @@ class PatternRule:
         return frozenset(
             t for atom in (*self.heads, *self.body) for t in atom.terms if t.__class__ is not str
         )
+
+    @cached_property
+    def key_position(self) -> int | None:
+        """The position ``k`` when the rule is a key: two facts of one relation that agree
+        everywhere but at ``k`` make the terms at ``k`` equal, as in ``owl:sameAs(X, Y) :-
+        email(X, E), email(Y, E)`` (k = 0, an inverse-functional property) or ``owl:sameAs(Y,
+        Z) :- hasAdvisor(X, Y), hasAdvisor(X, Z)`` (k = 1, a functional one). The body's other
+        terms must be distinct variables and the rule must name no constant (so that gamma
+        never rewrites it); None for any other rule."""
+        if len(self.heads) != 1 or len(self.body) != 2 or self.constants:
+            return None
+        (head,), (first, second) = self.heads, self.body
+        if first.relation != second.relation or head.relation != SAME_AS:
+            return None
+        pairs = zip(first.terms, second.terms, strict=True)
+        differ = [i for i, (a, b) in enumerate(pairs) if a != b]
+        if len(differ) != 1:
+            return None
+        position = differ[0]
+        equal = {first.terms[position], second.terms[position]}
+        rest = first.terms[:position] + first.terms[position + 1 :]
+        if set(head.terms) != equal or len(equal) != 2 or len(set(rest)) != len(rest):
+            return None
+        return position if equal.isdisjoint(rest) else None
 
     def mapped(self, find: Callable[[int], int]) -> PatternRule:
         return PatternRule(
