@@ -8,7 +8,7 @@ import weakref
 
 from agent.engine import Reasoner
 from agent.engine.reclaim import RECLAIMER, Reclaimer
-from agent.engine.store import DataStore
+from agent.engine.store import DataStore, SavedSubjects
 
 
 class Payload:
@@ -49,6 +49,27 @@ def test_a_store_still_referenced_is_left_intact() -> None:
     assert reclaimer.drain(timeout=10)
     assert store.relation(("p", 2)).tuples == {(1, 2), (2, 3)}
     assert store.relation(("p", 2)).index((0,)) == {1: {2}, 2: {3}}
+
+
+def test_a_dropped_store_of_saved_facts_not_read_is_freed_without_reading_them() -> None:
+    """A restart's relations hold their saved bytes until first used (store.SavedSubjects);
+    one dropped before that is freed as it is, never deserialised by the reclaimer."""
+    reads = []
+    saved_bytes = Payload()  # (what the relation holds until read)
+
+    def read(held: Payload = saved_bytes) -> dict:
+        reads.append(held)
+        return {1: {2, 3}}
+
+    store = DataStore("restored")
+    store.relation(("p", 2)).fill(SavedSubjects(2, read))
+    ref = weakref.ref(saved_bytes)
+    del saved_bytes, read
+    reclaimer = Reclaimer()
+    reclaimer.discard(store)
+    del store
+    assert reclaimer.drain(timeout=10)
+    assert not reads and ref() is None
 
 
 def test_rule_deletion_hands_the_dropped_hyper_node_to_the_reclaimer() -> None:

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 
 from .changes import Journal, StoreChanges
 from .modules.base import Module, NodeState
-from .store import DataStore, Relation
+from .store import DataStore, Relation, is_unread
 
 __all__ = ["RECLAIMER", "Reclaimer"]
 
@@ -115,6 +115,8 @@ def _pieces(item: object) -> list:
     if isinstance(item, Module):
         return list(getattr(item, "__dict__", {}).values())
     if isinstance(item, Relation):
+        if is_unread(item):  # (its saved bytes go with it: nothing to read and split)
+            return []
         return [item._rows, *item._indexes.values()]
     if isinstance(item, Journal):
         return [item.edb, *(node.changes for node in item.nodes.values())]

@@ -15,7 +15,7 @@ column is free, else tuples. Compiled rules rely on this layout.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from itertools import chain, compress, repeat
 from operator import itemgetter
@@ -23,10 +23,25 @@ from operator import itemgetter
 from .gcpause import FREEZE_AT, collector_paused
 from .language import RelationKey
 
+
+class SavedSubjects:
+    """A binary relation's saved facts, subject -> objects, not read yet: ``count`` facts and
+    ``read()``, which returns them (the agent's state deserialises its bitmaps there). A
+    relation filled with one keeps it until a reader first uses the relation (`Relation.fill`):
+    a restart then costs no work per subject, and a relation nobody reads costs none at all."""
+
+    __slots__ = ("count", "read")
+
+    def __init__(self, count: int, read: Callable[[], dict[int, AbstractSet[int]]]) -> None:
+        self.count = count
+        self.read = read
+
+
 # A relation's facts as a saved state hands them over: a set of tuples, or, for a binary
 # relation, subject -> objects (taken as the relation's storage, see adopt_subjects; the
-# objects a set, or any set-like container of ints: the agent's state hands over bitmaps).
-SavedFacts = set[tuple[int, ...]] | dict[int, AbstractSet[int]]
+# objects a set, or any set-like container of ints: the agent's state hands over bitmaps),
+# possibly not read yet (SavedSubjects).
+SavedFacts = set[tuple[int, ...]] | dict[int, AbstractSet[int]] | SavedSubjects
 
 EMPTY: frozenset = frozenset()
 SUBJECT = (0,)  # the bound columns of a binary relation's index on its subject
@@ -55,7 +70,17 @@ class Relation:
     plan asks. A relation no plan reads (a leaf output, answered only to queries) is never
     converted."""
 
-    __slots__ = ("key", "arity", "_rows", "_count", "_indexes", "_getters", "_foreign", "_bucket")
+    __slots__ = (
+        "key",
+        "arity",
+        "_rows",
+        "_count",
+        "_indexes",
+        "_getters",
+        "_foreign",
+        "_bucket",
+        "_unread",
+    )
 
     def __init__(self, key: RelationKey) -> None:
         self.key = key
@@ -66,6 +91,7 @@ class Relation:
         self._getters: dict[tuple[int, ...], tuple[itemgetter, itemgetter]] = {}
         self._foreign = False  # some subject bucket is not a Python set (see the docstring)
         self._bucket: type = set  # the container a new subject's bucket gets
+        self._unread: SavedSubjects | None = None  # (see fill)
 
     @property
     def tuples(self) -> set[tuple[int, ...]]:
@@ -273,8 +299,16 @@ class Relation:
         self._getters[SUBJECT] = SUBJECT_GETTERS
 
     def fill(self, facts: SavedFacts) -> None:
-        """Fill an empty relation from saved facts (see SavedFacts)."""
-        if isinstance(facts, dict):
+        """Fill an empty relation from saved facts (see SavedFacts). Facts not read yet
+        (SavedSubjects) stay so: the relation answers ``len`` from their count and reads them
+        at its first use of any other kind (`_Unread`)."""
+        if isinstance(facts, SavedSubjects):
+            if self.arity != 2 or len(self):
+                raise ValueError(f"{self!r}: saved subjects fill an empty binary relation")
+            self._unread = facts
+            self._count = facts.count
+            self.__class__ = _Unread
+        elif isinstance(facts, dict):
             self.adopt_subjects(facts)
         else:
             self.add_all(facts)
@@ -424,6 +458,53 @@ class Relation:
         else:
             self._indexes[SUBJECT] = kept
             self._getters[SUBJECT] = SUBJECT_GETTERS
+
+    def _read_saved(self) -> None:
+        """Read the saved facts `fill` kept (SavedSubjects) and become a plain relation."""
+        saved = object.__getattribute__(self, "_unread")
+        self.__class__ = Relation  # (first: from here on every access is a plain one)
+        self._unread = None
+        self._count = 0
+        self.adopt_subjects(saved.read())
+
+
+# What a relation not read yet answers without reading its saved facts.
+_ANSWERED_UNREAD = frozenset({"key", "arity", "_count", "_unread", "__class__", "_read_saved"})
+
+
+class _Unread(Relation):
+    """A relation filled with saved facts not read yet (`Relation.fill`, SavedSubjects): any
+    use but ``len`` reads them first and turns the object into a plain Relation (its class
+    is swapped back), so no method of the relation needs to know, and a relation once read
+    pays nothing for this. Why: a restart from the agent's state would otherwise spend more
+    on deserialising every subject's bitmap than on everything else."""
+
+    __slots__ = ()
+
+    def __getattribute__(self, name: str):
+        if name not in _ANSWERED_UNREAD:
+            Relation._read_saved(self)
+        return object.__getattribute__(self, name)
+
+    def __len__(self) -> int:
+        return object.__getattribute__(self, "_count")
+
+    def __contains__(self, fact: tuple[int, ...]) -> bool:
+        Relation._read_saved(self)
+        return Relation.__contains__(self, fact)
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        Relation._read_saved(self)
+        return Relation.__iter__(self)
+
+    def __repr__(self) -> str:
+        key = object.__getattribute__(self, "key")
+        return f"Relation({key[0]}/{key[1]}, {len(self)} facts, not read yet)"
+
+
+def is_unread(relation: Relation) -> bool:
+    """Whether ``relation`` still holds saved facts not read (see `_Unread`)."""
+    return relation.__class__ is _Unread
 
 
 def by_relation(facts: Iterable[tuple[RelationKey, tuple[int, ...]]]) -> dict[RelationKey, list]:
