@@ -108,8 +108,17 @@ class TermDictionary:
     def load(self, values: list[Value]) -> None:
         """Append stored terms, which must get exactly the ids they had when saved (an empty
         dictionary, values in id order)."""
-        for expected, value in enumerate(values, start=len(self.values)):
-            if self.encode(value) != expected:
+        start = len(self.values)
+        if start + len(values) > self.limit:
+            self._full(values[max(0, self.limit - start)])
+        iris, add = self._iris, self.values.append
+        for expected, value in enumerate(values, start=start):
+            if value.__class__ is str:  # (most terms: inline, a restart loads them all)
+                if value in iris:
+                    raise ValueError(f"term {expected} ({value!r}) duplicates an earlier term")
+                iris[value] = expected  # type: ignore[index]
+                add(value)
+            elif self.encode(value) != expected:
                 raise ValueError(f"term {expected} ({value!r}) duplicates an earlier term")
 
     def encode_fact(self, fact: tuple | Atom) -> tuple[tuple[str, int], tuple[int, ...]]:
