@@ -20,17 +20,19 @@ hyper-node is never matched to the rules of another body under the same labels.
 Layout choices, for load speed: an explicit fact is stored as integer columns ``a0, a1, a2``
 (−1 when absent) plus ``rest`` (the ids of columns 3 and up, comma-separated, almost always
 empty), so loading a binary relation is one ``SELECT a0, a1`` whose rows already are the
-engine's tuples. Derived facts, which outnumber explicit ones by far, are stored by **prefix**:
-one row per hyper-node, relation and value of every column but the last (for a binary relation:
-per subject), packed in the same ``a0, a1, a2, rest`` columns, holding the last column's ids
-as a compressed bitmap (pyroaring's ``BitMap``, in the portable Roaring format) with its size
-and largest id (``size``, ``high``: counts and integrity checks without reading the bitmaps).
-A binary relation is then read back as the engine's subject -> objects sets directly (see
-``Relation.adopt_subjects``), and the file is a fraction of a row per fact (docs/storage.md).
-Hyper-nodes get a row each, keyed by a number that follows the in-memory IDB store (a kept or
-reduced hyper-node keeps its rows and receives only differences, applied to the bitmaps of the
-prefixes they touch; a new, split or recomputed one is written in full; a dropped one is
-deleted).
+engine's tuples. Derived facts, which outnumber explicit ones by far, are stored by **prefix**
+(every column but the last; for a binary relation, the subject), each holding the last column's
+ids as a compressed bitmap (pyroaring's ``BitMap``, in the portable Roaring format), and the
+prefixes of a hyper-node's relation are packed into chunks of up to 1,024 subjects, a row each
+(agent/derived_rows.py: the layout, and why), with its fact count, largest ids and a checksum
+(counts and integrity checks without reading the bitmaps). A restart checks each row's
+checksum and hands a binary relation to the engine still serialised; the engine reads it, as
+subject -> objects sets it keeps as they are (``Relation.adopt_subjects``), when a reader first
+uses the relation (``store.SavedSubjects``). The file is a fraction of a row per fact
+(docs/storage.md). Hyper-nodes get a row each, keyed by a number that follows the in-memory
+IDB store (a kept or reduced hyper-node keeps its rows and receives only differences, applied
+to the bitmaps of the prefixes they touch, in the chunks holding them; a new, split or
+recomputed one is written in full; a dropped one is deleted).
 """
 
 from __future__ import annotations
@@ -43,23 +45,32 @@ import time
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import sqlite_utils
 from pyroaring import BitMap
 
 from agent.claims import ClaimChange, RuleClaims, plan_change
+from agent.derived_rows import chunk_of, pack, unpack, verify
 from agent.engine.budget import Budget
 from agent.engine.errors import ZodiacError
 from agent.engine.language import Literal, Program, Rule, Value, atom_fact
 from agent.engine.parser import parse_program
 from agent.engine.reasoner import Reasoner
 from agent.engine.sameas.component import SAME_AS, mentions_equality
-from agent.engine.store import SUBJECT, Relation, RelationKey, SavedFacts, by_subject
+from agent.engine.store import (
+    SUBJECT,
+    Relation,
+    RelationKey,
+    SavedFacts,
+    SavedSubjects,
+    by_subject,
+)
 from agent.engine.subject_facts import SubjectFacts
 
 FORMAT = "zodiac-edge agent state"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 EXPECTED_TABLES = {
     "meta",
@@ -112,12 +123,19 @@ CREATE TABLE representatives (
     term INTEGER PRIMARY KEY, representative INTEGER NOT NULL
 );  -- owl:sameAs: every term of a class of two or more names -> the class's representative
 CREATE TABLE derived (
+    node INTEGER NOT NULL, rel INTEGER NOT NULL, chunk INTEGER NOT NULL,
+    size INTEGER NOT NULL, high INTEGER NOT NULL, top INTEGER NOT NULL, crc INTEGER NOT NULL,
+    packed BLOB NOT NULL,
+    PRIMARY KEY (node, rel, chunk)
+);  -- one row per (hyper-node, relation, chunk of prefixes): agent/derived_rows.py
+"""
+# The derived table of schema versions 4 and 5: one row per (hyper-node, relation, prefix).
+DERIVED_V4 = """CREATE TABLE derived (
     node INTEGER NOT NULL, rel INTEGER NOT NULL, a0 INTEGER NOT NULL, a1 INTEGER NOT NULL,
     a2 INTEGER NOT NULL, rest TEXT NOT NULL,
     size INTEGER NOT NULL, high INTEGER NOT NULL, objects BLOB NOT NULL,
     PRIMARY KEY (node, rel, a0, a1, a2, rest)
-) WITHOUT ROWID;  -- one row per (hyper-node, relation, prefix): see "Layout choices" above
-"""
+) WITHOUT ROWID"""
 
 
 TERM_KINDS = ("i", "z", "f", "b", "l")  # IRI, integer (as text), float, boolean, literal
@@ -215,6 +233,7 @@ class AgentState:
         self._rule_claims: RuleClaims = {}  # rule name -> {source: content key}
         self._node_rows: dict[str, int] = {}  # hyper-node name -> its row id in ``nodes``
         self._saved_terms = 0
+        self._parsed_rules: dict[tuple[str, str], Rule] = {}  # (see check_integrity)
         self.reasoner: Reasoner
         if load:  # ``load=False``: only the SQL summary is wanted (health checks)
             problems = self.check_integrity()
@@ -233,9 +252,11 @@ class AgentState:
         """What makes the file unusable although SQLite finds it sound: terms of unknown kinds
         or values that are not what their kind says, term ids with gaps, facts naming terms
         or relations that do not exist, saved rules that do not parse. ``zodiac-agent status``
-        reports these; opening the state for use refuses them."""
+        reports these; opening the state for use refuses them. (The rules parsed here are
+        kept for the load that follows, which would otherwise parse them again.)"""
         conn = self.conn
         problems = []
+        self._parsed_rules = {}
         count, low, high = conn.execute("SELECT count(*), min(id), max(id) FROM terms").fetchone()
         if count and (low != 0 or high != count - 1):
             problems.append(f"term ids are not 0..{count - 1} (found {low}..{high})")
@@ -252,10 +273,13 @@ class AgentState:
         ).fetchone()
         if bad_floats:
             problems.append(f"term {bad_floats[0]} is a float whose value is not a number")
-        for table, more in (("facts", ""), ("derived", " OR high >= ?1 OR high < 0")):
+        for table, where in (
+            ("facts", "a0 >= ?1 OR a1 >= ?1 OR a2 >= ?1 OR a0 < -1 OR a1 < -1 OR a2 < -1"),
+            ("derived", "high >= ?1 OR high < 0 OR top >= ?1 OR top < 0"),
+        ):
             dangling = conn.execute(
-                f"SELECT count(*) FROM {table} WHERE a0 >= ?1 OR a1 >= ?1 OR a2 >= ?1 "
-                "OR a0 < -1 OR a1 < -1 OR a2 < -1 OR rel NOT IN (SELECT id FROM relations)" + more,
+                f"SELECT count(*) FROM {table} WHERE {where} "
+                "OR rel NOT IN (SELECT id FROM relations)",
                 (count,),
             ).fetchone()[0]
             if dangling:
@@ -270,7 +294,7 @@ class AgentState:
                 problems.append(f"{dangling} representative(s) name missing terms")
         for name, text in conn.execute("SELECT name, text FROM rules"):
             try:
-                _parse_rule(name, text)
+                self._parsed_rules[name, text] = _parse_rule(name, text)
             except (ZodiacError, ValueError) as error:
                 problems.append(f"saved rule {clip(name)} is damaged: {clip(error)}")
                 break
@@ -338,8 +362,10 @@ class AgentState:
         started = time.perf_counter()
         conn = self.conn
         terms = [
-            _term_value(*row)
-            for row in conn.execute("SELECT kind, value, datatype, language FROM terms ORDER BY id")
+            value if kind == "i" else _term_value(kind, value, datatype, language)
+            for kind, value, datatype, language in conn.execute(
+                "SELECT kind, value, datatype, language FROM terms ORDER BY id"
+            )
         ]
         relations = {
             rid: (name, arity)
@@ -356,9 +382,12 @@ class AgentState:
         for name, text, stream in conn.execute(
             "SELECT name, text, stream FROM rules ORDER BY position"
         ):
-            rule = rules.get(name) or _parse_rule(name, text)
+            rule = (
+                rules.get(name) or self._parsed_rules.get((name, text)) or _parse_rule(name, text)
+            )
             rules.setdefault(name, rule)
             self._rule_claims.setdefault(name, {})[stream] = rule.key
+        self._parsed_rules = {}
         stored_nodes: dict[frozenset[str], tuple[str, dict[RelationKey, SavedFacts]]] = {}
         row_of: dict[frozenset[str], int] = {}
         self._equality_row = None
@@ -711,11 +740,11 @@ class AgentState:
             facts: dict[RelationKey, set] = {}
             for key, args in layer.component.store:
                 facts.setdefault(key, set()).add(args)
-            self.conn.executemany(
-                "INSERT INTO derived (node, rel, a0, a1, a2, rest, size, high, objects) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _insert_chunks(
+                self.conn,
+                row,
                 (
-                    _derived_row(row, key[0], key[1:], BitMap(objects))
+                    (key, BitMap(objects))
                     for key, objects in self._by_prefix_with_rel_ids(facts).items()
                 ),
             )
@@ -739,12 +768,13 @@ class AgentState:
                 )
 
     def _write_derived(self, row: int, relations: dict[RelationKey, Relation]) -> None:
-        """A hyper-node's derived facts in full: one row per prefix (module docstring)."""
-        self.conn.executemany(
-            "INSERT INTO derived (node, rel, a0, a1, a2, rest, size, high, objects) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        """A hyper-node's derived facts in full: one row per chunk of prefixes (module
+        docstring)."""
+        _insert_chunks(
+            self.conn,
+            row,
             (
-                _derived_row(row, self._rel_id(key), prefix, BitMap(objects))
+                ((self._rel_id(key), *prefix), BitMap(objects))
                 for key, relation in relations.items()
                 if len(relation)
                 for prefix, objects in _by_prefix(relation)
@@ -780,36 +810,49 @@ class AgentState:
         self, row: int, removed: dict[RelationKey, set], added: dict[RelationKey, set]
     ) -> None:
         """A kept hyper-node's net changes, applied to the bitmaps of the prefixes they touch
-        (read, changed, written back; a bitmap left empty is deleted). The changes must be net:
-        a removed fact saved, an added one not; anything else means the journal and the file
+        (read, changed, written back; a bitmap left empty is dropped) in the chunks holding
+        them; the chunk's other bitmaps are copied as they are. The changes must be net: a
+        removed fact saved, an added one not; anything else means the journal and the file
         disagree, and is raised as an integrity error (``apply`` then reloads from the file)."""
         gone_by, new_by = (self._by_prefix_with_rel_ids(changes) for changes in (removed, added))
-        where = "node = ? AND rel = ? AND a0 = ? AND a1 = ? AND a2 = ? AND rest = ?"
+        touched: dict[tuple[int, int], list[tuple[int, ...]]] = {}
         for where_key in gone_by.keys() | new_by.keys():  # (relation id, *prefix)
-            rid, prefix = where_key[0], where_key[1:]
-            gone, new = BitMap(gone_by.get(where_key, ())), BitMap(new_by.get(where_key, ()))
-            packed = _pack_prefix(prefix)
+            touched.setdefault((where_key[0], chunk_of(where_key[1:])), []).append(where_key)
+        where = "node = ? AND rel = ? AND chunk = ?"
+        for (rid, chunk), keys in touched.items():
             saved = self.conn.execute(
-                f"SELECT objects FROM derived WHERE {where}", (row, rid, *packed)
+                f"SELECT packed FROM derived WHERE {where}", (row, rid, chunk)
             ).fetchone()
-            objects = BitMap.deserialize(saved[0]) if saved else BitMap()
-            if not gone.issubset(objects) or new.intersect(objects - gone):
-                raise sqlite3.IntegrityError(
-                    f"hyper-node row {row}, relation {rid}, prefix {prefix}: the saved facts "
-                    "do not match the change being written"
-                )
-            objects -= gone
-            objects |= new
-            if objects:
+            entries: dict[tuple[int, ...], BitMap | bytes] = {}
+            if saved:
+                old = unpack(saved[0])
+                entries.update(zip(old.prefixes, old.pieces, strict=True))
+            for where_key in keys:
+                prefix = where_key[1:]
+                gone, new = BitMap(gone_by.get(where_key, ())), BitMap(new_by.get(where_key, ()))
+                piece = entries.pop(prefix, None)
+                objects = BitMap() if piece is None else BitMap.deserialize(piece)  # type: ignore[arg-type]
+                if not gone.issubset(objects) or new.intersect(objects - gone):
+                    raise sqlite3.IntegrityError(
+                        f"hyper-node row {row}, relation {rid}, prefix {prefix}: the saved "
+                        "facts do not match the change being written"
+                    )
+                objects -= gone
+                objects |= new
+                if objects:
+                    entries[prefix] = objects
+            if entries:
+                width = len(keys[0]) - 1
+                packed = pack(width, entries.items())
                 self.conn.execute(
-                    "INSERT INTO derived (node, rel, a0, a1, a2, rest, size, high, objects) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node, rel, a0, a1, a2, rest) "
-                    "DO UPDATE SET size = excluded.size, high = excluded.high, "
-                    "objects = excluded.objects",
-                    _derived_row(row, rid, prefix, objects),
+                    "INSERT INTO derived (node, rel, chunk, size, high, top, crc, packed) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node, rel, chunk) DO UPDATE "
+                    "SET size = excluded.size, high = excluded.high, top = excluded.top, "
+                    "crc = excluded.crc, packed = excluded.packed",
+                    (row, rid, chunk, *packed),
                 )
             elif saved:
-                self.conn.execute(f"DELETE FROM derived WHERE {where}", (row, rid, *packed))
+                self.conn.execute(f"DELETE FROM derived WHERE {where}", (row, rid, chunk))
 
 
 # ---------------------------------------------------------------------- encoding helpers
@@ -902,9 +945,24 @@ def _pack_prefix(prefix: tuple[int, ...]) -> tuple[int, int, int, str]:
     return _pack(prefix) if prefix else (-1, -1, -1, "")
 
 
-def _derived_row(node: int, rid: int, prefix: tuple[int, ...], objects: BitMap) -> tuple:
-    objects.run_optimize()  # runs of consecutive ids (a sensor's readings) as ranges
-    return (node, rid, *_pack_prefix(prefix), len(objects), objects.max(), objects.serialize())
+def _insert_chunks(
+    conn: sqlite3.Connection,
+    node: int,
+    entries: Iterable[tuple[tuple[int, ...], BitMap | bytes]],
+) -> None:
+    """Write a hyper-node's facts given as ``((relation id, *prefix), bitmap)``, by chunk."""
+    chunks: dict[tuple[int, int], list[tuple[tuple[int, ...], BitMap | bytes]]] = {}
+    for key, objects in entries:
+        prefix = key[1:]
+        chunks.setdefault((key[0], chunk_of(prefix)), []).append((prefix, objects))
+    conn.executemany(
+        "INSERT INTO derived (node, rel, chunk, size, high, top, crc, packed) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            (node, rid, chunk, *pack(len(items[0][0]), items))
+            for (rid, chunk), items in chunks.items()
+        ),
+    )
 
 
 def _by_prefix(relation: Relation) -> Iterable[tuple[tuple[int, ...], Iterable[int]]]:
@@ -933,31 +991,44 @@ def _group_last(facts: Iterable[tuple[int, ...]]) -> dict[tuple[int, ...], list[
 def _load_derived(
     conn: sqlite3.Connection, node: int, relations: dict[int, RelationKey]
 ) -> dict[RelationKey, SavedFacts]:
-    """One hyper-node's derived facts: a binary relation as subject -> bitmap of objects
-    (which the engine adopts as its storage, ``Relation.adopt_subjects``, and turns into Python
-    sets only when a plan first reads the relation), any other as a set of tuples. A row
-    whose bitmap does not match its size and largest id raises ValueError (a damaged state;
-    ids naming no term are found before, by ``check_integrity`` on those columns)."""
-    found: dict[RelationKey, SavedFacts] = {}
-    for rid, a0, a1, a2, rest, size, high, blob in conn.execute(
-        "SELECT rel, a0, a1, a2, rest, size, high, objects FROM derived WHERE node = ?", (node,)
+    """One hyper-node's derived facts: a binary relation as subject -> bitmap of objects not
+    read yet (``store.SavedSubjects``: the engine deserialises the bitmaps, and adopts them as
+    its storage, when a reader first uses the relation), any other as a set of tuples. A row
+    whose checksum does not match raises ValueError (a damaged state; ids naming no term are
+    found before, by ``check_integrity``)."""
+    rows: dict[RelationKey, list[bytes]] = {}
+    counts: dict[RelationKey, int] = {}
+    for rid, size, high, top, crc, blob in conn.execute(
+        "SELECT rel, size, high, top, crc, CAST(packed AS BLOB) FROM derived WHERE node = ?",
+        (node,),
     ):
+        verify(size, high, top, crc, blob)
         key = relations[rid]
-        objects = BitMap.deserialize(blob)
-        if len(objects) != size or not size or objects.max() != high:
-            raise ValueError(f"a derived row of relation {key[0]} does not match its bitmap")
+        rows.setdefault(key, []).append(blob)
+        counts[key] = counts.get(key, 0) + size
+    found: dict[RelationKey, SavedFacts] = {}
+    for key, blobs in rows.items():
         if key[1] == 2:
-            subjects = found.get(key)
-            if subjects is None:
-                subjects = found[key] = {}
-            subjects[a0] = objects  # type: ignore[index]  (a bitmap: see Relation)
+            found[key] = SavedSubjects(counts[key], partial(_subjects, blobs))
         else:
-            prefix = _unpack(key[1] - 1, a0, a1, a2, rest)
-            rows = found.get(key)
-            if rows is None:
-                rows = found[key] = set()
-            rows.update([prefix + (last,) for last in objects])  # type: ignore[union-attr]
+            found[key] = {
+                prefix + (last,)
+                for blob in blobs
+                for prefix, objects in unpack(blob).items()
+                for last in objects
+            }
     return found
+
+
+def _subjects(blobs: list[bytes]) -> dict[int, BitMap]:
+    """A binary relation's saved rows as subject -> objects (see ``_load_derived``)."""
+    subjects: dict[int, BitMap] = {}
+    deserialize = BitMap.deserialize
+    for blob in blobs:
+        chunk = unpack(blob)
+        for (subject,), piece in zip(chunk.prefixes, chunk.pieces, strict=True):
+            subjects[subject] = deserialize(piece)
+    return subjects
 
 
 def _load_rows(
@@ -1064,9 +1135,7 @@ def _derived_by_prefix(conn: sqlite3.Connection) -> int:
     relation and prefix, with the last column's ids as a bitmap (module docstring). The rows
     are regrouped, so the first start after the upgrade still loads without recomputing."""
     conn.execute("ALTER TABLE derived RENAME TO derived_v3")
-    conn.executescript(
-        next(statement + ";" for statement in SCHEMA.split(";") if "TABLE derived" in statement)
-    )
+    conn.execute(DERIVED_V4)
     arities = dict(conn.execute("SELECT id, arity FROM relations"))
     groups = _group_last(  # (node, relation id, *prefix) -> last-column ids
         (node, rid, *_unpack(arities[rid], a0, a1, a2, rest))
@@ -1077,10 +1146,16 @@ def _derived_by_prefix(conn: sqlite3.Connection) -> int:
     conn.executemany(
         "INSERT INTO derived (node, rel, a0, a1, a2, rest, size, high, objects) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (_derived_row(key[0], key[1], key[2:], BitMap(last)) for key, last in groups.items()),
+        (_row_v4(key[0], key[1], key[2:], BitMap(last)) for key, last in groups.items()),
     )
     conn.execute("DROP TABLE derived_v3")
     return 4
+
+
+def _row_v4(node: int, rid: int, prefix: tuple[int, ...], objects: BitMap) -> tuple:
+    """A row of version 4's and 5's derived table (``DERIVED_V4``)."""
+    objects.run_optimize()
+    return (node, rid, *_pack_prefix(prefix), len(objects), objects.max(), objects.serialize())
 
 
 def _representatives(conn: sqlite3.Connection) -> int:
@@ -1091,10 +1166,34 @@ def _representatives(conn: sqlite3.Connection) -> int:
     return 5
 
 
+def _derived_by_chunk(conn: sqlite3.Connection) -> int:
+    """Version 5 -> 6: derived facts were saved one row per prefix; now the prefixes of a
+    relation are packed into chunks, a row each (agent/derived_rows.py). The bitmaps are
+    copied as they are, so the first start after the upgrade still loads without
+    recomputing."""
+    conn.execute("ALTER TABLE derived RENAME TO derived_v5")
+    conn.executescript(
+        next(statement + ";" for statement in SCHEMA.split(";") if "TABLE derived" in statement)
+    )
+    arities = dict(conn.execute("SELECT id, arity FROM relations"))
+    by_node: dict[int, list[tuple[tuple[int, ...], bytes]]] = {}
+    for node, rid, a0, a1, a2, rest, blob in conn.execute(
+        "SELECT node, rel, a0, a1, a2, rest, objects FROM derived_v5"
+    ):
+        prefix = _unpack(arities[rid] - 1, a0, a1, a2, rest) if arities[rid] > 1 else ()
+        by_node.setdefault(node, []).append(((rid, *prefix), bytes(blob)))
+    for node, entries in by_node.items():
+        _insert_chunks(conn, node, entries)
+    conn.execute("DROP TABLE derived_v5")
+    return 6
+
+
 def _as_tuples(facts: dict[RelationKey, SavedFacts]) -> dict[RelationKey, set]:
     """Saved facts as sets of tuples (a binary relation is saved as subject -> objects)."""
     found: dict[RelationKey, set] = {}
     for key, saved in facts.items():
+        if isinstance(saved, SavedSubjects):
+            saved = saved.read()
         if isinstance(saved, dict):
             found[key] = {(s, o) for s, objects in saved.items() for o in objects}
         else:
@@ -1108,4 +1207,5 @@ MIGRATIONS = {
     2: _claims_per_source,
     3: _derived_by_prefix,
     4: _representatives,
+    5: _derived_by_chunk,
 }

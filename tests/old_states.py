@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sqlite3
 
+from agent.derived_rows import unpack
 from agent.engine.language import RelationKey
 from agent.engine.reasoner import Reasoner
+from agent.persistence import DERIVED_V4
 
 # The derived table of schema versions 1 to 3: one row per derived fact.
 DERIVED_PER_FACT = (
@@ -31,4 +33,22 @@ def derived_per_fact(conn: sqlite3.Connection, reasoner: Reasoner) -> int:
                 rest = ",".join(map(str, fact[3:]))
                 rows.append((node_ids[node.name], relation_ids[key], *padded, rest))
     conn.executemany("INSERT INTO derived VALUES (?, ?, ?, ?, ?, ?)", rows)
+    return len(rows)
+
+
+def derived_by_prefix(conn: sqlite3.Connection) -> int:
+    """Replace the derived table by versions 4's and 5's, one row per (hyper-node, relation,
+    prefix) holding the last column's bitmap, from the current table's chunks. Returns the
+    number of rows written."""
+    rows = []
+    for node, rid, blob in conn.execute("SELECT node, rel, packed FROM derived"):
+        for prefix, objects in unpack(blob).items():
+            padded = (*prefix, -1, -1, -1)[:3]
+            rest = ",".join(map(str, prefix[3:]))
+            rows.append(
+                (node, rid, *padded, rest, len(objects), objects.max(), objects.serialize())
+            )
+    conn.execute("DROP TABLE derived")
+    conn.execute(DERIVED_V4)
+    conn.executemany("INSERT INTO derived VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
     return len(rows)

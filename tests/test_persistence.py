@@ -19,12 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from agent.derived_rows import chunk_of, unpack
 from agent.engine import RDF_TYPE, Reasoner
 from agent.engine.errors import ParseError, StratificationError
 from agent.engine.language import Literal, Program
 from agent.engine.parser import parse_program
+from agent.engine.store import is_unread
 from agent.persistence import SCHEMA_VERSION, AgentState, StateError, StreamVersion
-from tests.old_states import derived_per_fact
+from tests.old_states import derived_by_prefix, derived_per_fact
 from tests.strategies import closure_pools, incremental_programs, pool_facts
 
 STEP_SETTINGS = settings(
@@ -247,30 +249,45 @@ loop4(X, Y, Z, X) :- via(X, Y, Z), link(Z, X) .
 WIDE_FACTS = [("link", f"n{i}", f"n{(i * 7 + k) % 40}") for i in range(40) for k in (1, 3)]
 
 
-def test_derived_facts_are_saved_one_row_per_prefix(tmp_path):
+def test_derived_facts_are_saved_by_prefix_in_chunks(tmp_path):
     """Derived facts of every arity are saved per (hyper-node, relation, all columns but the
-    last), the last column as a bitmap; the summary counts facts, not rows."""
+    last), the last column as a bitmap, and the prefixes packed into one row per chunk of
+    subjects (agent/derived_rows.py); the summary counts facts, not rows."""
     path = tmp_path / "a.db"
     with AgentState(path) as state:
         state.apply(add_rules=WIDE, add_facts=WIDE_FACTS)
         derived = sum(node.size() for node in state.reasoner.view().nodes)
-        prefixes = {
-            (node.name, key, fact[:-1])
+        saved_facts = {
+            (node.name, key, fact)
             for node in state.reasoner.view().nodes
             for key, relation in node.store.relations.items()
             for fact in relation.tuples
         }
+        chunks = {(name, key, chunk_of(fact[:-1])) for name, key, fact in saved_facts}
         expected = set(state.reasoner.facts())
         assert state.summary()["derived_facts"] == derived
-        assert state.conn.execute("SELECT count(*) FROM derived").fetchone()[0] == len(prefixes)
-        assert len(prefixes) < derived / 2
+        names = dict(state.conn.execute("SELECT id, name FROM nodes"))
+        relations = {
+            rid: (name, arity)
+            for rid, name, arity in state.conn.execute("SELECT id, name, arity FROM relations")
+        }
+        rows = state.conn.execute("SELECT node, rel, chunk, packed FROM derived").fetchall()
+        assert {(names[n], relations[r], c) for n, r, c, _ in rows} == chunks
+        assert len(rows) == len(chunks) < len(saved_facts) / 10
+        assert {
+            (names[n], relations[r], prefix + (last,))
+            for n, r, _, blob in rows
+            for prefix, objects in unpack(blob).items()
+            for last in objects
+        } == saved_facts
     with AgentState(path) as state:
         assert state.load_report.how == "loaded"
         assert set(state.reasoner.facts()) == expected
 
 
 def test_reading_a_restored_state_keeps_its_relations_on_bitmaps(tmp_path):
-    """After a restart, derived binary relations hold the saved bitmaps. Reading through the
+    """After a restart, derived binary relations hold the saved bitmaps, not even read until
+    their first use. Reading through the
     public API (facts, count, stats, query, with and without a subject) answers as a fresh
     reasoner does, and builds no tuples and no Python sets for a relation one store holds."""
     path = tmp_path / "a.db"
@@ -281,12 +298,14 @@ def test_reading_a_restored_state_keeps_its_relations_on_bitmaps(tmp_path):
     fresh.add_facts(WIDE_FACTS)
     with AgentState(path) as state:
         reasoner = state.reasoner
-        reach = next(
+        binary = [
             relation
             for node in reasoner.view().nodes
             for key, relation in node.store.relations.items()
-            if key == ("reach", 2)
-        )
+            if key[1] == 2
+        ]  # (read by their first use: until then the saved bitmaps are not even deserialised)
+        assert binary and all(is_unread(relation) for relation in binary)
+        reach = next(relation for relation in binary if relation.key == ("reach", 2))
         assert not reach.rows_built
         holders = reasoner.view().holders(("reach", 2))  # the closure and its base rule's node
         assert len(holders) == 2 and set(holders[0]) & set(holders[1])  # (overlapping)
@@ -305,24 +324,32 @@ def test_reading_a_restored_state_keeps_its_relations_on_bitmaps(tmp_path):
         assert buckets and all(b.__class__ is not set for b in buckets.values())
 
 
-def test_a_state_file_of_schema_version_3_is_migrated_without_recomputing(tmp_path):
-    """Version 3 saved a row per derived fact; the upgrade regroups the rows, so the first
-    start after it loads the saved materialisation instead of recomputing it."""
+@pytest.mark.parametrize("version", [3, 5])
+def test_an_older_state_file_is_migrated_without_recomputing(tmp_path, version):
+    """Version 3 saved a row per derived fact, versions 4 and 5 a row per (hyper-node,
+    relation, prefix); the upgrade regroups the rows into chunks (copying the bitmaps of
+    version 5), so the first start after it loads the saved materialisation instead of
+    recomputing it, and later updates change the new rows."""
     path = tmp_path / "a.db"
     with AgentState(path) as state:
         state.apply(add_rules=WIDE, add_facts=WIDE_FACTS)
         expected = set(state.reasoner.facts())
+        chunks = state.conn.execute("SELECT count(*) FROM derived").fetchone()[0]
         saved = state.reasoner
     conn = sqlite3.connect(path)
     with conn:
-        written = derived_per_fact(conn, saved)
-        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        if version == 3:
+            written = derived_per_fact(conn, saved)
+            assert written == sum(node.size() for node in saved.view().nodes)
+        else:
+            assert derived_by_prefix(conn) > 10 * chunks
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
-    assert written == sum(node.size() for node in saved.view().nodes)
     with AgentState(path) as state:
         assert state.get_meta("schema_version") == str(SCHEMA_VERSION)
         assert state.load_report.how == "loaded"
         assert set(state.reasoner.facts()) == expected
+        assert state.conn.execute("SELECT count(*) FROM derived").fetchone()[0] == chunks
         state.apply(delete_facts=WIDE_FACTS[:10], add_facts=[("link", "n0", "x")])
         expected = set(state.reasoner.facts())
         remaining = [*WIDE_FACTS[10:], ("link", "n0", "x")]
@@ -335,12 +362,21 @@ def test_a_state_file_of_schema_version_3_is_migrated_without_recomputing(tmp_pa
 @pytest.mark.parametrize(
     "damage",
     [
-        "UPDATE derived SET objects = x'00ff00ff' WHERE a0 = (SELECT min(a0) FROM derived)",
+        "UPDATE derived SET packed = x'00ff00ff' WHERE rowid = (SELECT min(rowid) FROM derived)",
+        "UPDATE derived SET packed = packed || x'00' WHERE rowid = 1",
         "UPDATE derived SET size = size + 1",
         "UPDATE derived SET high = high - 1",
         "UPDATE derived SET high = 1000000",
+        "UPDATE derived SET top = 1000000",
     ],
-    ids=["garbage bitmap", "wrong size", "wrong largest id", "missing term"],
+    ids=[
+        "garbage bitmap",
+        "a byte more",
+        "wrong size",
+        "wrong largest id",
+        "missing term",
+        "missing subject",
+    ],
 )
 def test_a_damaged_derived_row_is_refused(tmp_path, damage):
     path = tmp_path / "a.db"

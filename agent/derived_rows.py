@@ -1,0 +1,153 @@
+"""How the agent's state file packs a hyper-node's derived facts into rows (``derived``).
+
+A relation's facts are grouped by **prefix** (every column but the last; for a binary relation,
+the subject), each prefix holding the last column's ids as a compressed bitmap (pyroaring's
+``BitMap`` in the portable Roaring format). Prefixes are then packed into **chunks**: those
+whose first id agrees above the low ``CHUNK_BITS`` bits share one row, whose ``packed`` blob is
+
+    header      two little-endian uint32: the number of prefixes n, the prefix width w
+    prefixes    n * w uint32, sorted
+    ends        n uint32: where each prefix's serialised bitmap ends in ``bitmaps``
+    bitmaps     the serialised bitmaps, one after the other
+
+with, beside it, the chunk's fact count (``size``), its largest last-column id (``high``), its
+largest prefix id (``top``) and a CRC-32 of the counts and the blob (``crc``).
+
+Why chunks and not a row per prefix: a restart reads every row, and SQLite hands over a row
+in about a microsecond per column, which for a row per subject cost more than the rest of the
+restart together (RS2 over DS2(200): 5,008 rows, 11 ms of a 21 ms restart); a chunk of up to
+2^CHUNK_BITS subjects is one row. An update rewrites only the chunks it touches, copying the
+untouched bitmaps' bytes as they are. The CRC is checked when the file is opened (a damaged
+row is refused then, never met later by a query), which is what lets the agent leave the
+bitmaps serialised until a reader first asks for the relation (``store.SavedSubjects``).
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import zlib
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from pyroaring import BitMap
+
+CHUNK_BITS = 10  # a chunk holds the prefixes whose first id agrees above these bits
+_HEADER = struct.Struct("<II")
+_COUNTS = struct.Struct("<qqq")
+_SWAP = sys.byteorder != "little"  # (the blob is little-endian on every machine)
+
+
+def chunk_of(prefix: tuple[int, ...]) -> int:
+    """The chunk a prefix belongs to (a relation of arity 1 has one prefix, (), in chunk 0)."""
+    return prefix[0] >> CHUNK_BITS if prefix else 0
+
+
+@dataclass
+class Chunk:
+    """One row's prefixes with their bitmaps, still serialised (``pieces``) until `bitmap`
+    or an update needs one."""
+
+    width: int
+    prefixes: list[tuple[int, ...]]
+    pieces: list[bytes]
+
+    def bitmap(self, position: int) -> BitMap:
+        return BitMap.deserialize(self.pieces[position])
+
+    def items(self) -> Iterator[tuple[tuple[int, ...], BitMap]]:
+        for prefix, piece in zip(self.prefixes, self.pieces, strict=True):
+            yield prefix, BitMap.deserialize(piece)
+
+
+class PackedRow(NamedTuple):
+    """A chunk as the ``derived`` table holds it, in its columns' order (see the module
+    docstring)."""
+
+    size: int
+    high: int
+    top: int
+    crc: int
+    packed: bytes
+
+
+def pack(width: int, entries: Iterable[tuple[tuple[int, ...], BitMap | bytes]]) -> PackedRow:
+    """A chunk's row from its prefixes and their non-empty bitmaps (or bitmaps serialised
+    already, copied as they are). Prefixes are written sorted: the same facts give the same
+    bytes."""
+    ordered = sorted(entries, key=lambda entry: entry[0])
+    prefixes = array("I")
+    ends = array("I")
+    pieces: list[bytes] = []
+    size = high = top = end = 0
+    for prefix, objects in ordered:
+        if isinstance(objects, bytes):
+            piece, bitmap = objects, BitMap.deserialize(objects)
+        else:
+            bitmap = objects
+            bitmap.run_optimize()  # runs of consecutive ids (a sensor's readings) as ranges
+            piece = bitmap.serialize()
+        size += len(bitmap)
+        high = max(high, bitmap.max())
+        if prefix:
+            top = max(top, *prefix)
+        prefixes.extend(prefix)
+        end += len(piece)
+        ends.append(end)
+        pieces.append(piece)
+    if _SWAP:
+        prefixes.byteswap()
+        ends.byteswap()
+    blob = b"".join(
+        [_HEADER.pack(len(ordered), width), prefixes.tobytes(), ends.tobytes(), *pieces]
+    )
+    return PackedRow(size, high, top, checksum(size, high, top, blob), blob)
+
+
+def unpack(blob: bytes) -> Chunk:
+    """A row's chunk (its bitmaps left serialised). Raises ValueError for a blob that is not
+    one (`verify` finds damage first: see the module docstring)."""
+    if len(blob) < _HEADER.size:
+        raise ValueError("a derived row's blob is too short")
+    count, width = _HEADER.unpack_from(blob)
+    start = _HEADER.size
+    middle = start + 4 * count * width
+    data = middle + 4 * count
+    if data > len(blob):
+        raise ValueError("a derived row's blob is shorter than its header says")
+    prefixes, ends = array("I"), array("I")
+    prefixes.frombytes(blob[start:middle])
+    ends.frombytes(blob[middle:data])
+    if _SWAP:
+        prefixes.byteswap()
+        ends.byteswap()
+    if width == 0:
+        keys = [()] * count
+    elif width == 1:
+        keys = [(value,) for value in prefixes]
+    else:
+        keys = [tuple(prefixes[i : i + width]) for i in range(0, count * width, width)]
+    if count and data + ends[-1] != len(blob):
+        raise ValueError("a derived row's bitmaps do not fill its blob")
+    view = memoryview(blob)
+    pieces = []
+    begin = data
+    for end in ends:
+        pieces.append(bytes(view[begin : data + end]))
+        begin = data + end
+    return Chunk(width, keys, pieces)
+
+
+def checksum(size: int, high: int, top: int, blob: bytes) -> int:
+    """The CRC-32 of a row's counts and blob: a row whose counts or bytes changed after it
+    was written no longer matches it."""
+    return zlib.crc32(blob, zlib.crc32(_COUNTS.pack(size, high, top)))
+
+
+def verify(size: int, high: int, top: int, crc: int, blob: bytes) -> None:
+    """Raise ValueError unless the row is as `pack` wrote it (its bitmaps are not read: the
+    restart leaves them serialised, and this check is what lets it)."""
+    if checksum(size, high, top, blob) != crc:
+        raise ValueError("a derived row does not match its checksum")
