@@ -23,7 +23,7 @@ empty), so loading a binary relation is one ``SELECT a0, a1`` whose rows already
 engine's tuples. Derived facts, which outnumber explicit ones by far, are stored by **prefix**
 (every column but the last; for a binary relation, the subject), each holding the last column's
 ids as a compressed bitmap (pyroaring's ``BitMap``, in the portable Roaring format), and the
-prefixes of a hyper-node's relation are packed into chunks of up to 1,024 subjects, a row each
+prefixes of a hyper-node's relation are packed into chunks of up to 64 subjects, a row each
 (agent/derived_rows.py: the layout, and why), with its fact count, largest ids and a checksum
 (counts and integrity checks without reading the bitmaps). A restart checks each row's
 checksum and hands a binary relation to the engine still serialised; the engine reads it, as
