@@ -30,6 +30,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from functools import partial
 
 from .budget import NO_GUARD, Budget, BudgetGuard
 from .changes import Journal
@@ -59,6 +60,24 @@ from .validation import check_rule
 from .view import MaterialisedView, NodeView
 
 ProgressCallback = Callable[[str, int, int], None]
+
+
+def evaluate_rules(
+    terms: TermDictionary,
+    modules: bool,
+    costs: CostPolicy,
+    rules: list[Rule],
+    facts: dict[RelationKey, set],
+) -> dict:
+    """Every relation's facts after ``rules`` over ``facts`` (term ids), by a reasoner of their
+    own on ``terms``: the equality component's rounds (equality.py); the rules must not use
+    owl:sameAs (they are given it renamed)."""
+    inner = Reasoner.restore(terms=terms, rules=[], edb=facts, nodes={}, modules=modules)
+    inner.costs = costs
+    inner.add_rules(Program(rules=tuple(rules)))
+    view = inner.view()
+    keys = {*facts, *(head.relation for rule in rules for head in rule.heads)}
+    return {key: view.detached(key) for key in keys}
 
 
 class Reasoner:
@@ -154,7 +173,7 @@ class Reasoner:
         engine_edb, engine_program = edb, program
         if equality is not None or SAME_AS in edb or mentions_equality(program.values()):
             layer = reasoner.equality = EqualityLayer(
-                reasoner.terms, reasoner.costs, reasoner._evaluate_rules
+                reasoner.terms, reasoner.costs, reasoner._rule_evaluator()
             )
             representatives, component = equality or ({}, None)
             engine_edb = layer.load(program, edb, representatives, component)
@@ -329,23 +348,17 @@ class Reasoner:
             return self.equality
         held = self.edb.get(SAME_AS)
         if SAME_AS in additions or held is not None and len(held) or mentions_equality(added):
-            layer = EqualityLayer(self.terms, self.costs, self._evaluate_rules)
+            layer = EqualityLayer(self.terms, self.costs, self._rule_evaluator())
             layer.adopt(self.edb)
             return layer
         return None
 
-    def _evaluate_rules(self, rules: list[Rule], facts: dict[RelationKey, set]) -> dict:
-        """Every relation's facts after ``rules`` over ``facts`` (term ids), by a reasoner of
-        their own on this one's terms and settings: the equality component's rounds
-        (equality.py); the rules must not use owl:sameAs (they are given it renamed)."""
-        inner = Reasoner.restore(
-            terms=self.terms, rules=[], edb=facts, nodes={}, modules=self.use_modules
-        )
-        inner.costs = self.costs
-        inner.add_rules(Program(rules=tuple(rules)))
-        view = inner.view()
-        keys = {*facts, *(head.relation for rule in rules for head in rule.heads)}
-        return {key: view.detached(key) for key in keys}
+    def _rule_evaluator(self) -> Callable[[list[Rule], dict[RelationKey, set]], dict]:
+        """`evaluate_rules` on this reasoner's terms and settings, for the equality layer.
+        Not a bound method: the layer is the reasoner's, and a reference back from it would
+        make a cycle, which a large update's ``gc.freeze`` (gcpause.py) keeps for good: a
+        dropped reasoner with equality was never freed."""
+        return partial(evaluate_rules, self.terms, self.use_modules, self.costs)
 
     def _run(
         self,
