@@ -5,9 +5,10 @@
                                          [--axiomatised-seminaive]
     python -m simulations.bench.equality --largest 2000
 
-The default sizes are 10 to 500 names; run 1,000 and 2,000 in processes of their own: one run
-of every size from 10 to 2,000 with ``--repeat 3`` grew to 24 GB of resident memory and was
-killed in its 2,000-name part, which alone peaks at 2.3 GB (not explained yet).
+The default sizes are 10 to 500 names (the axiomatised side makes them take about 35 minutes
+with ``--repeat 3``); 1,000 and 2,000 take 3-4 minutes each, at about 2 GB of resident memory.
+(One run of every size grew to 24 GB and was killed: each dropped reasoner with equality stayed
+in memory, a reference cycle kept by gc.freeze; fixed in reasoner.py, ``_rule_evaluator``.)
 
 Data: a university in the spirit of UOBM (``university``, deterministic): departments,
 faculty, students with advisors, courses, emails, home towns (``hasSameHomeTownWith`` is
