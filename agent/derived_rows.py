@@ -49,15 +49,12 @@ def chunk_of(prefix: tuple[int, ...]) -> int:
 
 @dataclass
 class Chunk:
-    """One row's prefixes with their bitmaps, still serialised (``pieces``) until `bitmap`
-    or an update needs one."""
+    """One row's prefixes with their bitmaps, still serialised (``pieces``) until `items`
+    or an update needs them."""
 
     width: int
     prefixes: list[tuple[int, ...]]
     pieces: list[bytes]
-
-    def bitmap(self, position: int) -> BitMap:
-        return BitMap.deserialize(self.pieces[position])
 
     def items(self) -> Iterator[tuple[tuple[int, ...], BitMap]]:
         for prefix, piece in zip(self.prefixes, self.pieces, strict=True):
