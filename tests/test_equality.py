@@ -560,6 +560,59 @@ def test_key_rules_over_classes_that_split_and_merge_equal_the_reference(facts, 
         check(reasoner, explicit)
 
 
+KEYS_ONLY = [
+    "owl:sameAs(X, Y) :- <email>(X, E), <email>(Y, E) .",
+    "owl:sameAs(Y, Z) :- <advisor>(X, Y), <advisor>(X, Z) .",
+    "owl:sameAs(X, Y) :- <seen>(X, P, T), <seen>(Y, P, T) .",
+    "owl:sameAs(X, Y) :- <tagged>(X), <tagged>(Y) .",
+]
+
+
+@settings(max_examples=80)
+@given(
+    chosen=st.sets(st.integers(0, len(KEYS_ONLY) - 1), min_size=1),
+    facts=st.lists(
+        st.one_of(KEY_FACTS, st.tuples(st.just("tagged"), st.sampled_from(PEOPLE))),
+        min_size=1,
+        max_size=24,
+    ),
+)
+def test_a_component_of_keys_is_materialised_by_grouping_as_by_its_rules(chosen, facts):
+    """A component whose rules are all keys over explicit facts is rematerialised by grouping
+    facts that agree on a key (sameas/keys.py) instead of evaluating its rules by rounds:
+    the same classes, representatives and store (each explicit fact in normal form, each
+    key's ``c = c``) as the rounds, and, through the reasoner, the reference's model."""
+    from functools import partial
+
+    from agent.engine.reasoner import evaluate_rules
+    from agent.engine.sameas.keys import key_columns
+
+    program = PREFIX + "\n".join(KEYS_ONLY[i] for i in sorted(chosen))
+    rules = parse_program(program).rules
+    terms = TermDictionary()
+    encoded = [terms.encode_fact(fact) for fact in facts]
+
+    def materialised(by_keys: bool) -> tuple:
+        component = EqualityComponent(terms, partial(evaluate_rules, terms, True, DEFAULT_COSTS))
+        component.by_keys = by_keys
+        component.set_rules(rules)
+        for fact in encoded:
+            component.explicit.add(fact)
+        component.rematerialise()
+        store = {key: rows for key, rows in component.store.by_relation.items() if rows}
+        members = {rep: set(names) for rep, names in component.classes.members.items()}
+        return component.classes.rep, members, store
+
+    assert key_columns(EqualityComponent(terms).rules) is None  # (no rules: not keys)
+    component = EqualityComponent(terms)
+    component.set_rules(rules)
+    assert key_columns(component.rules) is not None
+    assert materialised(by_keys=True) == materialised(by_keys=False)
+    reasoner = Reasoner()
+    reasoner.update(add_rules=program, add_facts=facts)
+    check(reasoner, set(facts))
+
+
 def test_key_positions_are_found_for_key_rules_only():
     """``PatternRule.key_position``: the position two facts of one relation differ at, when
     the rule says the terms there are equal; None for any rule that says more than that."""

@@ -27,6 +27,7 @@ from ..terms import TermDictionary
 from .classes import Classes, value_order
 from .component import EDGE, SAME_AS, normal_rule, renamed
 from .facts import Fact, FactIndex, PatternRule, RuleIndex, consequences, solve, whole_body
+from .keys import close_under_keys, key_columns, store_facts
 
 Evaluate = Callable[[list[Rule], dict], dict]
 
@@ -49,6 +50,9 @@ class EqualityComponent:
         self.normal_rules: list[PatternRule] = []
         self.index = RuleIndex([])
         self.derivations = 0  # rule instances evaluated, for the benchmark and stats
+        # Rematerialise a component of keys only by grouping facts (keys.py); tests turn it
+        # off to compare it with evaluating the rules.
+        self.by_keys = True
         self.start_log()
 
     # ------------------------------------------------------------------ the change log
@@ -98,7 +102,11 @@ class EqualityComponent:
         self.classes = Classes(old_classes.order)
         self.store = FactIndex()
         self.normal_rules = list(self.rules)
-        if self.evaluate is None:
+        keys = key_columns(self.rules) if self.by_keys else None
+        if keys is not None:
+            close_under_keys(self.classes, self.explicit, keys)
+            store_facts(self.classes, self.explicit, keys, self.store)
+        elif self.evaluate is None:
             self.insert(list(self.explicit))
         else:
             self._by_rounds()
