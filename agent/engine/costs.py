@@ -46,6 +46,11 @@ class CostPolicy:
     # touched, about what recomputing costs per fact; the B/F~ paper's Table 1 shows the two
     # meeting between a tenth and a half of the facts).
     equality_rematerialise_share: float = 0.25
+    # A component whose rules are all keys over explicit facts (sameas/keys.py) is
+    # rematerialised by grouping facts on each key, and maintained under deletions by closing
+    # again the classes that may split; False: by rounds of rule evaluation and by B/F~, like
+    # any other component (for comparisons and tests).
+    equality_key_closure: bool = True
 
 
 DEFAULT_COSTS = CostPolicy()

@@ -9,7 +9,9 @@ Without equality nothing here runs and nothing costs. With it, the program split
   representative per class of equal names, facts in normal form only. Insertions carry the
   materialisation on; deletions run B/F~ (``sameas/bf.py``), or a rematerialisation of the
   component when a cost estimate says that is cheaper (many deletions) or the component's
-  rules changed.
+  rules changed. A component whose rules are all keys (``owl:sameAs(X, Y) :- email(X, E),
+  email(Y, E)``, the usual record linkage) is rematerialised by grouping facts on each key,
+  and its deletions close again only the classes that may split (``sameas/keys.py``).
 * the rest of the program, evaluated and maintained by the engine as always, over the
   component's facts and the other explicit facts, all in normal form, with every constant of
   its rules replaced by its representative. When a class merges or splits, the explicit facts
@@ -35,6 +37,7 @@ from .sameas.classes import Classes, is_literal
 from .sameas.component import equality_component, normal_rule
 from .sameas.facts import Fact, FactIndex, represented
 from .sameas.given import GivenFacts
+from .sameas.keys import KeyDeletion, key_columns
 from .sameas.rewriting import EqualityComponent, Evaluate
 from .store import DataStore, RelationKey, by_relation
 from .terms import TermDictionary
@@ -64,6 +67,7 @@ class EqualityLayer:
         self.terms = terms
         self.costs = costs
         self.component = EqualityComponent(terms, evaluate)
+        self.component.by_keys = costs.equality_key_closure
         # The component's relations: none until the first update, which brings every relation
         # it has in (owl:sameAs at least), the engine's copies of their facts replaced.
         self.relations: set[RelationKey] = set()
@@ -245,7 +249,15 @@ class EqualityLayer:
                 else f"rematerialised ({deleted} of the component's explicit facts deleted)"
             )
         else:
-            if gone:
+            keys = key_columns(component.rules) if component.by_keys else None
+            if gone and keys is not None:
+                closing = KeyDeletion(component, keys)
+                closing.run(gone)
+                self.maintenance = (
+                    f"keys closed again ({deleted} deleted, {closing.names} names of classes "
+                    "that may split)"
+                )
+            elif gone:
                 run = BackwardForward(component)
                 run.run(gone)
                 self.maintenance = f"B/F~ ({deleted} deleted, {run.steps} steps)"

@@ -19,15 +19,29 @@ give the same store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from operator import itemgetter
+from typing import Protocol
 
 from ..language import RelationKey
 from .classes import Classes
 from .component import SAME_AS
-from .facts import FactIndex, PatternRule
+from .facts import Fact, FactIndex, PatternRule, represented
 
 Key = tuple[RelationKey, int]  # a relation and the position its key rule makes equal
+
+
+class Rewritten(Protocol):
+    """What `KeyDeletion` changes of the equality component (rewriting.py), and its log."""
+
+    classes: Classes
+    explicit: FactIndex
+    store: FactIndex
+    changed_terms: set[int]
+
+    def note_added(self, fact: Fact) -> None: ...
+
+    def note_removed(self, fact: Fact) -> None: ...
 
 
 def key_columns(rules: Sequence[PatternRule]) -> list[Key] | None:
@@ -47,13 +61,26 @@ def key_columns(rules: Sequence[PatternRule]) -> list[Key] | None:
 def close_under_keys(classes: Classes, explicit: FactIndex, keys: list[Key]) -> None:
     """Merge in ``classes`` the terms the explicit owl:sameAs facts and ``keys`` make equal,
     until no pass merges anything."""
+    by_key = [
+        (relation, position, explicit.by_relation.get(relation, ())) for relation, position in keys
+    ]
+    _close(classes, explicit.by_relation.get(SAME_AS, ()), by_key)
+
+
+def _close(
+    classes: Classes,
+    equalities: Iterable[tuple[int, ...]],
+    by_key: list[tuple[RelationKey, int, Collection[tuple[int, ...]]]],
+) -> None:
+    """Merge the terms of each of ``equalities``, then, pass after pass until one merges
+    nothing, the terms at ``position`` of the rows of each ``(relation, position, rows)``
+    of ``by_key`` that agree everywhere else in normal form."""
     find = classes.find
-    for a, b in explicit.by_relation.get(SAME_AS, ()):
+    for a, b in equalities:
         _merge_group(classes, (find(a), find(b)))
     while True:
         merged = False
-        for relation, position in keys:
-            rows = explicit.by_relation.get(relation)
+        for relation, position, rows in by_key:
             if not rows:
                 continue
             others = _others(relation[1], position)
@@ -107,3 +134,129 @@ def _others(arity: int, position: int) -> Callable[[tuple[int, ...]], object]:
     if not columns:
         return lambda args: ()
     return itemgetter(*columns)
+
+
+class KeyDeletion:
+    """Deleting explicit facts from a component of keys only (`key_columns`): the classes
+    that may split are taken apart and closed again over the facts naming their members, and
+    the store's facts those facts and the deleted ones stand for are replaced. It is the
+    paper's "rematerialise the affected part" with the affected part found exactly, in place
+    of B/F~'s fact-by-fact proofs (bf.py), which it gives the same result as
+    (`tests/test_equality.py`).
+
+    Why the part is exact: deleting facts only splits classes. A class may split when a
+    deleted fact had a term of it at a key's position (or was an owl:sameAs naming it), or
+    when a fact naming one of its members at a key's position also names, at another
+    position, a member of a class that may split (its key may stop agreeing with others'):
+    `splitting` closes over that. Every other class keeps what made it. Each new class lies
+    within an old one, so the terms of the classes taken apart (``members``) can only merge
+    with each other, and only through facts holding one of them at the key's position.
+    """
+
+    def __init__(self, component: Rewritten, keys: list[Key]) -> None:
+        self.component = component
+        self.keys = keys
+        self.positions: dict[RelationKey, list[int]] = {}
+        for relation, position in keys:
+            self.positions.setdefault(relation, []).append(position)
+        self.split_classes = 0
+        self.names = 0  # members of the classes taken apart
+
+    def run(self, deleted: list[Fact]) -> None:
+        """Maintain the store and classes after ``deleted`` (as given) left the explicit
+        facts (the caller's deletion, which keeps an undo journal)."""
+        component = self.component
+        classes, explicit = component.classes, component.explicit
+        members = self.splitting(deleted)
+        self.names = len(members)
+        naming: set[Fact] = set()  # the explicit facts naming a member
+        for term in members:
+            naming |= explicit.with_term(term)
+        # Explicit facts naming no member that stood for what a deleted one stood for.
+        for relation, args in deleted:
+            if members.isdisjoint(args):
+                normal = (relation, classes.normal(args))
+                naming.update(represented(explicit, normal, classes.find, classes.class_of))
+        before = self.stored(naming) | self.stored(deleted)
+        old_find = {term: classes.find(term) for term in members}
+        for rep in set(old_find.values()):
+            for term in classes.members.pop(rep, ()):
+                classes.rep.pop(term, None)
+        equalities = [args for relation, args in naming if relation == SAME_AS]
+        by_key = [
+            (
+                relation,
+                position,
+                [args for key, args in naming if key == relation and args[position] in members],
+            )
+            for relation, position in self.keys
+        ]
+        _close(classes, equalities, by_key)
+        after = self.stored(naming)
+        for fact in before - after:  # a c = c that other facts still give stays
+            if fact[0] == SAME_AS and self.supported(fact[1][0]):
+                after.add(fact)
+        store = component.store
+        for fact in before - after:
+            if store.discard(fact):
+                component.note_removed(fact)
+        for fact in after:
+            if store.add(fact):
+                component.note_added(fact)
+        find = classes.find
+        component.changed_terms |= {t for t, rep in old_find.items() if find(t) != rep}
+
+    def splitting(self, deleted: list[Fact]) -> set[int]:
+        """The members of the classes that may split (see the class docstring)."""
+        classes = self.component.classes
+        explicit = self.component.explicit
+        reps: set[int] = set()
+        queue: list[int] = []
+
+        def may_split(term: int) -> None:
+            rep = classes.find(term)
+            if rep not in reps and classes.size(rep) > 1:
+                reps.add(rep)
+                queue.append(rep)
+
+        for relation, args in deleted:
+            for position in (
+                range(len(args)) if relation == SAME_AS else self.positions.get(relation, ())
+            ):
+                may_split(args[position])
+        members: set[int] = set()
+        while queue:
+            rep = queue.pop()
+            for term in classes.class_of(rep):
+                members.add(term)
+                for relation, args in explicit.with_term(term):
+                    for position in self.positions.get(relation, ()):
+                        if any(t == term for i, t in enumerate(args) if i != position):
+                            may_split(args[position])
+        return members
+
+    def stored(self, facts: Iterable[Fact]) -> set[Fact]:
+        """What the key rules give the store for ``facts`` under the classes now: each in
+        normal form, and ``c = c`` for the class ``c`` at each key's position."""
+        find, normal = self.component.classes.find, self.component.classes.normal
+        found: set[Fact] = set()
+        for relation, args in facts:
+            found.add((relation, normal(args)))
+            for position in self.positions.get(relation, ()):
+                rep = find(args[position])
+                found.add((SAME_AS, (rep, rep)))
+        return found
+
+    def supported(self, rep: int) -> bool:
+        """Whether a remaining explicit fact gives ``rep = rep``: one holding a member of its
+        class at a key's position, or an owl:sameAs naming one."""
+        columns = self.component.explicit.columns
+        for term in self.component.classes.class_of(rep):
+            same = columns.get(SAME_AS)
+            if same is not None and (term in same[0] or term in same[1]):
+                return True
+            for relation, positions in self.positions.items():
+                found = columns.get(relation)
+                if found is not None and any(term in found[p] for p in positions):
+                    return True
+        return False
