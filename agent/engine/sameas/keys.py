@@ -159,7 +159,6 @@ class KeyDeletion:
         self.positions: dict[RelationKey, list[int]] = {}
         for relation, position in keys:
             self.positions.setdefault(relation, []).append(position)
-        self.split_classes = 0
         self.names = 0  # members of the classes taken apart
 
     def run(self, deleted: list[Fact]) -> None:
@@ -167,14 +166,13 @@ class KeyDeletion:
         facts (the caller's deletion, which keeps an undo journal)."""
         component = self.component
         classes, explicit = component.classes, component.explicit
-        members = self.splitting(deleted)
+        members, naming = self.splitting(deleted)
         self.names = len(members)
-        naming: set[Fact] = set()  # the explicit facts naming a member
-        for term in members:
-            naming |= explicit.with_term(term)
-        # Explicit facts naming no member that stood for what a deleted one stood for.
+        # Explicit facts naming no member that stood for what a deleted one stood for (a
+        # fact naming no merged term stood for itself alone).
+        merged = classes.rep.keys()
         for relation, args in deleted:
-            if members.isdisjoint(args):
+            if members.isdisjoint(args) and not merged.isdisjoint(args):
                 normal = (relation, classes.normal(args))
                 naming.update(represented(explicit, normal, classes.find, classes.class_of))
         before = self.stored(naming) | self.stored(deleted)
@@ -182,16 +180,15 @@ class KeyDeletion:
         for rep in set(old_find.values()):
             for term in classes.members.pop(rep, ()):
                 classes.rep.pop(term, None)
-        equalities = [args for relation, args in naming if relation == SAME_AS]
-        by_key = [
-            (
-                relation,
-                position,
-                [args for key, args in naming if key == relation and args[position] in members],
-            )
-            for relation, position in self.keys
-        ]
-        _close(classes, equalities, by_key)
+        equalities: list[tuple[int, ...]] = []
+        rows: dict[Key, list[tuple[int, ...]]] = {key: [] for key in self.keys}
+        for relation, args in naming:
+            if relation == SAME_AS:
+                equalities.append(args)
+            for position in self.positions.get(relation, ()):
+                if args[position] in members:
+                    rows[relation, position].append(args)
+        _close(classes, equalities, [(*key, found) for key, found in rows.items()])
         after = self.stored(naming)
         for fact in before - after:  # a c = c that other facts still give stays
             if fact[0] == SAME_AS and self.supported(fact[1][0]):
@@ -206,8 +203,9 @@ class KeyDeletion:
         find = classes.find
         component.changed_terms |= {t for t, rep in old_find.items() if find(t) != rep}
 
-    def splitting(self, deleted: list[Fact]) -> set[int]:
-        """The members of the classes that may split (see the class docstring)."""
+    def splitting(self, deleted: list[Fact]) -> tuple[set[int], set[Fact]]:
+        """The members of the classes that may split (see the class docstring), and the
+        explicit facts naming them."""
         classes = self.component.classes
         explicit = self.component.explicit
         reps: set[int] = set()
@@ -225,15 +223,18 @@ class KeyDeletion:
             ):
                 may_split(args[position])
         members: set[int] = set()
+        naming: set[Fact] = set()
         while queue:
             rep = queue.pop()
             for term in classes.class_of(rep):
                 members.add(term)
-                for relation, args in explicit.with_term(term):
+                for fact in explicit.with_term(term):
+                    naming.add(fact)
+                    relation, args = fact
                     for position in self.positions.get(relation, ()):
                         if any(t == term for i, t in enumerate(args) if i != position):
                             may_split(args[position])
-        return members
+        return members, naming
 
     def stored(self, facts: Iterable[Fact]) -> set[Fact]:
         """What the key rules give the store for ``facts`` under the classes now: each in
@@ -251,8 +252,8 @@ class KeyDeletion:
         """Whether a remaining explicit fact gives ``rep = rep``: one holding a member of its
         class at a key's position, or an owl:sameAs naming one."""
         columns = self.component.explicit.columns
+        same = columns.get(SAME_AS)
         for term in self.component.classes.class_of(rep):
-            same = columns.get(SAME_AS)
             if same is not None and (term in same[0] or term in same[1]):
                 return True
             for relation, positions in self.positions.items():
