@@ -35,6 +35,9 @@ class CostPolicy:
     # input facts: every subject is evaluated afresh, without grouping the changes (each a
     # Python step, where a subject's evaluation is one union of bitmaps in C).
     composition_recompute_changed_share: float = 0.25
+    # Composition: a membership test in A's tuples (a deleted A fact's candidate tested without
+    # reading A[x], see modules/composition.py) costs about this many facts of a pass over A.
+    composition_probe_cost: float = 3.0
     # Hypertree decompositions (modules/hypertree.py): "auto" decomposes a cyclic rule when its
     # cheapest decomposition is estimated cheaper than its join plan, "always" decomposes every
     # cyclic rule that has a decomposition (for comparisons and tests), "off" none.

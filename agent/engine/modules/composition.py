@@ -27,6 +27,13 @@ the new state of A and B (the lower hyper-nodes are up to date when this one run
 * an inserted ``A(x, y)`` adds ``B[y]`` to ``H[x]``, an inserted ``B(y, z)`` adds ``z`` to
   ``H[x]`` for every ``x`` with ``A(x, y)`` (what is not held already).
 
+Recomputing ``x`` reads ``A[x]``; when A is kept as tuples with no index by ``x`` (an explicit
+relation: its index by subject is not kept, and none is saved), that is a pass over all of A.
+Then each deleted ``A(x, y)`` is a candidate loss of every ``z`` that ``y`` gave ``x``, tested
+like a deleted B fact's: ``x`` keeps ``z`` when some ``y'`` of ``B^-1[z]`` still has ``A(x,
+y')``, a membership test in A's tuples (`_lost_by_probing`), unless those tests would cost
+more than the pass.
+
 Deletions are decided over the new state, insertions included, so a fact that loses one
 derivation and gains another stays; no fact is overdeleted and put back, no counter is kept.
 The cost is what the change reaches (at most the derivations of the subjects it touches) and
@@ -273,12 +280,29 @@ class CompositionModule(PerSubjectModule):
             for x in a_in(y):
                 if x not in recomputed:
                     _into(candidates, x, zs)
-        a_out = Lookup.some(a_relations, p.a_x, recomputed | candidates.keys())
-        for x, zs in list(candidates.items()):
-            if len(zs) >= len(a_out(x)):
-                recomputed.add(x)
+        lost = None
+        if recomputed and any(len(r) and r.existing_index((p.a_x,)) is None for r in a_relations):
+            for y, zs in lost_by_y.items():  # (the subjects evaluated afresh were left out)
+                for x in a_in(y):
+                    if x in recomputed:
+                        _into(candidates, x, zs)
+            probed = self._lost_by_probing(node, a_relations, held, a_minus, lost_by_y, candidates)
+            if probed is not None:
+                lost, tested = probed
+        if lost is not None:  # (each deleted A(x, y) tested like a deleted B(y, z))
+            for x, zs in lost.items():
+                changed.lose(x, zs)
+            recomputed, candidates = set(), {}
+            a_out = Lookup([], p.a_x)
+        else:
+            for x in recomputed.intersection(candidates):
                 del candidates[x]
-        tested = sum(map(len, candidates.values()))
+            a_out = Lookup.some(a_relations, p.a_x, recomputed | candidates.keys())
+            for x, zs in list(candidates.items()):
+                if len(zs) >= len(a_out(x)):
+                    recomputed.add(x)
+                    del candidates[x]
+            tested = sum(map(len, candidates.values()))
         if candidates:
             b_in = self._witnesses_of(node, BitMap().union(*candidates.values()))
             for x, zs in candidates.items():
@@ -312,10 +336,62 @@ class CompositionModule(PerSubjectModule):
             changed.gain(x, got)
         result = Maintained(
             strategy=f"composition ({len(recomputed)} subjects recomputed, "
-            f"{tested} candidates tested)"
+            f"{tested} candidates tested{' by membership in A' if lost is not None else ''})"
         )
         changed.apply(own, self.pattern.head, result)
         return result
+
+    def _lost_by_probing(
+        self,
+        node: NodeState,
+        a_relations: list,
+        held: dict,
+        a_minus: AbstractSet[tuple[int, int]],
+        lost_by_y: dict[int, BitMap],
+        candidates: dict[int, BitMap],
+    ) -> tuple[dict[int, BitMap], int] | None:
+        """What each subject loses, and how many candidates were tested, found without
+        reading ``A[x]``: for a relation A kept as tuples with no index on x, reading ``A[x]``
+        for the subjects that lost an A fact is a pass over all of A. Instead a deleted
+        ``A(x, y)`` makes every ``z`` that ``y`` gave (``B[y]`` now, and what B lost at y) a
+        candidate loss of ``x``, like a deleted ``B(y, z)`` does, and ``x`` keeps ``z``
+        exactly when some ``y'`` with ``B(y', z)`` still has ``A(x, y')``: a membership test
+        per ``y'`` in A's tuples, over the new state. None when those tests would cost more
+        than the pass (``CostPolicy.composition_probe_cost``)."""
+        p = self.pattern
+        a_y = 1 - p.a_x
+        ys = column_values(a_minus, a_y)
+        objects = self._objects(node, ys)
+        gave = {y: objects(y) | lost_by_y[y] if y in lost_by_y else objects(y) for y in ys}
+        b_in = self._witnesses_of(node, BitMap().union(*gave.values(), *candidates.values()))
+        # The tests, at most (before keeping what each subject holds), against a pass.
+        per_y = {y: sum(len(b_in(z)) for z in zs) for y, zs in gave.items()}
+        tests_at_most = sum(per_y[fact[a_y]] for fact in a_minus)
+        tests_at_most += sum(len(b_in(z)) for zs in candidates.values() for z in zs)
+        if tests_at_most * self.costs.composition_probe_cost > sum(map(len, a_relations)):
+            return None
+        tests: dict[int, BitMap] = {x: zs.copy() for x, zs in candidates.items()}
+        for fact in a_minus:
+            _into(tests, fact[p.a_x], gave[fact[a_y]])
+        for x, zs in list(tests.items()):
+            mine = held.get(x)
+            kept = zs & as_bitmap(mine) if mine else None
+            if kept:
+                tests[x] = kept
+            else:
+                del tests[x]
+        holds = [relation.__contains__ for relation in a_relations]
+        x_first = p.a_x == 0
+        lost: dict[int, BitMap] = {}
+        for x, zs in tests.items():
+            gone = [
+                z
+                for z in zs
+                if not any(has((x, y) if x_first else (y, x)) for y in b_in(z) for has in holds)
+            ]
+            if gone:
+                lost[x] = BitMap(gone)
+        return lost, sum(map(len, tests.values()))
 
     def _witnesses_of(self, node: NodeState, zs: AbstractSet[int]) -> Callable[[int], Iterable]:
         """``z -> {y : B(y, z)}`` over the new state for the ``zs`` asked, less the ``y`` with
