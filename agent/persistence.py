@@ -292,7 +292,11 @@ class AgentState:
             ).fetchone()[0]
             if dangling:
                 problems.append(f"{dangling} representative(s) name missing terms")
-        for name, text in conn.execute("SELECT name, text FROM rules"):
+        saved = conn.execute("SELECT name, text FROM rules").fetchall()
+        parsed = _parse_rules_at_once(saved)
+        if parsed is not None:
+            self._parsed_rules = parsed
+        for name, text in saved if parsed is None else ():  # (one by one, to name a damaged one)
             try:
                 self._parsed_rules[name, text] = _parse_rule(name, text)
             except (ZodiacError, ValueError) as error:
@@ -392,10 +396,11 @@ class AgentState:
         row_of: dict[frozenset[str], int] = {}
         self._equality_row = None
         component = None
+        derived = _load_derived(conn, relations)
         for node_id, name, rule_keys, module in conn.execute(
             "SELECT id, name, rules, module FROM nodes"
         ):
-            facts = _load_derived(conn, node_id, relations)
+            facts = derived.get(node_id, {})
             if module == EQUALITY_MODULE:
                 self._equality_row, component = node_id, _as_tuples(facts)
                 continue
@@ -989,34 +994,35 @@ def _group_last(facts: Iterable[tuple[int, ...]]) -> dict[tuple[int, ...], list[
 
 
 def _load_derived(
-    conn: sqlite3.Connection, node: int, relations: dict[int, RelationKey]
-) -> dict[RelationKey, SavedFacts]:
-    """One hyper-node's derived facts: a binary relation as subject -> bitmap of objects not
-    read yet (``store.SavedSubjects``: the engine deserialises the bitmaps, and adopts them as
-    its storage, when a reader first uses the relation), any other as a set of tuples. A row
-    whose checksum does not match raises ValueError (a damaged state; ids naming no term are
-    found before, by ``check_integrity``)."""
-    rows: dict[RelationKey, list[bytes]] = {}
-    counts: dict[RelationKey, int] = {}
-    for rid, size, high, top, crc, blob in conn.execute(
-        "SELECT rel, size, high, top, crc, CAST(packed AS BLOB) FROM derived WHERE node = ?",
-        (node,),
+    conn: sqlite3.Connection, relations: dict[int, RelationKey]
+) -> dict[int, dict[RelationKey, SavedFacts]]:
+    """Every hyper-node's derived facts, by node row (one query for all): a binary relation
+    as subject -> bitmap of objects not read yet (``store.SavedSubjects``: the engine
+    deserialises the bitmaps, and adopts them as its storage, when a reader first uses the
+    relation), any other as a set of tuples. A row whose checksum does not match raises
+    ValueError (a damaged state; ids naming no term are found before, by
+    ``check_integrity``)."""
+    rows: dict[tuple[int, RelationKey], list[bytes]] = {}
+    counts: dict[tuple[int, RelationKey], int] = {}
+    for node, rid, size, high, top, crc, blob in conn.execute(
+        "SELECT node, rel, size, high, top, crc, CAST(packed AS BLOB) FROM derived"
     ):
         verify(size, high, top, crc, blob)
-        key = relations[rid]
-        rows.setdefault(key, []).append(blob)
-        counts[key] = counts.get(key, 0) + size
-    found: dict[RelationKey, SavedFacts] = {}
-    for key, blobs in rows.items():
+        place = (node, relations[rid])
+        rows.setdefault(place, []).append(blob)
+        counts[place] = counts.get(place, 0) + size
+    found: dict[int, dict[RelationKey, SavedFacts]] = {}
+    for (node, key), blobs in rows.items():
         if key[1] == 2:
-            found[key] = SavedSubjects(counts[key], partial(_subjects, blobs))
+            facts: SavedFacts = SavedSubjects(counts[node, key], partial(_subjects, blobs))
         else:
-            found[key] = {
+            facts = {
                 prefix + (last,)
                 for blob in blobs
                 for prefix, objects in unpack(blob).items()
                 for last in objects
             }
+        found.setdefault(node, {})[key] = facts
     return found
 
 
@@ -1069,6 +1075,22 @@ def _term_value(kind: str, value: object, datatype: str | None, language: str | 
     if kind == "l":
         return Literal(str(value), datatype, language)
     raise StateError(f"unknown term kind {kind!r} in the state file")
+
+
+def _parse_rules_at_once(saved: list[tuple[str, str]]) -> dict[tuple[str, str], Rule] | None:
+    """Saved rules ``(name, text)`` parsed as one program (a parse has a fixed cost, paid once
+    here instead of per rule), each by its row; None when that text does not give exactly
+    those rules, one per row (a damaged rule: the caller parses them one by one to say which).
+    """
+    try:
+        rules = parse_program("\n".join(text for _, text in saved), source="<saved rules>").rules
+    except (ZodiacError, ValueError):
+        return None
+    if len(rules) != len(saved) or any(
+        rule.id != name for rule, (name, _) in zip(rules, saved, strict=True)
+    ):
+        return None
+    return {row: rule for row, rule in zip(saved, rules, strict=True)}
 
 
 def _parse_rule(name: str, text: str) -> Rule:
