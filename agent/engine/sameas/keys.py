@@ -139,9 +139,9 @@ def _others(arity: int, position: int) -> Callable[[tuple[int, ...]], object]:
 class KeyDeletion:
     """Deleting explicit facts from a component of keys only (`key_columns`): the classes
     that may split are taken apart and closed again over the facts naming their members, and
-    the store's facts those facts and the deleted ones stand for are replaced. It is the
-    paper's "rematerialise the affected part" with the affected part found exactly, in place
-    of B/F~'s fact-by-fact proofs (bf.py), which it gives the same result as
+    the store's facts those facts and the deleted ones stand for are replaced: a
+    rematerialisation of exactly the part a deletion can change, in place of B/F~'s
+    fact-by-fact proofs (bf.py), which it gives the same result as
     (`tests/test_equality.py`).
 
     Why the part is exact: deleting facts only splits classes. A class may split when a
