@@ -296,12 +296,13 @@ class AgentState:
         parsed = _parse_rules_at_once(saved)
         if parsed is not None:
             self._parsed_rules = parsed
-        for name, text in saved if parsed is None else ():  # (one by one, to name a damaged one)
-            try:
-                self._parsed_rules[name, text] = _parse_rule(name, text)
-            except (ZodiacError, ValueError) as error:
-                problems.append(f"saved rule {clip(name)} is damaged: {clip(error)}")
-                break
+        else:  # one by one, to name the damaged one
+            for name, text in saved:
+                try:
+                    self._parsed_rules[name, text] = _parse_rule(name, text)
+                except (ZodiacError, ValueError) as error:
+                    problems.append(f"saved rule {clip(name)} is damaged: {clip(error)}")
+                    break
         return problems
 
     # ------------------------------------------------------------------ opening

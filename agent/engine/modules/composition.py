@@ -276,27 +276,20 @@ class CompositionModule(PerSubjectModule):
         # as witnesses to look at.
         recomputed = column_values(a_minus, p.a_x)
         candidates: dict[int, BitMap] = {}
-        for y, zs in lost_by_y.items():
-            for x in a_in(y):
-                if x not in recomputed:
-                    _into(candidates, x, zs)
-        lost = None
+        probed = None
         if recomputed and any(len(r) and r.existing_index((p.a_x,)) is None for r in a_relations):
-            for y, zs in lost_by_y.items():  # (the subjects evaluated afresh were left out)
-                for x in a_in(y):
-                    if x in recomputed:
-                        _into(candidates, x, zs)
-            probed = self._lost_by_probing(node, a_relations, held, a_minus, lost_by_y, candidates)
-            if probed is not None:
-                lost, tested = probed
-        if lost is not None:  # (each deleted A(x, y) tested like a deleted B(y, z))
+            probed = self._lost_by_probing(node, a_relations, held, a_minus, lost_by_y, a_in)
+        if probed is not None:  # (each deleted A(x, y) tested like a deleted B(y, z))
+            lost, tested = probed
             for x, zs in lost.items():
                 changed.lose(x, zs)
-            recomputed, candidates = set(), {}
+            recomputed = set()
             a_out = Lookup([], p.a_x)
         else:
-            for x in recomputed.intersection(candidates):
-                del candidates[x]
+            for y, zs in lost_by_y.items():
+                for x in a_in(y):
+                    if x not in recomputed:
+                        _into(candidates, x, zs)
             a_out = Lookup.some(a_relations, p.a_x, recomputed | candidates.keys())
             for x, zs in list(candidates.items()):
                 if len(zs) >= len(a_out(x)):
@@ -336,7 +329,7 @@ class CompositionModule(PerSubjectModule):
             changed.gain(x, got)
         result = Maintained(
             strategy=f"composition ({len(recomputed)} subjects recomputed, "
-            f"{tested} candidates tested{' by membership in A' if lost is not None else ''})"
+            f"{tested} candidates tested{' by membership in A' if probed is not None else ''})"
         )
         changed.apply(own, self.pattern.head, result)
         return result
@@ -348,7 +341,7 @@ class CompositionModule(PerSubjectModule):
         held: dict,
         a_minus: AbstractSet[tuple[int, int]],
         lost_by_y: dict[int, BitMap],
-        candidates: dict[int, BitMap],
+        a_in: Lookup,
     ) -> tuple[dict[int, BitMap], int] | None:
         """What each subject loses, and how many candidates were tested, found without
         reading ``A[x]``: for a relation A kept as tuples with no index on x, reading ``A[x]``
@@ -363,14 +356,17 @@ class CompositionModule(PerSubjectModule):
         ys = column_values(a_minus, a_y)
         objects = self._objects(node, ys)
         gave = {y: objects(y) | lost_by_y[y] if y in lost_by_y else objects(y) for y in ys}
-        b_in = self._witnesses_of(node, BitMap().union(*gave.values(), *candidates.values()))
+        b_in = self._witnesses_of(node, BitMap().union(*gave.values(), *lost_by_y.values()))
         # The tests, at most (before keeping what each subject holds), against a pass.
-        per_y = {y: sum(len(b_in(z)) for z in zs) for y, zs in gave.items()}
+        per_y = {y: sum(len(b_in(z)) for z in zs) for y, zs in {**lost_by_y, **gave}.items()}
         tests_at_most = sum(per_y[fact[a_y]] for fact in a_minus)
-        tests_at_most += sum(len(b_in(z)) for zs in candidates.values() for z in zs)
+        tests_at_most += sum(per_y[y] * len(a_in(y)) for y in lost_by_y)
         if tests_at_most * self.costs.composition_probe_cost > sum(map(len, a_relations)):
             return None
-        tests: dict[int, BitMap] = {x: zs.copy() for x, zs in candidates.items()}
+        tests: dict[int, BitMap] = {}
+        for y, zs in lost_by_y.items():  # deleted B(y, z): every x with A(x, y)
+            for x in a_in(y):
+                _into(tests, x, zs)
         for fact in a_minus:
             _into(tests, fact[p.a_x], gave[fact[a_y]])
         for x, zs in list(tests.items()):

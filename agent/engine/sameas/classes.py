@@ -88,6 +88,25 @@ class Classes:
             self.rep[member] = kept
         target |= moved
 
+    def merge_group(self, representatives: Iterable[int]) -> bool:
+        """Merge the classes of ``representatives`` into the one whose representative comes
+        first in the order (so it represents them all); whether any two merged."""
+        distinct = set(representatives)
+        if len(distinct) < 2:
+            return False
+        kept = min(distinct, key=self.order)
+        distinct.discard(kept)
+        for gone in distinct:
+            self.merge_into(kept, gone)
+        return True
+
+    def take_apart(self, rep: int) -> set[int]:
+        """Make every member of ``rep``'s class a class of its own; returns the members."""
+        members = self.members.pop(rep, set())
+        for member in members:
+            self.rep.pop(member, None)
+        return members
+
     def regroup(self, rep: int, new_rep: Callable[[int], int]) -> set[int]:
         """Replace the class of ``rep`` by the classes ``new_rep`` groups its members into
         (the paper's ``pi(d) := gamma(d)``), each represented by its smallest member in this

@@ -19,7 +19,7 @@ give the same store.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Protocol
 
@@ -77,7 +77,7 @@ def _close(
     of ``by_key`` that agree everywhere else in normal form."""
     find = classes.find
     for a, b in equalities:
-        _merge_group(classes, (find(a), find(b)))
+        classes.merge_group((find(a), find(b)))
     while True:
         merged = False
         for relation, position, rows in by_key:
@@ -93,7 +93,7 @@ def _close(
                 else:
                     group.append(args[position])
             for names in groups.values():
-                if len(names) > 1 and _merge_group(classes, map(find, names)):
+                if len(names) > 1 and classes.merge_group(map(find, names)):
                     merged = True
         if not merged:
             return
@@ -102,30 +102,36 @@ def _close(
 def store_facts(classes: Classes, explicit: FactIndex, keys: list[Key], store: FactIndex) -> None:
     """Fill ``store`` with what the key rules derive over ``explicit`` under the closed
     ``classes``: the explicit facts in normal form and each key's ``c = c``."""
-    normal: dict[RelationKey, list[tuple[int, ...]]] = {}
-    for relation, rows in explicit.by_relation.items():
-        if rows:
-            normal[relation] = classes.normal_rows(list(rows))
-            store.add_rows(relation, normal[relation])
-    same: dict[tuple[int, ...], None] = {}
+    for relation, rows in _derived(classes, _positions(keys), explicit.by_relation).items():
+        store.add_rows(relation, rows)
+
+
+def _derived(
+    classes: Classes,
+    positions: dict[RelationKey, list[int]],
+    rows_by_relation: Mapping[RelationKey, Collection[tuple[int, ...]]],
+) -> dict[RelationKey, set[tuple[int, ...]]]:
+    """What the key rules (``positions``: relation -> its keys' positions) give the store for
+    explicit rows, under the classes now: each row in normal form, and ``c = c`` for the
+    class ``c`` at each key's position of each row (the instance pairing a fact with itself).
+    """
+    found: dict[RelationKey, set[tuple[int, ...]]] = {SAME_AS: set()}
+    for relation, rows in rows_by_relation.items():
+        if not rows:
+            continue
+        normal = classes.normal_rows(list(rows))
+        found.setdefault(relation, set()).update(normal)
+        for position in positions.get(relation, ()):
+            found[SAME_AS].update((args[position], args[position]) for args in normal)
+    return found
+
+
+def _positions(keys: list[Key]) -> dict[RelationKey, list[int]]:
+    """Each key relation's key positions."""
+    positions: dict[RelationKey, list[int]] = {}
     for relation, position in keys:
-        for args in normal.get(relation, ()):
-            term = args[position]
-            same[(term, term)] = None
-    store.add_rows(SAME_AS, same)
-
-
-def _merge_group(classes: Classes, representatives: Iterable[int]) -> bool:
-    """Merge the classes of ``representatives`` into the one whose representative comes
-    first in the classes' order (so it represents them all); whether any two merged."""
-    distinct = set(representatives)
-    if len(distinct) < 2:
-        return False
-    kept = min(distinct, key=classes.order)
-    distinct.discard(kept)
-    for gone in distinct:
-        classes.merge_into(kept, gone)
-    return True
+        positions.setdefault(relation, []).append(position)
+    return positions
 
 
 def _others(arity: int, position: int) -> Callable[[tuple[int, ...]], object]:
@@ -156,9 +162,7 @@ class KeyDeletion:
     def __init__(self, component: Rewritten, keys: list[Key]) -> None:
         self.component = component
         self.keys = keys
-        self.positions: dict[RelationKey, list[int]] = {}
-        for relation, position in keys:
-            self.positions.setdefault(relation, []).append(position)
+        self.positions = _positions(keys)
         self.names = 0  # members of the classes taken apart
 
     def run(self, deleted: list[Fact]) -> None:
@@ -178,8 +182,7 @@ class KeyDeletion:
         before = self.stored(naming) | self.stored(deleted)
         old_find = {term: classes.find(term) for term in members}
         for rep in set(old_find.values()):
-            for term in classes.members.pop(rep, ()):
-                classes.rep.pop(term, None)
+            classes.take_apart(rep)
         equalities: list[tuple[int, ...]] = []
         rows: dict[Key, list[tuple[int, ...]]] = {key: [] for key in self.keys}
         for relation, args in naming:
@@ -237,16 +240,12 @@ class KeyDeletion:
         return members, naming
 
     def stored(self, facts: Iterable[Fact]) -> set[Fact]:
-        """What the key rules give the store for ``facts`` under the classes now: each in
-        normal form, and ``c = c`` for the class ``c`` at each key's position."""
-        find, normal = self.component.classes.find, self.component.classes.normal
-        found: set[Fact] = set()
+        """What the key rules give the store for ``facts`` under the classes now (`_derived`)."""
+        by_relation: dict[RelationKey, list[tuple[int, ...]]] = {}
         for relation, args in facts:
-            found.add((relation, normal(args)))
-            for position in self.positions.get(relation, ()):
-                rep = find(args[position])
-                found.add((SAME_AS, (rep, rep)))
-        return found
+            by_relation.setdefault(relation, []).append(args)
+        derived = _derived(self.component.classes, self.positions, by_relation)
+        return {(relation, args) for relation, rows in derived.items() for args in rows}
 
     def supported(self, rep: int) -> bool:
         """Whether a remaining explicit fact gives ``rep = rep``: one holding a member of its
