@@ -12,6 +12,7 @@ import traceback
 import pytest
 
 from agent.engine import Reasoner
+from agent.engine.compiler import code_of
 from agent.engine.executor import Variant
 from agent.engine.rewrites import REWRITES, Shape
 from agent.engine.rewrites.base import Context, Node
@@ -116,3 +117,25 @@ def test_explain_plans_of_an_unknown_rule_is_a_clear_error(tmp_path, capsys):
     facts.write_text("<a> <e> <b> .\n")
     assert zodiac_edge(["explain", str(rules), str(facts), "--plans", "nope"]) == 2
     assert "no rule named 'nope' (labels: copy)" in capsys.readouterr().err
+
+
+def test_compiled_code_is_shared_between_reasoners_only_for_the_same_text():
+    """Python's compilation of a plan's text is kept for the whole process (compiler.code_of):
+    a second reasoner with the same rule and terms reuses it, and one whose constant has
+    another term id compiles its own text and answers by its own ids."""
+    rule = "q(X, Y) :- p(X, Y) and p(X, a) ."
+    first, second, third = Reasoner(), Reasoner(), Reasoner()
+    for reasoner in (first, second):
+        reasoner.add_facts([("p", "x", "a"), ("p", "y", "b")])
+    third.add_facts([("p", "y", "b"), ("p", "z", "c"), ("p", "x", "a")])  # "a" numbered later
+    hits = code_of.cache_info().hits
+    first.add_rules(rule)
+    second.add_rules(rule)
+    assert code_of.cache_info().hits > hits
+    third.add_rules(rule)
+    assert (
+        set(first.facts("q"))
+        == set(second.facts("q"))
+        == set(third.facts("q"))
+        == {("q", "x", "a")}
+    )

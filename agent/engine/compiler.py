@@ -30,8 +30,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import compress, repeat
 from operator import and_, itemgetter, not_
+from types import CodeType
 
 from . import values
 from .language import (
@@ -122,11 +124,22 @@ class RuleCompiler:
         namespace["V"] = self.terms.values
         namespace["ENC"] = self.terms.encode
         namespace["KV"] = generator.constant_values
-        filename = f"<{name} {shape.value}>"
-        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - generated code
+        exec(code_of(source, f"<{name} {shape.value}>"), namespace)  # noqa: S102 - generated code
         # Popped, not read: a function left in its own globals would form a reference cycle,
         # which the frozen collector (gcpause) would never reclaim after the rule is deleted.
         return Compiled(namespace.pop(FUNCTION), node, shape, source)
+
+
+@lru_cache(maxsize=1024)
+def code_of(source: str, filename: str) -> CodeType:
+    """Python's compilation of generated source, shared by every reasoner of the process.
+
+    Each reasoner caches its own plans, but a reasoner that is new (the equality layer's
+    rounds and the Spark job's per-hyper-node evaluations make one each time, an agent
+    makes one at every reload) would otherwise compile the same text again; that is most of
+    a small rule's compilation time. A code object is immutable and names no term: the ids
+    are literals of the text, so equal texts compile to the same code."""
+    return compile(source, filename, "exec")
 
 
 @dataclass(frozen=True)
