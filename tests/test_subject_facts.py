@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from agent.engine import changes as changes_module
+from agent.engine import subject_facts
 from agent.engine.changes import ChangeLog, StoreChanges, visible_difference
 from agent.engine.store import DataStore
 from agent.engine.subject_facts import (
@@ -18,6 +19,7 @@ from agent.engine.subject_facts import (
     difference_by_subject,
     intersection_by_subject,
     mutable,
+    present_by_subject,
     union_by_subject,
 )
 
@@ -117,9 +119,12 @@ store_contents = st.lists(st.tuples(pairs, pairs, st.booleans(), st.booleans()),
 def test_visible_difference_by_subject_equals_the_definition(contents, data):
     """Random lower stores before and after an update (created, dropped, staying, kept as tuples
     or by subject, changes as plain sets or SubjectFacts): the facts that became visible and
-    invisible through the union, by either path, are exactly the definition's."""
+    invisible through the union, by either path, are exactly the definition's. Half the
+    examples keep every store in place (a fact update: the path that tests each store only
+    against the others' changes)."""
     key = ("p", 2)
     stores, log = [], ChangeLog()
+    in_place = data.draw(st.booleans())
     before_of, after_of = {}, {}
     for index, (held, changed, as_subjects, subject_changes) in enumerate(contents):
         store = DataStore(f"s{index}")
@@ -132,7 +137,11 @@ def test_visible_difference_by_subject_equals_the_definition(contents, data):
             relation.add_all(held)
         added = held & changed
         removed = changed - held
-        fate = data.draw(st.sampled_from(["staying", "created", "dropped", "entering", "leaving"]))
+        fate = "staying"
+        if not in_place:
+            fate = data.draw(
+                st.sampled_from(["staying", "created", "dropped", "entering", "leaving"])
+            )
         if added or removed or fate != "staying":
             wrap = (lambda f: by_subject(f, True)) if subject_changes else set
             log.record(store, StoreChanges(added={key: wrap(added)}, removed={key: wrap(removed)}))
@@ -156,3 +165,24 @@ def test_visible_difference_by_subject_equals_the_definition(contents, data):
             changes_module.mostly_by_subject = MOSTLY_BY_SUBJECT
         assert set(found.plus.get(key, ())) == visible_after - visible_before
         assert set(found.minus.get(key, ())) == visible_before - visible_after
+
+
+@given(pairs, pairs, st.booleans(), st.sampled_from([0, 4, 10**9]))
+def test_present_by_subject_is_the_intersection_whichever_way_it_looks(
+    held, candidates, indexed, row_cost
+):
+    """A relation's facts among candidates, by its subject index, by a pass over its rows, or
+    by looking each candidate up in them (the choice forced through ``ROW_TEST_COST``)."""
+    relation = DataStore("s").relation(("p", 2))
+    relation.add_all(held)
+    if indexed:
+        relation.index((0,))
+    wanted = {s: BitMap(objects) for s, objects in by_subject(candidates, True).by_subject.items()}
+    saved = subject_facts.ROW_TEST_COST
+    subject_facts.ROW_TEST_COST = row_cost
+    try:
+        found = present_by_subject(relation, wanted)
+    finally:
+        subject_facts.ROW_TEST_COST = saved
+    assert all(objects.__class__ is BitMap for objects in found.values())
+    assert set(SubjectFacts(found)) == held & candidates
