@@ -126,15 +126,16 @@ class AggregateModule(Module):
         aggregate = rule.aggregate()
         assert aggregate is not None
         shape = subject_shape(aggregate)
+        known = len(self.group_heads)
+        enough = self.costs.aggregate_recompute_group_share * known
         if shape is not None:
-            groups = {(x,) for x in affected_subjects(shape, node.view, changes)}
+            groups = {(x,) for x in affected_subjects(shape, node.view, changes, enough)}
         else:
             groups = self.affected_groups(rule, aggregate, node, executor, changes)
         result = Maintained(strategy="groups")
         if not groups:
             return result
-        known = len(self.group_heads)
-        if len(groups) > self.costs.aggregate_recompute_group_share * known:
+        if len(groups) > enough:
             # Evaluating the body once per touched group reads the same substitutions as the
             # full evaluation, through index probes instead of one scan: when most groups
             # are touched (RS1: a new turbine joins every turbine's neighbourhood), the

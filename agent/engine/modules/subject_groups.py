@@ -263,15 +263,20 @@ class GroupReader:
         return grouped
 
 
-def affected_subjects(shape: SubjectShape, view: DataStoreBag, changes: InputChanges) -> set[int]:
+def affected_subjects(
+    shape: SubjectShape, view: DataStoreBag, changes: InputChanges, enough: float | None = None
+) -> set[int]:
     """The groups a change can affect: x of every changed A fact, and every x with ``A(x, y)``
     (over the new state) for the y of a changed B fact (an A fact deleted at the same time
-    names its x itself)."""
+    names its x itself). When A's changes alone name more than ``enough`` groups, those are
+    returned without looking B's up (the caller recomputes every group then)."""
     found: set[int] = set()
     ys: set[int] = set()
     for delta in (changes.minus.get(shape.a), changes.plus.get(shape.a)):
         if delta:
             found |= column_values(delta, shape.a_x)
+    if enough is not None and len(found) > enough:
+        return found
     for delta in (changes.minus.get(shape.b), changes.plus.get(shape.b)):
         if delta:
             ys |= column_values(delta, shape.b_y)
