@@ -75,6 +75,19 @@ def test_a_batch_encodes_as_fact_by_fact(known, batch):
     assert len(terms) == len(expected_terms)  # no term twice
 
 
+@given(known=batches, batch=batches)
+def test_a_batch_is_looked_up_as_fact_by_fact(known, batch):
+    """Deletions are looked up, never encoded: a batch by columns gives what each fact's own
+    lookup gives, facts naming a term never seen left out, and adds no term."""
+    terms = TermDictionary()
+    terms.encode_facts(known)
+    size = len(terms)
+    expected = [terms.lookup_fact(fact) for fact in batch]
+    found = terms.lookup_facts(batch)
+    assert sorted(found) == sorted(fact for fact in expected if fact[0] is not None)
+    assert len(terms) == size
+
+
 def test_one_relation_from_a_csv_file_is_encoded_by_columns():
     rows = [("triple", f"s{i % 50}", "type", f"C{i % 7}") for i in range(1000)]
     terms = TermDictionary()

@@ -295,7 +295,9 @@ class Reasoner:
         rules = by_key(names.values())
         given = program.facts if add_facts is None else [*program.facts, *load_facts(add_facts)]
         additions, addition_count = self.terms.encode_facts(given)
-        deletions = [] if delete_facts is None else self._lookup_facts(load_facts(delete_facts))
+        deletions = (
+            [] if delete_facts is None else self.terms.lookup_facts(load_facts(delete_facts))
+        )
         layer = self._equality_for(program.rules, additions)
         if layer is not None:  # owl:sameAs: the engine runs a normalised program (equality.py)
             known = {rule.key for rule in self.rules.values()}
@@ -437,14 +439,6 @@ class Reasoner:
                 raise UnknownRuleError(f"no rule with id or text {item!r}")
             names.update(matched)
         return names
-
-    def _lookup_facts(self, facts: Iterable[FactInput]) -> list[tuple[RelationKey, tuple]]:
-        found = []
-        for fact in facts:
-            key, args = self.lookup_fact(fact)
-            if key is not None:
-                found.append((key, args))
-        return found
 
     # ------------------------------------------------------------------ reading
     def view(self) -> MaterialisedView:

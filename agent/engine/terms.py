@@ -252,6 +252,35 @@ class TermDictionary:
             return None, ()
         return key, tuple(ids)  # type: ignore[arg-type]
 
+    def lookup_facts(self, facts: Iterable) -> list[tuple[RelationKey, tuple[int, ...]]]:
+        """`lookup_fact` for many facts, leaving out those naming an unknown term: for the
+        bulk shapes of `encode_facts` a column at a time (looked up in C; numbers and
+        literals one by one), else fact by fact."""
+        facts = facts if isinstance(facts, list) else list(facts)
+        shaped = _by_relation(facts)
+        found: list[tuple[RelationKey, tuple[int, ...]]] = []
+        if shaped is None:
+            for fact in facts:
+                key, ids = self.lookup_fact(fact)
+                if key is not None:
+                    found.append((key, ids))
+            return found
+        get, lookup = self._iris.get, self.lookup
+        for key, columns in shaped.items():
+            id_columns = []
+            for column in columns:
+                try:
+                    ids = list(map(get, column))
+                except TypeError:  # an unhashable value somewhere: fact by fact says which
+                    return [f for f in map(self.lookup_fact, facts) if f[0] is not None]
+                if None in ids:
+                    ids = [
+                        i if i is not None else lookup(v) for v, i in zip(column, ids, strict=True)
+                    ]
+                id_columns.append(ids)
+            found.extend((key, row) for row in zip(*id_columns, strict=True) if None not in row)
+        return found
+
     def lookup(self, value: Value) -> int | None:
         """The id of a value, or None if the dictionary has never seen it (no insertion)."""
         key = term_key(value)
