@@ -297,6 +297,7 @@ class Rule:
     # Caches, derived from the fields above (a Rule is immutable, so they never go stale).
     _key: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
     _checked: bool = field(default=False, init=False, repr=False, compare=False, hash=False)
+    _reads: tuple | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     @property
     def id(self) -> str:
@@ -336,11 +337,15 @@ class Rule:
                 return item
         return None
 
-    def body_relations(self) -> list[tuple[tuple[str, int], str]]:
+    def body_relations(self) -> tuple[tuple[tuple[str, int], str], ...]:
         """Every relation the body reads, with how: ``positive``, ``negative`` or ``aggregate``.
 
         Atoms inside an aggregate count as ``aggregate`` (they must be computed in an earlier
-        stratum, like negated atoms)."""
+        stratum, like negated atoms). Computed once: every update that changes the program
+        rebuilds the dependency graph from these, for every rule."""
+        reads = self._reads
+        if reads is not None:
+            return reads
         found: list[tuple[tuple[str, int], str]] = []
         for item in self.body:
             if isinstance(item, Atom):
@@ -353,7 +358,9 @@ class Rule:
                         found.append((inner.relation, "aggregate"))
                     elif isinstance(inner, Negation):
                         found.append((inner.atom.relation, "aggregate"))
-        return found
+        reads = tuple(found)
+        object.__setattr__(self, "_reads", reads)
+        return reads
 
     def __str__(self) -> str:
         prefix = f"{self.label}: " if self.label else ""
