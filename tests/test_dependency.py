@@ -12,14 +12,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agent.engine import Reasoner, StratificationError
+from agent.engine import Reasoner, RuleError, StratificationError
 from agent.engine.dependency import (
+    _sinks_only,
     build_hyper_graph,
+    changed_hyper_graph,
     execution_plan,
     strongly_connected_components,
 )
-from agent.engine.parser import parse_program
+from agent.engine.language import Atom, Negation, Rule, Variable
+from agent.engine.parser import parse_file, parse_program
+from tests.strategies import programs
 
 FIG1 = """
 r1: p1(X, Y) :- e(X, Y) .
@@ -148,3 +154,79 @@ def test_tarjan_handles_long_chains_without_recursion_limit():
     n = 20_000
     components = strongly_connected_components(range(n), lambda v: [v + 1] if v + 1 < n else [0])
     assert len(components) == 1 and len(components[0]) == n
+
+
+# --- a changed graph: sinks added or removed in place, anything else built afresh
+
+
+def shape(graph):
+    """Everything a graph says: each node's rules, order, recursion, heads and reads in
+    topological order, and the edges."""
+    nodes = [
+        (node.rule_keys, node.order, node.recursive, node.heads, node.reads) for node in graph.nodes
+    ]
+    return nodes, graph.positive, graph.negative
+
+
+@st.composite
+def programs_with_leaves(draw):
+    """A random program followed by a few leaf rules (fresh heads, reading the program's
+    relations, some under negation), in a random order."""
+    rules = list(draw(programs()).rules)
+    relations = sorted(
+        {r.head.relation for r in rules} | {k for r in rules for k, _ in r.body_relations()}
+    )
+    for number in range(draw(st.integers(0, 3))):
+        (name, arity), (other, other_arity) = draw(
+            st.lists(st.sampled_from(relations), min_size=2, max_size=2)
+        )
+        terms = tuple(Variable(f"X{i}") for i in range(arity))
+        body = [Atom(name, terms)]
+        if other_arity <= arity and draw(st.booleans()):
+            body.append(Negation(Atom(other, terms[:other_arity])))
+        rules.append(Rule(Atom(f"leaf{number}", terms[:1]), tuple(body)))
+    return draw(st.permutations(list(dict.fromkeys(rules))))
+
+
+@settings(max_examples=300)
+@given(programs_with_leaves(), st.data())
+def test_a_changed_graph_is_the_graph_built_afresh(rules, data):
+    """Rules appended or removed (sinks or not): the graph changed from the old one is the one
+    built from the new rules, node for node (order and fields) and edge for edge."""
+    cut = data.draw(st.integers(0, len(rules)))
+    old = rules[:cut]
+    assert shape(changed_hyper_graph(build_hyper_graph(old), old, rules)) == shape(
+        build_hyper_graph(rules)
+    )
+    removed = data.draw(st.sets(st.sampled_from(rules))) if rules else set()
+    kept = [rule for rule in rules if rule not in removed]
+    assert shape(changed_hyper_graph(build_hyper_graph(rules), rules, kept)) == shape(
+        build_hyper_graph(kept)
+    )
+
+
+def test_a_leaf_rule_changes_the_graph_in_place_and_a_merging_rule_does_not():
+    """RS2's leaf r18 added and removed without building the graph again; r4, which joins
+    hyper-nodes, is built afresh."""
+    benchmark = Path(__file__).parent.parent / "rules" / "benchmarks" / "rs2.rules"
+    rs2 = list(parse_file(benchmark).rules)
+    without = {label: [r for r in rs2 if r.label != label] for label in ("r18", "r4")}
+    full = build_hyper_graph(rs2)
+    for label, fewer in without.items():
+        smaller = build_hyper_graph(fewer)
+        leaf = label == "r18"
+        assert (
+            _sinks_only(smaller, fewer, [*fewer, *(r for r in rs2 if r.label == label)]) is not None
+        ) == leaf
+        assert (_sinks_only(full, rs2, fewer) is not None) == leaf
+
+
+def test_a_rule_sharing_an_aggregate_head_is_refused_when_added_later():
+    """The aggregate's head is a sink, and so is the new rule: the graph is still checked, and
+    the program stays as it was."""
+    reasoner = Reasoner()
+    reasoner.add_facts([("e", "a", "b"), ("e", "a", "c")])
+    reasoner.add_rules("c(X, N) :- aggregate( e(X, Y) ) on X with count(Y) as N .")
+    with pytest.raises(RuleError, match="aggregate's head must be defined by that rule alone"):
+        reasoner.add_rules("c(X, Y) :- e(X, Y) .")
+    assert set(reasoner.facts("c")) == {("c", "a", 2)}

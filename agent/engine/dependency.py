@@ -13,9 +13,11 @@ This module only knows rules (the logical program); it never touches facts.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from .errors import RuleError, StratificationError
 from .heads import single_headed
@@ -45,9 +47,10 @@ class HyperNode:
     reads: frozenset[RelationKey] = field(default_factory=frozenset)
     name: str = ""
 
-    @property
+    @cached_property
     def rule_keys(self) -> frozenset[str]:
-        """The content keys of its rules: the hyper-node's identity (see ``Rule.key``)."""
+        """The content keys of its rules: the hyper-node's identity (see ``Rule.key``); its
+        rules never change, and every update looks every node up by it."""
         return frozenset(r.key for r in self.rules)
 
     def __repr__(self) -> str:
@@ -56,17 +59,34 @@ class HyperNode:
 
 @dataclass
 class HyperGraph:
-    """The HRDG: hyper-nodes in topological order, with positive and negative hyper-edges."""
+    """The HRDG: hyper-nodes in topological order, with positive and negative hyper-edges.
+
+    Its edges never change once built (a changed program gets a new graph), so each node's
+    successors and predecessors are listed once, at the first question."""
 
     nodes: list[HyperNode]
     positive: set[tuple[int, int]]  # (i, j): node i's IDB is read positively by node j
     negative: set[tuple[int, int]]  # read under negation or inside an aggregate
+    _adjacency: tuple[dict[int, list[int]], dict[int, list[int]]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def successors(self, index: int) -> list[int]:
-        return sorted({j for (i, j) in self.positive | self.negative if i == index})
+        return self._lists()[0].get(index, [])
 
     def predecessors(self, index: int) -> list[int]:
-        return sorted({i for (i, j) in self.positive | self.negative if j == index})
+        return self._lists()[1].get(index, [])
+
+    def _lists(self) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+        adjacency = self._adjacency
+        if adjacency is None:
+            after: dict[int, list[int]] = {}
+            before: dict[int, list[int]] = {}
+            for i, j in sorted(self.positive | self.negative):
+                after.setdefault(i, []).append(j)
+                before.setdefault(j, []).append(i)
+            adjacency = self._adjacency = (after, before)
+        return adjacency
 
 
 def rule_edges(rules: Sequence[Rule]) -> list[RuleEdge]:
@@ -188,6 +208,101 @@ def build_hyper_graph(rules: Sequence[Rule]) -> HyperGraph:
         nodes=nodes,
         positive={(position[a], position[b]) for a, b in positive},
         negative={(position[a], position[b]) for a, b in negative},
+    )
+
+
+def changed_hyper_graph(
+    previous: HyperGraph, old_rules: Sequence[Rule], new_rules: Sequence[Rule]
+) -> HyperGraph:
+    """The HRDG of ``new_rules``, given ``previous``, that of ``old_rules``.
+
+    When the change only appends or removes *sink* rules (a leaf such as RS2's r18: no rule
+    reads its head, no other rule derives it, one head), their hyper-nodes are added to or
+    taken from ``previous`` without building the graph again: a leaf rule arriving or leaving
+    is the commonest rule update of a device (the cloud sends a diagnosis rule and takes it
+    back), and rebuilding cost more than evaluating such a rule. The result is the graph
+    `build_hyper_graph` gives (the same nodes in the same order, the same edges): a sink
+    joins no component and, appended last, comes last in the topological order; removed, it
+    leaves the order of the others as it was. Any other change is built afresh."""
+    shortcut = _sinks_only(previous, old_rules, new_rules)
+    return shortcut if shortcut is not None else build_hyper_graph(new_rules)
+
+
+def _sinks_only(
+    previous: HyperGraph, old_rules: Sequence[Rule], new_rules: Sequence[Rule]
+) -> HyperGraph | None:
+    if sum(len(node.rules) for node in previous.nodes) != len(old_rules):
+        return None  # (not the graph of these rules)
+    if any(rule.more_heads for rule in new_rules) or any(rule.more_heads for rule in old_rules):
+        return None  # (their parts sit elsewhere in the graph's rule order)
+    old_keys = [rule.key for rule in old_rules]
+    new_keys = [rule.key for rule in new_rules]
+    if len(new_keys) > len(old_keys) and new_keys[: len(old_keys)] == old_keys:
+        added = list(new_rules[len(old_keys) :])
+        return _with_sinks(previous, added) if _all_sinks(added, new_rules) else None
+    removed_keys = set(old_keys) - set(new_keys)
+    if len(new_keys) < len(old_keys) and [k for k in old_keys if k not in removed_keys] == new_keys:
+        removed = [rule for rule in old_rules if rule.key in removed_keys]
+        return _without_sinks(previous, removed_keys) if _all_sinks(removed, old_rules) else None
+    return None
+
+
+def _all_sinks(changed: Sequence[Rule], program: Sequence[Rule]) -> bool:
+    """Whether no rule of ``program`` reads the head of a ``changed`` rule and no other rule
+    derives it."""
+    heads = {rule.head.relation for rule in changed}
+    if len(heads) < len(changed):
+        return False
+    for rule in program:
+        if any(relation in heads for relation, _ in rule.body_relations()):
+            return False
+    derived = [rule.head.relation for rule in program if rule.head.relation in heads]
+    return len(derived) == len(heads)
+
+
+def _with_sinks(previous: HyperGraph, added: list[Rule]) -> HyperGraph:
+    producers: dict[RelationKey, list[int]] = {}
+    for index, node in enumerate(previous.nodes):
+        for relation in node.heads:
+            producers.setdefault(relation, []).append(index)
+    nodes = list(previous.nodes)
+    positive, negative = set(previous.positive), set(previous.negative)
+    first = sum(len(node.rules) for node in nodes)
+    for offset, rule in enumerate(added):
+        target = len(nodes)
+        reads = rule.body_relations()
+        for relation, kind in reads:
+            for source in producers.get(relation, ()):
+                (positive if kind == POSITIVE else negative).add((source, target))
+        nodes.append(
+            HyperNode(
+                rules=(rule,),
+                order=first + offset,
+                recursive=False,
+                heads=frozenset((rule.head.relation,)),
+                reads=frozenset(relation for relation, _ in reads),
+            )
+        )
+    return HyperGraph(nodes=nodes, positive=positive, negative=negative)
+
+
+def _without_sinks(previous: HyperGraph, removed_keys: set[str]) -> HyperGraph:
+    gone = {i for i, node in enumerate(previous.nodes) if node.rule_keys <= removed_keys}
+    # A node's order is its first rule's position in the program: it moves back by the
+    # removed rules before it.
+    removed_positions = sorted(previous.nodes[i].order for i in gone)
+    position: dict[int, int] = {}
+    nodes: list[HyperNode] = []
+    for index, node in enumerate(previous.nodes):
+        if index in gone:
+            continue
+        position[index] = len(nodes)
+        shift = bisect_left(removed_positions, node.order)
+        nodes.append(replace(node, order=node.order - shift) if shift else node)
+    return HyperGraph(
+        nodes=nodes,
+        positive={(position[a], position[b]) for a, b in previous.positive if b not in gone},
+        negative={(position[a], position[b]) for a, b in previous.negative if b not in gone},
     )
 
 

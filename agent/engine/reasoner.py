@@ -35,7 +35,7 @@ from functools import partial
 from .budget import NO_GUARD, Budget, BudgetGuard
 from .changes import Journal
 from .costs import DEFAULT_COSTS, CostPolicy
-from .dependency import HyperGraph, build_hyper_graph
+from .dependency import HyperGraph, build_hyper_graph, changed_hyper_graph
 from .equality import EqualityLayer
 from .errors import RuleError, UnknownRuleError
 from .executor import Executor
@@ -378,7 +378,9 @@ class Reasoner:
         if structural:
             for rule in new_rules:  # each new rule once; parsed ones were checked already
                 check_rule(rule)
-            graph = build_hyper_graph(list(rules.values()))
+            graph = changed_hyper_graph(
+                self.graph, list(self.program.values()), list(rules.values())
+            )
         else:
             graph = self.graph
         driver = UpdateDriver(
