@@ -181,8 +181,18 @@ class SemiJoinModule(PerSubjectModule):
     ) -> Iterator[tuple[int, BitMap]]:
         keys = Keys(node, self.pattern)
         source = Lookup.merged(node.view.relations(self.pattern.source), 0)
+        tick = executor.guard.tick
+        if not keys.subjects and len(keys.objects) == 1:
+            # One filter on the object (RS2's leaf r18): ``A[x] & keys`` (or ``-``) per
+            # subject, a new bitmap each time, with no call per subject besides the tick.
+            ((filter_keys, negated),) = keys.objects
+            apply = BitMap.__sub__ if negated else BitMap.__and__
+            for x, objects in source.items():
+                tick()
+                yield x, apply(as_bitmap(objects), filter_keys)
+            return
         for x, objects in source.items():
-            executor.guard.tick()
+            tick()
             yield x, keys.image(x, objects)
 
     # ------------------------------------------------------------------ maintain
