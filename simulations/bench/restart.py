@@ -18,7 +18,8 @@ For each (rule set, data set), in one run:
   a restart: it pays for turning the loaded bitmaps of the relations its plans read into
   Python sets (see ``Relation``), which the restart itself defers; ``1st update s`` shows it.
 
-Recompute and restart alternate, best of ``--repeat`` each. Ratios are the figures to watch
+Recompute and restart alternate, best of ``--repeat`` each, each timed as in a process just
+started (no rule plan compiled before, see ``timed``). Ratios are the figures to watch
 (absolute times on shared machines are noisy). Then, per
 case, the memory held after recomputing and after a restart (simulations/bench/memory.py):
 Python allocations kept and resident-set growth, per fact.
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 from agent.engine import Reasoner
+from agent.engine.compiler import code_of
 from agent.persistence import AgentState
 from simulations.bench.datasets import ds1, ds2
 from simulations.bench.memory import Footprint, fact_count, footprint
@@ -43,6 +45,11 @@ RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
 
 def timed(action):
+    """Seconds ``action`` takes, as in a process just started: Python's compilations of rule
+    plans, shared by the reasoners of one process (``agent.engine.compiler.code_of``), are
+    forgotten first, or a recompute after the first would skip them, which no restarted agent
+    can."""
+    code_of.cache_clear()
     gc.collect()
     started = time.perf_counter()
     result = action()
