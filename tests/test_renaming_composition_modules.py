@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import replace
 
 import pytest
 
 from agent.engine import Reasoner
+from agent.engine.costs import DEFAULT_COSTS
 from agent.engine.modules.composition import composition_shape
 from agent.engine.modules.renaming import compose, invert, renaming_shape, sources_of
 from agent.engine.parser import parse_program
@@ -181,24 +183,34 @@ COMPOSITION_PROGRAMS = [
 
 
 @pytest.mark.parametrize("program", COMPOSITION_PROGRAMS)
-@pytest.mark.parametrize("nodes", [4, 12])
-def test_composition_module_equals_from_scratch_after_every_update(program: str, nodes: int):
+@pytest.mark.parametrize(("nodes", "bucketed"), [(4, 0.0), (12, 0.0), (12, 1.0)])
+def test_composition_module_equals_from_scratch_after_every_update(
+    program: str, nodes: int, bucketed: float
+):
     """Random insertions, deletions and mixes of both, from single facts to half of the
     explicit facts: small graphs test most candidates of deleted B facts, denser ones
-    recompute more subjects."""
+    recompute more subjects. ``bucketed`` 1.0: every explicit A gets a bucketed index on y at
+    materialisation (read instead of a pass over A, and kept up to date by the updates)."""
     rng = random.Random(nodes * 1000 + len(program))
-    seen = {"recomputed": 0, "tested": 0}
+    seen = {"recomputed": 0, "tested": 0, "bucketed": 0}
+    costs = replace(DEFAULT_COSTS, composition_bucketed_share=bucketed)
     for _ in range(10):
         facts = [
             (relation, f"n{rng.randrange(nodes)}", f"n{rng.randrange(nodes)}")
             for relation in ("a", "b", "e", "f", "h", "n")
             for _ in range(rng.randrange(nodes, 4 * nodes) if relation != "h" else 2)
         ]
-        reasoner = Reasoner()
+        reasoner = Reasoner(costs=costs)
         reasoner.add_facts(facts)
         reasoner.add_rules(program)
         assert "composition" in module_names(reasoner)
         assert set(reasoner.facts()) == from_scratch(reasoner)
+        seen["bucketed"] += sum(
+            relation.existing_bucketed_index(column) is not None
+            for relation in reasoner.edb.relations.values()
+            if relation.arity == 2
+            for column in (0, 1)
+        )
         for _ in random_fact_updates(reasoner, rng, facts):
             for strategy in strategies(reasoner):
                 if strategy.startswith("composition ("):
@@ -207,6 +219,7 @@ def test_composition_module_equals_from_scratch_after_every_update(program: str,
                     seen["tested"] += int(tested)
             assert set(reasoner.facts()) == from_scratch(reasoner)
     assert seen["recomputed"] and seen["tested"], seen
+    assert bool(seen["bucketed"]) == (bucketed > 0), seen
 
 
 def test_composition_tests_candidates_or_recomputes_subjects():

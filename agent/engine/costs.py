@@ -38,6 +38,10 @@ class CostPolicy:
     # Composition: a membership test in A's tuples (a deleted A fact's candidate tested without
     # reading A[x], see modules/composition.py) costs about this many facts of a pass over A.
     composition_probe_cost: float = 3.0
+    # Composition: A kept as tuples gets a bucketed index on y (bitmaps of x, see
+    # modules/composition.py) when y's distinct values are at most this share of A's facts (a
+    # bitmap per value costs about what a tuple does; 0 never builds one).
+    composition_bucketed_share: float = 0.125
     # Hypertree decompositions (modules/hypertree.py): "auto" decomposes a cyclic rule when its
     # cheapest decomposition is estimated cheaper than its join plan, "always" decomposes every
     # cyclic rule that has a decomposition (for comparisons and tests), "off" none.

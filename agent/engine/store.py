@@ -46,6 +46,7 @@ SavedFacts = set[tuple[int, ...]] | dict[int, AbstractSet[int]] | SavedSubjects
 EMPTY: frozenset = frozenset()
 SUBJECT = (0,)  # the bound columns of a binary relation's index on its subject
 SUBJECT_GETTERS = (itemgetter(0), itemgetter(1))
+BUCKETED = "bucketed"  # the first part of a bucketed index's key (`Relation.bucketed_index`)
 
 
 class Relation:
@@ -223,6 +224,40 @@ class Relation:
             self._getters[key] = getters  # type: ignore[index]
             self._indexes[key] = index  # type: ignore[index]
         return index
+
+    def bucketed_index(self, column: int, bucket: type) -> dict:
+        """A binary relation kept as tuples, keyed on ``column``, with its buckets made by
+        ``bucket`` (a container class taking an iterable of ids, with ``add`` and
+        ``discard``: the modules give compressed bitmaps), built now if it does not exist and
+        kept up to date like every index. Apart from `index`'s: compiled rules never read it.
+
+        Why: a module reading an explicit relation by a column with few values (students by
+        the course they take) finds a key's facts with one lookup instead of a pass over all
+        of them at every update, for a few bytes per fact where an index of Python sets costs
+        about a hundred."""
+        key = (BUCKETED, column)
+        index = self._indexes.get(key)  # type: ignore[call-overload]
+        if index is None:
+            if self.arity != 2 or column not in (0, 1):
+                raise ValueError(f"{self!r}: a bucketed index is for a column of a binary relation")
+            getters = (itemgetter(column), itemgetter(1 - column), bucket)
+            rows = self.tuples
+            grouped: dict[int, list[int]] = {}  # (lists first: a bucket's add is a call each)
+            get = grouped.get
+            for value, other in zip(map(getters[0], rows), map(getters[1], rows), strict=True):
+                found = get(value)
+                if found is None:
+                    grouped[value] = [other]
+                else:
+                    found.append(other)
+            index = {value: bucket(others) for value, others in grouped.items()}
+            self._getters[key] = getters  # type: ignore[index]
+            self._indexes[key] = index  # type: ignore[index]
+        return index
+
+    def existing_bucketed_index(self, column: int) -> dict | None:
+        """The `bucketed_index` on ``column`` if it exists; never builds one."""
+        return self._indexes.get((BUCKETED, column))  # type: ignore[call-overload]
 
     def existing_index(self, bound: tuple[int, ...]) -> dict | None:
         """The index on these bound columns if it exists; never builds one. (Its buckets may be
@@ -535,7 +570,7 @@ def grouped_by(rows: Iterable[tuple[int, int]], column: int) -> dict[int, set[in
 def _matching(getters: tuple, facts: Iterable) -> Iterable:
     """The facts an index holds: all of them, or for a partition (`Relation.partition`) those
     with its constants, picked in C."""
-    if len(getters) == 2:
+    if len(getters) != 4:
         return facts
     _, _, columns_of, wanted = getters
     if len(wanted) == 1:
@@ -547,6 +582,16 @@ def _matching(getters: tuple, facts: Iterable) -> Iterable:
 def _index_insert(index: dict, getters: tuple, facts: Iterable) -> None:
     key_of, value_of = getters[:2]
     get = index.get
+    if len(getters) == 3:  # a bucketed index (`Relation.bucketed_index`)
+        make = getters[2]
+        for fact in facts:
+            key = key_of(fact)
+            bucket = get(key)
+            if bucket is None:
+                index[key] = make((value_of(fact),))
+            else:
+                bucket.add(value_of(fact))
+        return
     for fact in facts:
         key = key_of(fact)
         bucket = get(key)

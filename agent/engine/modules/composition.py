@@ -59,6 +59,7 @@ from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from itertools import repeat
+from operator import itemgetter
 
 from pyroaring import BitMap
 
@@ -178,6 +179,29 @@ class Bitmaps:
 class CompositionModule(PerSubjectModule):
     name = "composition"
     pattern: CompositionPattern
+
+    def materialise(self, node: NodeState, executor: Executor) -> None:
+        super().materialise(node, executor)
+        self._index_a_by_y(node)
+
+    def _index_a_by_y(self, node: NodeState) -> None:
+        """Give each relation of A kept as tuples a bucketed index on ``y`` (bitmaps of ``x``)
+        when ``y`` takes few values. A change of ``B(y, z)`` reaches every ``x`` with
+        ``A(x, y)``: without an index, each update passes over all of A to find them (RS2 has
+        none such; the equality benchmark's students by the course they take: 52k facts,
+        about 4.5 ms an update, for an index of 0.4 MB). Few: distinct values at most
+        ``costs.composition_bucketed_share`` of the facts, as a bitmap per value costs about
+        as much as a tuple."""
+        a_y = 1 - self.pattern.a_x
+        for relation in node.view.relations(self.pattern.a):
+            if not relation.rows_built or relation.existing_index((a_y,)) is not None:
+                continue
+            if relation.existing_bucketed_index(a_y) is not None:
+                continue
+            rows = relation.tuples
+            wanted = len(rows) * self.costs.composition_bucketed_share
+            if rows and len(set(map(itemgetter(a_y), rows))) <= wanted:
+                relation.bucketed_index(a_y, BitMap)
 
     def images(
         self, node: NodeState, executor: Executor, held: dict | None = None

@@ -31,8 +31,14 @@ class Lookup:
         one C-level pass over its facts keeping those whose ``column`` is a key (an update
         usually asks for a few keys, and building an index costs a Python step per fact)."""
         holding = [r for r in relations if len(r)]
-        if len(holding) == 1 and holding[0].existing_index((column,)) is not None:
-            return cls(holding, column)  # the index itself, no copy
+        if len(holding) == 1:
+            index = holding[0].existing_index((column,))
+            if index is None:
+                index = holding[0].existing_bucketed_index(column)
+            if index is not None:
+                lookup = cls([], column)
+                lookup.indexes = [index]  # the index itself, no copy
+                return lookup
         found: dict[int, set[int]] = {}
         keys = python_set(keys)
         keys_bitmap = None  # (built for a relation stored by subject: see below)
@@ -40,6 +46,8 @@ class Lookup:
             if not keys:
                 break
             index = relation.existing_index((column,))
+            if index is None:
+                index = relation.existing_bucketed_index(column)
             if index is not None:
                 for key in keys:
                     values = index.get(key)
