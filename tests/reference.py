@@ -97,7 +97,7 @@ FUNCTIONS = {
 def skolem(tag: object, *args: object) -> str:
     """docs/semantics.md: ``urn:zodiac:skolem:<tag>:<hash>``, the hash the first 32 hex digits
     of SHA-256 over the arguments' canonical texts joined by U+001F (kind letter, colon, value;
-    integral floats written as ints)."""
+    integral floats written as ints, in the tag's text too)."""
 
     def text(value: object) -> str:
         if isinstance(value, bool):
@@ -110,6 +110,8 @@ def skolem(tag: object, *args: object) -> str:
 
     joined = "\x1f".join(text(v) for v in (tag, *args))
     digest = hashlib.sha256(joined.encode("utf-8")).hexdigest()[:32]
+    if is_number(tag) and not isinstance(tag, bool) and float(tag).is_integer():
+        tag = int(tag)  # (5 and 5.0 are one term: the name is the same for both)
     lexical = tag if isinstance(tag, str) else getattr(tag, "lexical", str(tag))
     name = "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in lexical)
     return f"urn:zodiac:skolem:{name[:40]}:{digest}"

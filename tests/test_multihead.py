@@ -13,6 +13,7 @@ from agent.engine.language import Literal
 from agent.engine.parser import parse_program
 from agent.engine.values import skolem
 from agent.persistence import AgentState
+from tests.reference import skolem as reference_skolem
 
 RULE = "m: <p>(X, Y), <q>(Y), <done>(<x>) :- <e>(X, Y) and not <blocked>(Y) ."
 
@@ -92,6 +93,9 @@ def test_skolem_names_values_not_their_spelling() -> None:
     assert skolem(Literal("v"), 5) != skolem(Literal("v"), "5") != skolem(Literal("w"), 5)
     assert skolem(Literal("v"), "a", "b") != skolem(Literal("v"), "ab")
     assert skolem(Literal("v"), 1).startswith("urn:zodiac:skolem:v:")
+    # a number as the tag: its text in the IRI does not depend on the spelling seen first
+    assert skolem(5.0, 1) == skolem(5, 1) == reference_skolem(5.0, 1) == reference_skolem(5, 1)
+    assert skolem(2.5, 1).startswith("urn:zodiac:skolem:2.5:")
     reasoner = Reasoner()
     reasoner.add_facts([("v", "e1", 5), ("v", "e2", 5.0), ("v", "e3", 2.5)])
     reasoner.add_rules('<node>(E, N), <of>(N, E) :- <v>(E, X) and bind(skolem("n", X) as N) .')

@@ -114,17 +114,23 @@ def skolem(tag, *args) -> str:
     expression and valuation)."""
     text = "\x1f".join(_canonical(value) for value in (tag, *args))
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", _lexical(tag))[:40]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", _lexical(_integral(tag)))[:40]
     return f"urn:zodiac:skolem:{name}:{digest}"
+
+
+def _integral(value):
+    """An integral float as the int it equals (``5.0`` and ``5`` are one term, whichever
+    spelling was seen first: the IRI must not depend on it); anything else as it is."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def _canonical(value) -> str:
     if isinstance(value, bool):
         return f"b:{value}"
     if is_number(value):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        return f"n:{value!r}"
+        return f"n:{_integral(value)!r}"
     if isinstance(value, str):
         return f"i:{value}"
     return f"l:{value}"  # a literal, printed with its datatype or language
