@@ -474,13 +474,13 @@ def _unless_held(
         relation = store.relations.get(key)
         if relation is not None and len(relation):
             others = _shared_union(part for other, part in enumerate(changed) if other != number)
-            unchanged = _shared_difference(others, changed[number])
+            unchanged = difference_by_subject(others, changed[number], share=True)
             if unchanged:
                 held.append(present_by_subject(relation, unchanged))
         if reverse is not None and reverse[number]:
             held.append(intersection_by_subject(_bitmaps(reverse[number]), candidates))
     hidden = union_by_subject(held)
-    return _shared_difference(candidates, hidden) if hidden else candidates
+    return difference_by_subject(candidates, hidden, share=True) if hidden else candidates
 
 
 def _bitmaps(facts: SubjectMap) -> dict[int, BitMap]:
@@ -503,18 +503,4 @@ def _shared_union(parts: Iterable[SubjectMap]) -> dict[int, BitMap]:
         for subject, objects in part.items():
             known = out.get(subject)
             out[subject] = objects if known is None else known | objects
-    return out
-
-
-def _shared_difference(mine: dict[int, BitMap], theirs: SubjectMap) -> dict[int, BitMap]:
-    """`difference_by_subject` for reading only: a subject ``theirs`` does not name keeps
-    its bitmap."""
-    out: dict[int, BitMap] = {}
-    get = theirs.get
-    for subject, objects in mine.items():
-        other = get(subject)
-        if other:
-            objects = objects - as_bitmap(other)
-        if objects:
-            out[subject] = objects
     return out

@@ -581,22 +581,13 @@ def _matching(getters: tuple, facts: Iterable) -> Iterable:
 
 def _index_insert(index: dict, getters: tuple, facts: Iterable) -> None:
     key_of, value_of = getters[:2]
+    make = getters[2] if len(getters) == 3 else None  # a bucketed index's bucket class
     get = index.get
-    if len(getters) == 3:  # a bucketed index (`Relation.bucketed_index`)
-        make = getters[2]
-        for fact in facts:
-            key = key_of(fact)
-            bucket = get(key)
-            if bucket is None:
-                index[key] = make((value_of(fact),))
-            else:
-                bucket.add(value_of(fact))
-        return
     for fact in facts:
         key = key_of(fact)
         bucket = get(key)
         if bucket is None:
-            index[key] = {value_of(fact)}
+            index[key] = {value_of(fact)} if make is None else make((value_of(fact),))
         else:
             bucket.add(value_of(fact))
 

@@ -181,8 +181,12 @@ def intersection_by_subject(mine: dict[int, BitMap], theirs: SubjectMap) -> dict
     return out
 
 
-def difference_by_subject(mine: dict[int, BitMap], theirs: SubjectMap) -> dict[int, BitMap]:
-    """``mine - theirs`` per subject (at the cost of ``mine``'s subjects)."""
+def difference_by_subject(
+    mine: dict[int, BitMap], theirs: SubjectMap, *, share: bool = False
+) -> dict[int, BitMap]:
+    """``mine - theirs`` per subject (at the cost of ``mine``'s subjects). ``share``: for a
+    result that is only read, a subject ``theirs`` does not name keeps ``mine``'s bitmap
+    instead of a copy."""
     out: dict[int, BitMap] = {}
     get = theirs.get
     for subject, objects in mine.items():
@@ -190,7 +194,7 @@ def difference_by_subject(mine: dict[int, BitMap], theirs: SubjectMap) -> dict[i
         if other:
             objects = objects - (other if isinstance(other, BitMap) else common(objects, other))
         if objects:
-            out[subject] = objects if other else objects.copy()
+            out[subject] = objects if other or share else objects.copy()
     return out
 
 

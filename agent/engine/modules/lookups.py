@@ -32,9 +32,7 @@ class Lookup:
         usually asks for a few keys, and building an index costs a Python step per fact)."""
         holding = [r for r in relations if len(r)]
         if len(holding) == 1:
-            index = holding[0].existing_index((column,))
-            if index is None:
-                index = holding[0].existing_bucketed_index(column)
+            index = _index_on(holding[0], column)
             if index is not None:
                 lookup = cls([], column)
                 lookup.indexes = [index]  # the index itself, no copy
@@ -45,9 +43,7 @@ class Lookup:
         for relation in holding:
             if not keys:
                 break
-            index = relation.existing_index((column,))
-            if index is None:
-                index = relation.existing_bucketed_index(column)
+            index = _index_on(relation, column)
             if index is not None:
                 for key in keys:
                     values = index.get(key)
@@ -114,6 +110,12 @@ class Lookup:
         if len(self.indexes) == 1:
             return self.indexes[0].keys()
         return set().union(*(index.keys() for index in self.indexes))
+
+
+def _index_on(relation: Relation, column: int) -> dict | None:
+    """An index the relation already has on ``column``: its own, or a bucketed one."""
+    index = relation.existing_index((column,))
+    return index if index is not None else relation.existing_bucketed_index(column)
 
 
 def add_all(found: dict[int, set[int]], key: int, values: Iterable[int]) -> None:
