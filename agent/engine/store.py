@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from itertools import chain, compress, repeat
 from operator import itemgetter
+from typing import Any
 
 from .gcpause import FREEZE_AT, collector_paused
 from .language import RelationKey
@@ -544,13 +545,18 @@ def is_unread(relation: Relation) -> bool:
 
 def by_relation(facts: Iterable[tuple[RelationKey, tuple[int, ...]]]) -> dict[RelationKey, list]:
     """``(relation, args)`` facts grouped by relation: relation -> list of args."""
-    grouped: dict[RelationKey, list] = {}
-    for key, args in facts:
+    return lists_by_first(facts)
+
+
+def lists_by_first(pairs: Iterable[tuple[Any, Any]]) -> dict[Any, list]:
+    """Pairs grouped on their first item: first -> list of the seconds, in order."""
+    grouped: dict[Any, list] = {}
+    for key, value in pairs:
         found = grouped.get(key)
         if found is None:
-            grouped[key] = [args]
+            grouped[key] = [value]
         else:
-            found.append(args)
+            found.append(value)
     return grouped
 
 

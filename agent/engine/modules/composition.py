@@ -70,7 +70,7 @@ from ..language import Atom, Negation, Rule, Variable
 from ..store import EMPTY, RelationKey
 from ..subject_facts import column_values
 from .base import Maintained, NodeState, as_bitmap, by_subject_of
-from .lookups import Lookup, python_set
+from .lookups import Lookup, add_into, python_set, reach
 from .per_subject import PerSubjectModule
 from .subject_changes import NO_IDS, SubjectChanges, group_by_column
 
@@ -169,11 +169,15 @@ class Bitmaps:
 
     complete = False  # every B[y] converted (convert_all)
 
-    def union(self, keys: Iterable[int]) -> BitMap:
-        """The union of ``B[y]`` over ``keys``: one many-way union in C."""
-        if self.complete:
-            return BitMap().union(*map(self.known.get, keys, repeat(NO_IDS)))
-        return BitMap().union(*map(self, keys))
+    def union(self, keys: AbstractSet[int]) -> BitMap:
+        """The union of ``B[y]`` over ``keys``: one many-way union in C, after converting the
+        keys not seen yet (a set difference in C: recomputed subjects share most of their
+        ``y``, and a Python call per ``y`` cost more than the union)."""
+        known = self.known
+        if not self.complete:
+            for key in python_set(keys).difference(known):
+                self(key)
+        return BitMap().union(*map(known.get, keys, repeat(NO_IDS)))
 
 
 class CompositionModule(PerSubjectModule):
@@ -294,7 +298,6 @@ class CompositionModule(PerSubjectModule):
         a_y = 1 - p.a_x
         lost_by_y = group_by_column(b_minus, p.b_y)
         new_by_y = group_by_column(b_plus, p.b_y)
-        a_in = Lookup.some(a_relations, a_y, lost_by_y.keys() | new_by_y.keys())
         # Deleted A(x, y): x is evaluated afresh. Deleted B(y, z): every x with A(x, y) may
         # lose z: a test per candidate, or x evaluated afresh when it has as many candidates
         # as witnesses to look at.
@@ -302,6 +305,7 @@ class CompositionModule(PerSubjectModule):
         candidates: dict[int, BitMap] = {}
         probed = None
         if recomputed and any(len(r) and r.existing_index((p.a_x,)) is None for r in a_relations):
+            a_in = Lookup.some(a_relations, a_y, lost_by_y.keys())
             probed = self._lost_by_probing(node, a_relations, held, a_minus, lost_by_y, a_in)
         if probed is not None:  # (each deleted A(x, y) tested like a deleted B(y, z))
             lost, tested = probed
@@ -310,10 +314,8 @@ class CompositionModule(PerSubjectModule):
             recomputed = set()
             a_out = Lookup([], p.a_x)
         else:
-            for y, zs in lost_by_y.items():
-                for x in a_in(y):
-                    if x not in recomputed:
-                        _into(candidates, x, zs)
+            reached = reach(a_relations, a_y, lost_by_y)
+            candidates = {x: zs for x, zs in reached.items() if x not in recomputed}
             a_out = Lookup.some(a_relations, p.a_x, recomputed | candidates.keys())
             for x, zs in list(candidates.items()):
                 if len(zs) >= len(a_out(x)):
@@ -344,11 +346,10 @@ class CompositionModule(PerSubjectModule):
         for fact in a_plus:
             x = fact[p.a_x]
             if x not in recomputed:
-                _into(found_new, x, objects(fact[a_y]))
-        for y, zs in new_by_y.items():
-            for x in a_in(y):
-                if x not in recomputed:
-                    _into(found_new, x, zs)
+                add_into(found_new, x, objects(fact[a_y]))
+        for x, zs in reach(a_relations, a_y, new_by_y).items():
+            if x not in recomputed:
+                add_into(found_new, x, zs)
         for x, got in found_new.items():
             changed.gain(x, got)
         result = Maintained(
@@ -390,9 +391,9 @@ class CompositionModule(PerSubjectModule):
         tests: dict[int, BitMap] = {}
         for y, zs in lost_by_y.items():  # deleted B(y, z): every x with A(x, y)
             for x in a_in(y):
-                _into(tests, x, zs)
+                add_into(tests, x, zs)
         for fact in a_minus:
-            _into(tests, fact[p.a_x], gave[fact[a_y]])
+            add_into(tests, fact[p.a_x], gave[fact[a_y]])
         for x, zs in list(tests.items()):
             mine = held.get(x)
             kept = zs & as_bitmap(mine) if mine else None
@@ -430,11 +431,3 @@ class CompositionModule(PerSubjectModule):
 
     def describe(self) -> str:
         return self.name
-
-
-def _into(grouped: dict[int, BitMap], key: int, values: BitMap) -> None:
-    found = grouped.get(key)
-    if found is None:
-        grouped[key] = values.copy()
-    else:
-        found |= values

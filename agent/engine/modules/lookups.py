@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
-from itertools import compress, repeat
+from itertools import chain, compress, repeat
 from operator import itemgetter
 
 from pyroaring import BitMap
 
-from ..store import EMPTY, SUBJECT, Relation, grouped_by
+from ..store import EMPTY, SUBJECT, Relation, grouped_by, lists_by_first
 from ..subject_facts import relation_by_subject, union_by_subject
 from .base import by_column
 
@@ -57,10 +57,8 @@ class Lookup:
             else:  # subject-keyed, asked by object: the keys among each subject's objects
                 if keys_bitmap is None:  # (a set's intersection would iterate the bitmap)
                     keys_bitmap = BitMap(keys)
-                for subject, objects in relation.existing_index(SUBJECT).items():  # type: ignore[union-attr]
-                    hits = objects & keys_bitmap if objects.__class__ is BitMap else keys & objects
-                    for key in hits:
-                        add_all(found, key, (subject,))
+                for key, subjects in _inverted(relation, keys, keys_bitmap).items():
+                    add_all(found, key, subjects)
         lookup = cls([], column)
         lookup.indexes = [found]
         return lookup
@@ -116,6 +114,111 @@ def _index_on(relation: Relation, column: int) -> dict | None:
     """An index the relation already has on ``column``: its own, or a bucketed one."""
     index = relation.existing_index((column,))
     return index if index is not None else relation.existing_bucketed_index(column)
+
+
+def reach(
+    relations: list[Relation], column: int, values_by_key: dict[int, BitMap]
+) -> dict[int, BitMap]:
+    """``x -> the union of values_by_key[y]`` over the facts of the (binary) relations with
+    ``y`` at ``column``, a key of ``values_by_key``, and ``x`` at the other column: the
+    composition module's "every x with A(x, y) gains (or may lose) the z that B gained (or
+    lost) at y". Through an index on ``column`` where a relation has one, else by one pass:
+    over its tuples, or, for a relation stored by subject (``x``), over its subjects, with
+    no Python step per ``(x, y)`` pair (inverting the relation first cost one per pair:
+    20,000 for RS3's ``p30`` when r6 is added or deleted): each subject's keys found by a
+    bitmap intersection and their values united in C, or, when the values are few, each
+    value's keys tested against the subject's (`FEW_VALUES`)."""
+    reached: dict[int, BitMap] = {}
+    if not values_by_key:
+        return reached
+    keys_bitmap = by_value = None
+    for relation in relations:
+        if not len(relation):
+            continue
+        index = _index_on(relation, column)
+        if index is None and relation.rows_built:
+            rows = relation.tuples
+            contains = values_by_key.__contains__
+            hits = compress(rows, map(contains, map(itemgetter(column), rows)))
+            index = grouped_by(hits, column)
+        if index is not None:
+            for key, values in values_by_key.items():
+                for x in index.get(key, EMPTY):
+                    add_into(reached, x, values)
+            continue
+        if keys_bitmap is None:  # (for either kind of bucket: a set meets a set in C)
+            keys, keys_bitmap = set(values_by_key), BitMap(values_by_key)
+            by_value = _keys_by_value(values_by_key)
+        get = values_by_key.get
+        for x, ys in relation.existing_index(SUBJECT).items():  # type: ignore[union-attr]
+            if by_value is not None:  # a test per value, no union
+                if ys.__class__ is BitMap:
+                    got = [value for value, keys_in, _ in by_value if ys.intersect(keys_in)]
+                else:
+                    got = [value for value, _, keys_in in by_value if not keys_in.isdisjoint(ys)]
+                if not got:
+                    continue
+                gained = BitMap(got)
+            else:
+                hits = ys & keys_bitmap if ys.__class__ is BitMap else keys.intersection(ys)
+                if not hits:
+                    continue
+                gained = BitMap().union(*map(get, hits))
+            known = reached.get(x)
+            if known is None:
+                reached[x] = gained
+            else:
+                known |= gained
+    return reached
+
+
+FEW_VALUES = 8
+"""At most this many distinct values over all keys: `reach` tests each subject against each
+value's keys (a C-level test each) instead of uniting the values of every key it meets, which
+costs a bitmap per key met. Many keys with one value is common (a node that many subjects
+point to loses or gains them all: RS3's ``p30`` when r6 goes, 20,000 keys met, one value)."""
+
+
+def _keys_by_value(
+    values_by_key: dict[int, BitMap],
+) -> list[tuple[int, BitMap, set[int]]] | None:
+    """``(value, the keys holding it as a bitmap and as a set)`` for each value, or None when
+    there are more than FEW_VALUES values."""
+    every = BitMap().union(*values_by_key.values())
+    if len(every) > FEW_VALUES:
+        return None
+    grouped = []
+    for value in every:
+        keys = [key for key, values in values_by_key.items() if value in values]
+        grouped.append((value, BitMap(keys), set(keys)))
+    return grouped
+
+
+def add_into(grouped: dict[int, BitMap], key: int, values: BitMap) -> None:
+    """``values`` added to ``grouped[key]`` (a copy of them for a new key)."""
+    known = grouped.get(key)
+    if known is None:
+        grouped[key] = values.copy()
+    else:
+        known |= values
+
+
+def _inverted(
+    relation: Relation, keys: AbstractSet[int], keys_bitmap: BitMap
+) -> dict[int, list[int]]:
+    """``key -> subjects`` for the ``keys`` among the objects of a relation stored by subject:
+    one bitmap intersection per subject, its hits paired with it in C (a call per hit cost
+    several times as much: a changed ``y`` of RS3's ``p30`` reaches about fifty subjects)."""
+    subjects = relation.existing_index(SUBJECT).items()  # type: ignore[union-attr]
+    return lists_by_first(
+        chain.from_iterable(
+            zip(
+                objects & keys_bitmap if objects.__class__ is BitMap else keys & objects,
+                repeat(subject),
+            )
+            for subject, objects in subjects
+        )
+    )
 
 
 def add_all(found: dict[int, set[int]], key: int, values: Iterable[int]) -> None:
