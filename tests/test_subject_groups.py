@@ -83,3 +83,45 @@ def test_shared_groups_equal_plain_evaluation(monkeypatch, variant, threshold, t
         for _ in random_fact_updates(reasoner, rng, facts, steps=4):
             assert set(reasoner.facts()) == plain(reasoner)
     assert shared and max(shared) > 1  # the shared path was taken
+
+
+def test_subjects_with_equal_sizes_and_least_members_are_told_apart(monkeypatch):
+    """Member sets matched by size and least member, then by a subset test (`partition`):
+    a directed graph over a small pool gives many subjects whose sets ``A[x] | {x}`` agree
+    in size and least member without being equal, and many that are equal (read together).
+    A is a derived relation (stored as bitmaps) and an explicit one (sets) in turn."""
+    monkeypatch.setattr(subject_groups, "SHARE_AT", 2)
+    kinds = []
+    original = subject_groups.GroupReader.partition
+
+    def recording(self):
+        kinds.extend(self.a_out(x).__class__.__name__ for x in self.subjects)
+        return original(self)
+
+    monkeypatch.setattr(subject_groups.GroupReader, "partition", recording)
+    rng = random.Random(5)
+    for derived in (True, False):
+        relation = "a" if derived else "e"
+        rules = [
+            "c: a(X, Y) :- e(X, Y) .",
+            *(
+                f"{f}: {f}a(X, V) :- aggregate( {relation}(X, Y) and temp(Y, T) ) on X "
+                f"with {f}(T) as V ."
+                for f in FUNCTIONS
+            ),
+        ]
+        for _ in range(6):
+            pool = [f"p{i}" for i in range(4)]
+            nodes = pool + [f"x{i}" for i in range(16)]
+            facts: list[tuple] = [("temp", n, rng.choice([0, 1, 2, 5.5, 7.25])) for n in nodes]
+            for subject in nodes:  # members mostly from the pool, sometimes any node
+                members = rng.sample(pool, k=rng.choice([1, 2, 2, 3]))
+                members += rng.sample(nodes, k=rng.choice([0, 0, 1, 2]))
+                facts += [("e", subject, member) for member in set(members)]
+            reasoner = Reasoner()
+            reasoner.add_facts(facts)
+            reasoner.add_rules("\n".join(rules))
+            assert set(reasoner.facts()) == plain(reasoner)
+            for _ in random_fact_updates(reasoner, rng, facts, steps=3):
+                assert set(reasoner.facts()) == plain(reasoner)
+    assert "BitMap" in kinds and "set" in kinds

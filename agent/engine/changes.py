@@ -29,11 +29,13 @@ from .subject_facts import (
     SubjectMap,
     absent,
     as_bitmap,
+    bitmaps_of,
     difference_by_subject,
     intersection_by_subject,
     mostly_by_subject,
     mutable,
     present_by_subject,
+    shared_union_by_subject,
     subject_map,
     union_by_subject,
 )
@@ -466,41 +468,20 @@ def _unless_held(
     A store holds on the other side what it holds now among the facts it did not change
     itself, plus, for gains, what it lost. The maps made here share the bitmaps of the
     change sets they come from (all of them are only read)."""
-    candidates = _shared_union(changed)
+    candidates = shared_union_by_subject(changed)
     if not candidates:
         return {}
     held: list[SubjectMap] = []
     for number, store in enumerate(stores):
         relation = store.relations.get(key)
         if relation is not None and len(relation):
-            others = _shared_union(part for other, part in enumerate(changed) if other != number)
+            others = shared_union_by_subject(
+                part for other, part in enumerate(changed) if other != number
+            )
             unchanged = difference_by_subject(others, changed[number], share=True)
             if unchanged:
                 held.append(present_by_subject(relation, unchanged))
         if reverse is not None and reverse[number]:
-            held.append(intersection_by_subject(_bitmaps(reverse[number]), candidates))
+            held.append(intersection_by_subject(bitmaps_of(reverse[number]), candidates))
     hidden = union_by_subject(held)
     return difference_by_subject(candidates, hidden, share=True) if hidden else candidates
-
-
-def _bitmaps(facts: SubjectMap) -> dict[int, BitMap]:
-    """``facts`` with every object set a bitmap (read only: bitmaps are not copied)."""
-    if all(objects.__class__ is BitMap for objects in facts.values()):
-        return facts  # type: ignore[return-value]
-    return {subject: as_bitmap(objects) for subject, objects in facts.items()}
-
-
-def _shared_union(parts: Iterable[SubjectMap]) -> dict[int, BitMap]:
-    """`union_by_subject` for reading only: a subject held by one part keeps that part's
-    bitmap, and only subjects in several parts get a new one."""
-    maps = sorted((_bitmaps(part) for part in parts if part), key=len, reverse=True)
-    if not maps:
-        return {}
-    if len(maps) == 1:
-        return maps[0]
-    out = dict(maps[0])
-    for part in maps[1:]:
-        for subject, objects in part.items():
-            known = out.get(subject)
-            out[subject] = objects if known is None else known | objects
-    return out

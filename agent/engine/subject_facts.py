@@ -168,6 +168,40 @@ def union_by_subject(maps: Iterable[SubjectMap]) -> dict[int, BitMap]:
     return out
 
 
+def bitmaps_of(facts: SubjectMap) -> dict[int, BitMap]:
+    """``facts`` with every object set a bitmap (read only: bitmaps are not copied)."""
+    if all(objects.__class__ is BitMap for objects in facts.values()):
+        return facts  # type: ignore[return-value]
+    return {subject: as_bitmap(objects) for subject, objects in facts.items()}
+
+
+def shared_union_by_subject(parts: Iterable[SubjectMap]) -> dict[int, BitMap]:
+    """`union_by_subject` for reading only: a subject keeps a part's bitmap when no other part
+    adds to it (it alone names the subject, or the others' objects are among its own: a
+    symmetric closure's explicit edges under the closure), only the others get a new one.
+    The part with the most facts is read first; the others' sets are converted only where
+    they add something."""
+    maps = sorted((part for part in parts if part), key=_fact_count, reverse=True)
+    if not maps:
+        return {}
+    out = bitmaps_of(maps[0])
+    if len(maps) == 1:
+        return out
+    out = dict(out)
+    for part in maps[1:]:
+        for subject, objects in part.items():
+            known = out.get(subject)
+            if known is None:
+                out[subject] = as_bitmap(objects)
+            elif not all(map(known.__contains__, objects)):
+                out[subject] = known | as_bitmap(objects)
+    return out
+
+
+def _fact_count(facts: SubjectMap) -> int:
+    return sum(map(len, facts.values()))
+
+
 def intersection_by_subject(mine: dict[int, BitMap], theirs: SubjectMap) -> dict[int, BitMap]:
     """``mine & theirs`` per subject (at the cost of ``mine``'s subjects)."""
     out: dict[int, BitMap] = {}

@@ -12,7 +12,7 @@ from operator import itemgetter
 from pyroaring import BitMap
 
 from ..store import EMPTY, SUBJECT, Relation, grouped_by, lists_by_first
-from ..subject_facts import relation_by_subject, union_by_subject
+from ..subject_facts import relation_by_subject, shared_union_by_subject
 from .base import by_column
 
 
@@ -77,8 +77,8 @@ class Lookup:
         lookup = cls([], column)
         if len(holding) == 1:
             lookup.indexes = [read(holding[0])]
-        elif holding:
-            lookup.indexes = [union_by_subject(map(read, holding))]
+        elif holding:  # (read only: a bitmap no other relation adds to is not copied)
+            lookup.indexes = [shared_union_by_subject(map(read, holding))]
         return lookup
 
     def __call__(self, key: int) -> AbstractSet[int]:
@@ -227,6 +227,28 @@ def add_all(found: dict[int, set[int]], key: int, values: Iterable[int]) -> None
         found[key] = set(values)
     else:
         known.update(values)
+
+
+def subjects_meeting(relations: list[Relation], values: AbstractSet[int]) -> set[int]:
+    """The subjects ``x`` with ``A(x, y)`` for some ``y`` of ``values``: a C-level
+    ``isdisjoint`` per subject of a relation stored by subject (or with a subject index),
+    else one C-level pass over its tuples."""
+    as_set, as_bitmap_ = set(values), BitMap(values)
+    found: set[int] = set()
+    for relation in relations:
+        if not len(relation):
+            continue
+        index = relation.existing_index(SUBJECT)
+        if index is None:
+            rows = relation.as_set()
+            hits = compress(rows, map(as_set.__contains__, map(itemgetter(1), rows)))
+            found.update(map(itemgetter(0), hits))
+            continue
+        for x, objects in index.items():
+            wanted = as_bitmap_ if objects.__class__ is BitMap else as_set
+            if not objects.isdisjoint(wanted):
+                found.add(x)
+    return found
 
 
 def python_set(values: AbstractSet[int]) -> set[int]:

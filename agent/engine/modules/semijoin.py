@@ -34,9 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from itertools import compress
 from operator import itemgetter
 
 from pyroaring import BitMap
@@ -44,10 +42,10 @@ from pyroaring import BitMap
 from ..changes import InputChanges
 from ..executor import Executor
 from ..language import Atom, Negation, Rule, Variable
-from ..store import SUBJECT, Relation, RelationKey
+from ..store import Relation, RelationKey
 from ..subject_facts import as_bitmap, column_values
 from .base import Maintained, NodeState, by_column, by_subject_of
-from .lookups import Lookup
+from .lookups import Lookup, subjects_meeting
 from .per_subject import PerSubjectModule
 from .subject_changes import NO_IDS, SubjectChanges
 
@@ -127,28 +125,6 @@ def key_set(relations: Iterable[Relation], column: int) -> BitMap:
         else:
             keys |= BitMap(map(itemgetter(column), relation.as_set()))
     return keys
-
-
-def subjects_meeting(relations: list[Relation], values: AbstractSet[int]) -> set[int]:
-    """The subjects ``x`` with ``A(x, y)`` for some ``y`` of ``values``: a C-level
-    ``isdisjoint`` per subject of a relation stored by subject (or with a subject index),
-    else one C-level pass over its tuples."""
-    as_set, as_bitmap_ = set(values), BitMap(values)
-    found: set[int] = set()
-    for relation in relations:
-        if not len(relation):
-            continue
-        index = relation.existing_index(SUBJECT)
-        if index is None:
-            rows = relation.as_set()
-            hits = compress(rows, map(as_set.__contains__, map(itemgetter(1), rows)))
-            found.update(map(itemgetter(0), hits))
-            continue
-        for x, objects in index.items():
-            wanted = as_bitmap_ if objects.__class__ is BitMap else as_set
-            if not objects.isdisjoint(wanted):
-                found.add(x)
-    return found
 
 
 class Keys:
