@@ -116,6 +116,7 @@ def subject_rows(
     """The rows ``(x, result)`` of the given subjects (or of every subject of A), groups that
     share their member set read together (module docstring)."""
     reader = GroupReader(shape, view, executor, aggregate.function == "count", subjects)
+    reader.by_index = aggregate.function in ON_SORTED
     alone, shared = reader.partition()
     rows = group_rows(aggregate, reader.members(alone), True, executor)
     for closed, xs in shared:
@@ -182,6 +183,12 @@ class GroupReader:
         # A count needs the number of members only; a constant argument is repeated.
         self.sized = counted or shape.constant is not None
         self.counted = counted
+        # The subjects of a shared member set that are their own member (``x`` in ``A[x]``),
+        # found by `partition` and read by `shared_members`.
+        self.loops: set[int] = set()
+        # The function reads a few items of the sorted values by index (ON_SORTED): a shared
+        # group's values are then a view of its set's values less its own, not a copy.
+        self.by_index = False
 
     def partition(self) -> tuple[list[int], list[tuple[AbstractSet[int], list[int]]]]:
         """The subjects read on their own, and those sharing a member set ``A[x] | {x}``.
@@ -191,16 +198,19 @@ class GroupReader:
         when ``x`` is in ``S`` and ``A[x]`` is a subset of it (the sizes being equal). Only a
         subject that matches none copies its set (hashing a copy of every subject's set cost
         several times as much: a farm's 400 turbines share one)."""
-        a_out = self.a_out
+        subjects = list(self.subjects)
         alone: list[int] = []
         by_shape: dict[tuple[int, int], list[tuple[BitMap, list[int]]]] = {}
         by_closed: dict[frozenset[int], list[int]] = {}
-        for x in self.subjects:
-            objects = a_out(x)
+        loops = self.loops
+        for x, objects in zip(subjects, self.a_out.values_of(subjects), strict=True):
             if len(objects) < SHARE_AT:
                 alone.append(x)
-            elif objects.__class__ is BitMap:
-                shape = (len(objects) + (x not in objects), min(objects.min(), x))
+                continue
+            if x in objects:
+                loops.add(x)
+            if objects.__class__ is BitMap:
+                shape = (len(objects) + (x not in loops), min(objects.min(), x))
                 found = by_shape.setdefault(shape, [])
                 for closed, xs in found:
                     if x in closed and objects.issubset(closed):
@@ -248,15 +258,16 @@ class GroupReader:
     def shared_members(self, closed: AbstractSet[int], xs: list[int]) -> dict | None:
         """`members` of the subjects ``xs``, which share the member set ``closed`` (each is
         in it, and is its own member only when ``A[x]`` holds it): the set's values read and
-        sorted once. None when a value is not a number (then read group by group)."""
-        a_out, b_out = self.a_out, self.b_out
+        sorted once. None when a value is not a number (then read group by group). (Called
+        on `partition`'s result, which knows who is their own member.)"""
+        b_out, loops = self.b_out, self.loops
         self.executor.guard.tick()
         if self.sized:
             sizes = dict(zip(closed, map(len, b_out.values_of(closed)), strict=True))
             total = sum(sizes.values())
             grouped: dict = {}
             for x in xs:
-                size = total if x in a_out(x) else total - sizes[x]
+                size = total if x in loops else total - sizes[x]
                 if size:
                     grouped[x] = range(size) if self.counted else [self.shape.constant] * size
             return grouped
@@ -267,16 +278,48 @@ class GroupReader:
         values.sort()
         grouped = {}
         for x in xs:
-            mine = values
-            if x not in a_out(x):
+            mine: Sequence = values
+            if x not in loops:
                 own = b_out(x)
-                if own:
+                if own and self.by_index:
+                    gone = sorted(bisect_left(values, decode[t]) for t in own)
+                    mine = SortedWithout(values, gone)
+                elif own:
                     mine = values.copy()
                     for t in own:
                         del mine[bisect_left(mine, decode[t])]
             if mine:
                 grouped[x] = mine
         return grouped
+
+
+class SortedWithout(Sequence):
+    """A sorted list less the items at some positions, read by index without a copy: a
+    shared group's values, its member set's values less its own (distinct terms, so
+    distinct numbers: each at its own position, the first of its equals). ``med``, ``min``
+    and ``max`` read one or two items; a copy of the list per group cost more than the
+    rest of the group's reading."""
+
+    __slots__ = ("values", "gone")
+
+    def __init__(self, values: list, gone: list[int]) -> None:
+        self.values = values
+        self.gone = gone  # ascending positions in ``values``
+
+    def __len__(self) -> int:
+        return len(self.values) - len(self.gone)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError(index)
+        for position in self.gone:  # the index-th item kept: skip each gone one up to it
+            if position > index:
+                break
+            index += 1
+        return self.values[index]
 
 
 def affected_subjects(
