@@ -11,7 +11,9 @@ Reproduces the experiments of the ZodiacEdge paper, section 6.2.2. Every row is 
    it), delete r6 and delete r10new.
 4. ``rs1`` (Fig. 9): RS1 over DS1(n), n = 50, 100, 200, 400: add one ``hasNeighbour`` triple
    (turbine n joins turbine n + 1, added with its reading), delete one (the middle chain edge:
-   the farm splits in two), delete the symmetric rule r1, delete the transitive rule r2.
+   the farm splits in two), delete the symmetric rule r1, delete the transitive rule r2; and,
+   not in the paper, change one turbine's reading (the old fact deleted and the new one added
+   in one update: an agent's everyday update, which changes every neighbourhood's median).
 5. ``data`` (Fig. 10): DS1(200) under RS1's r1 and r2 only; insert 10% .. 50% extra turbines
    (the facts of DS1(200 (1 + p)) minus DS1(200)), then delete them again from the same
    reasoner.
@@ -64,7 +66,7 @@ from pathlib import Path
 from agent.engine import Program, Reasoner, Rule
 from agent.engine.parser import parse_file
 from agent.engine.reclaim import RECLAIMER
-from simulations.bench.datasets import NEIGHBOUR, Fact, ds1, ds2, turbine
+from simulations.bench.datasets import AIR_TEMPERATURE, NEIGHBOUR, Fact, ds1, ds2, turbine
 from simulations.bench.timing import timed as stopwatch
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
@@ -198,6 +200,11 @@ def deleting_facts(facts: Sequence[Fact]) -> Update:
     return lambda reasoner: reasoner.delete_facts(facts)
 
 
+def replacing_facts(old: Fact, new: Fact) -> Update:
+    """An update that replaces one explicit fact by another (one change: both at once)."""
+    return lambda reasoner: reasoner.update(add_facts=[new], delete_facts=[old])
+
+
 def labels_text(labels: Iterable[str]) -> str:
     """``{r10,r15,r17}``: the label set as the paper's figures print it."""
     return "{" + ",".join(labels) + "}"
@@ -284,6 +291,8 @@ def rs1_cases(quick: bool) -> list[Case]:
         grown = tuple(ds1(n + 1))  # prefix-stable: ds1(n) + edge (n, n + 1) + reading of n + 1
         joining = minus(grown, data)
         middle = (NEIGHBOUR, turbine(n // 2), turbine(n // 2 + 1))
+        old = next(f for f in data if f[0] == AIR_TEMPERATURE and f[1] == turbine(n // 3))
+        new = (*old[:2], old[2] + 7.5)
         steps = (
             Step("RS1 add edge+reading", adding_facts(joining), State(rs1, grown)),
             Step(
@@ -303,6 +312,11 @@ def rs1_cases(quick: bool) -> list[Case]:
                 deleting_rules(["r2"]),
                 State(without(rs1, ["r2"]), data),
                 deletion=True,
+            ),
+            Step(
+                "RS1 change a reading",
+                replacing_facts(old, new),
+                State(rs1, tuple(new if fact == old else fact for fact in data)),
             ),
         )
         cases += [Case("rs1", data_name, start, (step,)) for step in steps]
