@@ -8,7 +8,8 @@ x of a component C has ``A[x] = C - {x}``: the groups of C differ only by their 
 Reading each group on its own costs |C| values per group, |C|^2 per component (160,000 values
 per aggregate for a farm of 400 turbines). Instead, subjects whose ``A[x] | {x}`` is the same
 set S are read together: S's values once, sorted once, and each group's values are that list
-less x's own values when x is not its own member (a C-level copy and deletion). The results
+less x's own values when x is not its own member (for ``med``, ``min`` and ``max`` a view
+that skips them, `SortedWithout`; for the others a C-level copy and deletion). The results
 are the same numbers as group by group: the functions (values.py) do not depend on the order
 of their arguments, and groups with a value that is not a number are read on their own (their
 error counts are kept)."""
