@@ -184,10 +184,9 @@ def shared_union_by_subject(parts: Iterable[SubjectMap]) -> dict[int, BitMap]:
     maps = sorted((part for part in parts if part), key=_fact_count, reverse=True)
     if not maps:
         return {}
-    out = bitmaps_of(maps[0])
     if len(maps) == 1:
-        return out
-    out = dict(out)
+        return bitmaps_of(maps[0])
+    out = {subject: as_bitmap(objects) for subject, objects in maps[0].items()}
     for part in maps[1:]:
         for subject, objects in part.items():
             known = out.get(subject)

@@ -116,8 +116,7 @@ def subject_rows(
 ) -> set[tuple[int, int]]:
     """The rows ``(x, result)`` of the given subjects (or of every subject of A), groups that
     share their member set read together (module docstring)."""
-    reader = GroupReader(shape, view, executor, aggregate.function == "count", subjects)
-    reader.by_index = aggregate.function in ON_SORTED
+    reader = GroupReader(shape, view, executor, aggregate.function, subjects)
     alone, shared = reader.partition()
     rows = group_rows(aggregate, reader.members(alone), True, executor)
     for closed, xs in shared:
@@ -168,7 +167,7 @@ class GroupReader:
         shape: SubjectShape,
         view: DataStoreBag,
         executor: Executor,
-        counted: bool,
+        function: str,
         subjects: Iterable[int] | None,
     ) -> None:
         a_relations = view.relations(shape.a)
@@ -182,14 +181,14 @@ class GroupReader:
         self.shape = shape
         self.executor = executor
         # A count needs the number of members only; a constant argument is repeated.
-        self.sized = counted or shape.constant is not None
-        self.counted = counted
+        self.counted = function == "count"
+        self.sized = self.counted or shape.constant is not None
         # The subjects of a shared member set that are their own member (``x`` in ``A[x]``),
         # found by `partition` and read by `shared_members`.
         self.loops: set[int] = set()
         # The function reads a few items of the sorted values by index (ON_SORTED): a shared
         # group's values are then a view of its set's values less its own, not a copy.
-        self.by_index = False
+        self.by_index = function in ON_SORTED
 
     def partition(self) -> tuple[list[int], list[tuple[AbstractSet[int], list[int]]]]:
         """The subjects read on their own, and those sharing a member set ``A[x] | {x}``.
