@@ -84,13 +84,13 @@ def plain(reasoner: Reasoner, reference: bool = True) -> set:
 def test_shared_groups_equal_plain_evaluation(monkeypatch, variant, threshold, turbines):
     monkeypatch.setattr(subject_groups, "SHARE_AT", threshold)
     shared = []
-    original = subject_groups.GroupReader.shared_members
+    original = subject_groups.GroupReader.shared_rows
 
-    def counting(self, closed, xs):
-        shared.append(len(xs))
-        return original(self, closed, xs)
+    def counting(self, one):
+        shared.append(len(one.xs))
+        return original(self, one)
 
-    monkeypatch.setattr(subject_groups.GroupReader, "shared_members", counting)
+    monkeypatch.setattr(subject_groups.GroupReader, "shared_rows", counting)
     rng = random.Random(turbines * 7 + len(variant))
     small = turbines <= 12  # (checked against the reference evaluator too)
     for _ in range(3):
@@ -114,8 +114,9 @@ def test_subjects_with_equal_sizes_and_least_members_are_told_apart(monkeypatch)
     original = subject_groups.GroupReader.partition
 
     def recording(self):
-        kinds.extend(self.a_out(x).__class__.__name__ for x in self.subjects)
-        return original(self)
+        found = original(self)
+        kinds.extend(objects.__class__.__name__ for _, objects in self.a_out.items())
+        return found
 
     monkeypatch.setattr(subject_groups.GroupReader, "partition", recording)
     rng = random.Random(5)
@@ -171,3 +172,60 @@ def test_a_sorted_list_without_some_items_reads_as_the_list_they_left(values, da
     if kept:
         for read in subject_groups.ON_SORTED.values():
             assert read(view) == read(kept)
+
+
+def reading_updates(reasoner: Reasoner, rng: random.Random, turbines: int, steps: int):
+    """Updates an agent makes: mostly readings replaced, added or removed (B alone), now and
+    then one neighbour edge added or removed (A changes: the kept partition is dropped, and
+    kept again at the next change of B alone). Yields after each."""
+    for _ in range(steps):
+        readings = sorted((f for f in reasoner.edb_facts() if f[0] == "temp"), key=repr)
+        gone: list[tuple] = []
+        new: list[tuple] = []
+        kind = rng.choice(["replace", "replace", "replace", "add", "remove", "edge"])
+        if kind == "replace" and readings:
+            for old in rng.sample(readings, k=min(len(readings), rng.choice([1, 1, 3]))):
+                value = rng.choice(READINGS) if rng.random() > 0.05 else "n/a"
+                gone.append(old)
+                new.append((*old[:2], value))
+        elif kind == "add":
+            new.append(("temp", f"w{rng.randrange(turbines)}", rng.choice(READINGS)))
+        elif kind == "remove" and readings:
+            gone.append(rng.choice(readings))
+        else:
+            i = rng.randrange(turbines - 1)
+            edge = ("nb", f"w{i}", f"w{i + 1}")
+            (gone if edge in set(reasoner.edb_facts()) else new).append(edge)
+        reasoner.update(add_facts=new, delete_facts=[f for f in gone if f not in new])
+        yield
+
+
+@pytest.mark.parametrize("variant", sorted(TRANSITIVE))
+@pytest.mark.parametrize("threshold, turbines", [(2, 12), (subject_groups.SHARE_AT, 80)])
+def test_groups_kept_across_reading_changes_equal_plain_evaluation(
+    monkeypatch, variant, threshold, turbines
+):
+    """A change of B alone reads only the groups it reaches through the partition kept
+    since the last change of A (`KeptPartition`): after every step of a long run of reading
+    changes, with edges changed now and then, the model equals the one computed from
+    scratch (and the reference evaluator's, for the small farms)."""
+    monkeypatch.setattr(subject_groups, "SHARE_AT", threshold)
+    kept = []
+    original = subject_groups.KeptPartition.changed_rows
+
+    def counting(self, reader, changes):
+        found = original(self, reader, changes)
+        kept.append(len(found))
+        return found
+
+    monkeypatch.setattr(subject_groups.KeptPartition, "changed_rows", counting)
+    rng = random.Random(turbines * 11 + len(variant))
+    small = turbines <= 12
+    for _ in range(2):
+        facts = farm(rng, turbines)
+        reasoner = Reasoner()
+        reasoner.add_facts(facts)
+        reasoner.add_rules(program(TRANSITIVE[variant]))
+        for _ in reading_updates(reasoner, rng, turbines, steps=20 if small else 12):
+            assert set(reasoner.facts()) == plain(reasoner, small)
+    assert kept and max(kept) > 1  # the kept partition was read through

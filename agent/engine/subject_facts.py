@@ -15,6 +15,7 @@ update's net changes, StoreChanges) takes a plain set copy first (:func:`mutable
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from itertools import chain, repeat
@@ -128,6 +129,13 @@ def column_values(facts: Iterable[tuple[int, ...]], column: int) -> set[int]:
             return {subject for subject, objects in sets.items() if objects}
         return set().union(*sets.values())
     return {fact[column] for fact in facts}
+
+
+def column_counts(facts: Iterable[tuple[int, ...]], column: int) -> dict[int, int]:
+    """How many facts each value of one column has (`column_values` with their numbers)."""
+    if isinstance(facts, SubjectFacts) and column == 0:
+        return {subject: len(objects) for subject, objects in facts.by_subject.items() if objects}
+    return Counter(fact[column] for fact in facts)
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,9 +10,13 @@ Materialisation:
 
 Maintenance touches only the groups the change can affect: the group keys of substitutions that
 use a changed fact (over the old state for deletions, the new one for insertions) are
-recomputed from scratch, and a group whose value changed replaces its old head fact. Which
-group produced which head fact is remembered, with a count, because a head that omits a group
-variable can be produced by several groups.
+recomputed from scratch, and a group whose row ``(group..., result)`` changed replaces its old
+head facts (each group's row is kept: a group whose result stayed puts nothing through the
+rule's comparisons and binds again). Which group produced which head fact is remembered, with a
+count, because a head that omits a group variable can be produced by several groups. An
+aggregate read a subject at a time (subject_groups.py) keeps how its groups share member sets
+while its first relation does not change, so that a reading changed reads only the groups it
+reaches.
 """
 
 from __future__ import annotations
@@ -27,7 +31,15 @@ from ..language import Aggregate, Atom, Bind, Constant, Negation, Rule, Variable
 from ..store import DataStoreBag, Relation
 from . import deltas
 from .base import Maintained, Module, NodeState
-from .subject_groups import affected_subjects, group_rows, subject_rows, subject_shape
+from .subject_groups import (
+    GroupReader,
+    KeptPartition,
+    affected_subjects,
+    group_rows,
+    subject_rows,
+    subject_shape,
+    touches,
+)
 
 ROWS_PREDICATE = "zodiac:aggregate-rows"
 GROUPS_PREDICATE = "zodiac:aggregate-groups"
@@ -52,6 +64,11 @@ class AggregateModule(Module):
     def __init__(self) -> None:
         self.group_heads: dict[tuple, set] = {}
         self.head_groups: dict[tuple, int] = {}
+        # Each group's row ``(group..., result)``: a group whose row a change leaves as it was
+        # keeps its heads untouched.
+        self.rows: dict[tuple, tuple] = {}
+        # A subject-shaped aggregate's partition of its groups, while A is unchanged.
+        self.kept: KeptPartition | None = None
         self.stale = False  # IDB loaded from saved state: groups unknown until recomputed
 
     def adopt(self, node: NodeState) -> None:
@@ -64,12 +81,16 @@ class AggregateModule(Module):
         self.stale = False
         self.group_heads.clear()
         self.head_groups.clear()
+        self.kept = None
         for rule in node.rules:
             aggregate = rule.aggregate()
             assert aggregate is not None
             shape = subject_shape(aggregate)
             if shape is not None:
-                rows = subject_rows(aggregate, shape, node.view, executor)
+                reader = GroupReader(shape, node.view, executor, aggregate.function, None)
+                alone, shared = reader.partition()
+                self.kept = KeptPartition(alone, shared)
+                rows = {(x, result) for x, result in reader.rows(alone, shared).items()}
             else:
                 variables = substitution_variables(aggregate)
                 substitutions: set[tuple[int, ...]] = set()
@@ -82,6 +103,8 @@ class AggregateModule(Module):
                     variant=Variant.AGGREGATE_BODY,
                 )
                 rows = self.reduce(aggregate, variables, substitutions, executor)
+            width = len(aggregate.group_by)
+            self.rows = {row[:width]: row for row in rows}
             heads = self.heads_by_group(rule, aggregate, rows, node, executor)
             for group, produced in heads.items():
                 self.remember(group, produced)
@@ -126,13 +149,29 @@ class AggregateModule(Module):
         aggregate = rule.aggregate()
         assert aggregate is not None
         shape = subject_shape(aggregate)
+        width = len(aggregate.group_by)
+        result = Maintained(strategy="groups")
+        if shape is not None and not touches(changes, shape.a):
+            # Only B changed: the kept partition tells which groups, read set by set (and
+            # kept again first if an earlier change of A dropped it).
+            reader = GroupReader(shape, node.view, executor, aggregate.function, None)
+            if self.kept is None:
+                alone, shared = reader.partition()
+                self.kept = KeptPartition(alone, shared)
+                found = dict.fromkeys(x for (x,) in self.rows)
+                found.update(reader.rows(alone, shared))
+            else:
+                found = self.kept.changed_rows(reader, changes)
+            news = {(x,): None if row is None else (x, row) for x, row in found.items()}
+            result.strategy = "groups (partition kept)"
+            return self.replace_rows(rule, aggregate, node, executor, news, result)
+        self.kept = None
         known = len(self.group_heads)
         enough = self.costs.aggregate_recompute_group_share * known
         if shape is not None:
             groups = {(x,) for x in affected_subjects(shape, node.view, changes, enough)}
         else:
             groups = self.affected_groups(rule, aggregate, node, executor, changes)
-        result = Maintained(strategy="groups")
         if not groups:
             return result
         if len(groups) > enough:
@@ -145,7 +184,10 @@ class AggregateModule(Module):
             )
         if shape is not None:
             subjects = [x for (x,) in groups]
-            rows = subject_rows(aggregate, shape, node.view, executor, subjects)
+            rows = {
+                (x, r)
+                for x, r in subject_rows(aggregate, shape, node.view, executor, subjects).items()
+            }
         else:
             variables = substitution_variables(aggregate)
             group_atom = Atom(GROUPS_PREDICATE, aggregate.group_by)
@@ -163,11 +205,36 @@ class AggregateModule(Module):
                 variant=Variant.AGGREGATE_GROUPS,
             )
             rows = self.reduce(aggregate, variables, substitutions, executor)
-        heads = self.heads_by_group(rule, aggregate, rows, node, executor)
+        news: dict[tuple, tuple | None] = dict.fromkeys(groups)
+        news.update((row[:width], row) for row in rows)
+        return self.replace_rows(rule, aggregate, node, executor, news, result)
+
+    def replace_rows(
+        self,
+        rule: Rule,
+        aggregate: Aggregate,
+        node: NodeState,
+        executor: Executor,
+        news: dict[tuple, tuple | None],
+        result: Maintained,
+    ) -> Maintained:
+        """Give the groups their new rows (None: no row any more): a group whose row is as it
+        was keeps its heads; the others' heads are replaced, and the facts no group produces
+        any more, or that no group produced before, are the node's changes."""
+        rows = self.rows
+        changed = {group: row for group, row in news.items() if rows.get(group) != row}
+        if not changed:
+            return result
+        fresh = {row for row in changed.values() if row is not None}
+        heads = self.heads_by_group(rule, aggregate, fresh, node, executor)
         removed: set = set()
         added: set = set()
-        for group in groups:
+        for group, row in changed.items():
             removed.update(self.forget(group))
+            if row is None:
+                del rows[group]
+            else:
+                rows[group] = row
         for group, produced in heads.items():
             added.update(self.remember(group, produced))
         relation = node.own(rule.head.relation)
@@ -242,7 +309,7 @@ class AggregateModule(Module):
             column, decode = variables.index(argument), terms.values
             for substitution in substitutions:
                 add_to(key_of(substitution), []).append(decode[substitution[column]])
-        return group_rows(aggregate, groups, single, executor)
+        return group_rows(aggregate.function, groups, single, executor)
 
     @staticmethod
     def heads_by_group(

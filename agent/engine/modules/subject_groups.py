@@ -9,17 +9,23 @@ Reading each group on its own costs |C| values per group, |C|^2 per component (1
 per aggregate for a farm of 400 turbines). Instead, subjects whose ``A[x] | {x}`` is the same
 set S are read together: S's values once, sorted once, and each group's values are that list
 less x's own values when x is not its own member (for ``med``, ``min`` and ``max`` a view
-that skips them, `SortedWithout`; for the others a C-level copy and deletion). The results
-are the same numbers as group by group: the functions (values.py) do not depend on the order
-of their arguments, and groups with a value that is not a number are read on their own (their
-error counts are kept)."""
+that skips them, `SortedWithout`; for the others a C-level copy and deletion), computed once
+for all the groups that leave out the same objects (a farm's turbines share a handful of
+readings). The results are the same numbers as group by group: the functions (values.py) do
+not depend on the order of their arguments, and groups with a value that is not a number are
+read on their own (their error counts are kept).
+
+**Kept between updates.** The partition depends on A alone; while A does not change
+(`KeptPartition`: a reading replaced, added or removed) an update reads again only the shared
+sets and lone groups that hold a changed ``B[y]``, and a count (or a constant argument) only
+where the number of objects of a ``B[y]`` changed."""
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
 
@@ -29,9 +35,9 @@ from ..changes import InputChanges
 from ..executor import Executor
 from ..language import Aggregate, Atom, Constant, RelationKey, Variable
 from ..store import DataStoreBag
-from ..subject_facts import column_values
+from ..subject_facts import column_counts, column_values
 from ..values import AGGREGATES, aggregate_value
-from .lookups import Lookup, subjects_meeting
+from .lookups import Lookup, python_set, subjects_meeting
 
 # Groups with fewer members are read on their own: finding who shares a member set costs a
 # bitmap copy per group, more than reading a few members.
@@ -89,14 +95,14 @@ def subject_shape(aggregate: Aggregate) -> SubjectShape | None:
 
 
 def group_rows(
-    aggregate: Aggregate, groups: dict, single: bool, executor: Executor
+    function: str, groups: dict, single: bool, executor: Executor
 ) -> set[tuple[int, ...]]:
     """One ``(group..., result)`` row per group of member values (``single``: the keys are
     bare ids, one group column)."""
     terms = executor.terms
     rows: set[tuple[int, ...]] = set()
     for key, values in groups.items():
-        result, errors = aggregate_value(aggregate.function, values)
+        result, errors = aggregate_value(function, values)
         executor.errors[0] += errors
         if result is None:
             continue
@@ -107,29 +113,21 @@ def group_rows(
     return rows
 
 
+Rows = dict[int, int]  # group x -> the term id of its aggregate result (no entry: no row)
+
+
 def subject_rows(
     aggregate: Aggregate,
     shape: SubjectShape,
     view: DataStoreBag,
     executor: Executor,
     subjects: Iterable[int] | None = None,
-) -> set[tuple[int, int]]:
-    """The rows ``(x, result)`` of the given subjects (or of every subject of A), groups that
+) -> Rows:
+    """The results of the given subjects' groups (or of every subject of A), groups that
     share their member set read together (module docstring)."""
     reader = GroupReader(shape, view, executor, aggregate.function, subjects)
     alone, shared = reader.partition()
-    rows = group_rows(aggregate, reader.members(alone), True, executor)
-    for closed, xs in shared:
-        groups = reader.shared_members(closed, xs)
-        if groups is None:  # a value that is not a number: group by group
-            groups = reader.members(xs)
-            rows |= group_rows(aggregate, groups, True, executor)
-            continue
-        if reader.sized:  # (counts, constants: the values are not read)
-            rows |= group_rows(aggregate, groups, True, executor)
-        else:
-            rows |= number_rows(aggregate, groups, executor)
-    return rows
+    return reader.rows(alone, shared)
 
 
 def median_of_sorted(values: Sequence) -> object:
@@ -145,18 +143,16 @@ def median_of_sorted(values: Sequence) -> object:
 ON_SORTED = {"med": median_of_sorted, "min": itemgetter(0), "max": itemgetter(-1)}
 
 
-def number_rows(aggregate: Aggregate, groups: dict, executor: Executor) -> set:
-    """`group_rows` for groups of numbers only, each sorted (no value to skip, no error to
-    count)."""
-    name = aggregate.function
-    function, encode = ON_SORTED.get(name) or AGGREGATES[name], executor.terms.encode
-    rows = set()
-    for x, values in groups.items():
-        try:
-            rows.add((x, encode(function(values))))
-        except ValueError:
-            executor.errors[0] += 1
-    return rows
+@dataclass
+class SharedSet:
+    """Subjects whose groups share the member set ``closed`` (``A[x] | {x}`` for each x in
+    ``xs``). Group x's members are those of ``closed`` less the objects ``owns[x]`` (``B[x]``,
+    or none when x is its own member), so groups with equal ``owns`` have equal results."""
+
+    closed: AbstractSet[int]
+    xs: list[int]
+    loops: set[int] = field(default_factory=set)  # the xs with ``x`` in ``A[x]``
+    owns: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 class GroupReader:
@@ -170,27 +166,22 @@ class GroupReader:
         function: str,
         subjects: Iterable[int] | None,
     ) -> None:
-        a_relations = view.relations(shape.a)
-        if subjects is None:
-            self.a_out = Lookup.merged(a_relations, shape.a_x)
-            self.subjects: Iterable[int] = self.a_out.keys()
-        else:
-            self.subjects = set(subjects)
-            self.a_out = Lookup.some(a_relations, shape.a_x, self.subjects)
         self.b_out = Lookup(view.relations(shape.b), shape.b_y)
         self.shape = shape
+        self.view = view
         self.executor = executor
+        self.function = function
+        self.subjects = subjects
+        # A's lookup, made by `partition` for the subjects it partitions.
+        self.a_out: Lookup | None = None
         # A count needs the number of members only; a constant argument is repeated.
         self.counted = function == "count"
         self.sized = self.counted or shape.constant is not None
-        # The subjects of a shared member set that are their own member (``x`` in ``A[x]``),
-        # found by `partition` and read by `shared_members`.
-        self.loops: set[int] = set()
         # The function reads a few items of the sorted values by index (ON_SORTED): a shared
         # group's values are then a view of its set's values less its own, not a copy.
         self.by_index = function in ON_SORTED
 
-    def partition(self) -> tuple[list[int], list[tuple[AbstractSet[int], list[int]]]]:
+    def partition(self) -> tuple[list[int], list[SharedSet]]:
         """The subjects read on their own, and those sharing a member set ``A[x] | {x}``.
 
         A bitmap ``A[x]`` is matched against the sets found so far with its size and least
@@ -198,47 +189,77 @@ class GroupReader:
         when ``x`` is in ``S`` and ``A[x]`` is a subset of it (the sizes being equal). Only a
         subject that matches none copies its set (hashing a copy of every subject's set cost
         several times as much: a farm's 400 turbines share one)."""
-        subjects = list(self.subjects)
+        a_relations = self.view.relations(self.shape.a)
+        if self.subjects is None:
+            self.a_out = a_out = Lookup.merged(a_relations, self.shape.a_x)
+            subjects = list(a_out.keys())
+        else:
+            subjects = list(set(self.subjects))
+            self.a_out = a_out = Lookup.some(a_relations, self.shape.a_x, set(subjects))
         alone: list[int] = []
-        by_shape: dict[tuple[int, int], list[tuple[BitMap, list[int]]]] = {}
-        by_closed: dict[frozenset[int], list[int]] = {}
-        loops = self.loops
-        for x, objects in zip(subjects, self.a_out.values_of(subjects), strict=True):
+        by_shape: dict[tuple[int, int], list[SharedSet]] = {}
+        by_closed: dict[frozenset[int], SharedSet] = {}
+        for x, objects in zip(subjects, a_out.values_of(subjects), strict=True):
             if len(objects) < SHARE_AT:
                 alone.append(x)
                 continue
-            if x in objects:
-                loops.add(x)
+            loop = x in objects
             if objects.__class__ is BitMap:
-                shape = (len(objects) + (x not in loops), min(objects.min(), x))
+                shape = (len(objects) + (not loop), min(objects.min(), x))
                 found = by_shape.setdefault(shape, [])
-                for closed, xs in found:
-                    if x in closed and objects.issubset(closed):
-                        xs.append(x)
+                for shared in found:
+                    if x in shared.closed and objects.issubset(shared.closed):
                         break
                 else:
                     closed = BitMap(objects)
                     closed.add(x)
-                    found.append((closed, [x]))
+                    shared = SharedSet(closed, [])
+                    found.append(shared)
             else:
-                by_closed.setdefault(frozenset(objects).union((x,)), []).append(x)
-        groups: list[tuple[AbstractSet[int], list[int]]] = [
-            *(group for found in by_shape.values() for group in found),
-            *by_closed.items(),
-        ]
-        shared = []
-        for closed, xs in groups:
-            if len(xs) > 1:
-                shared.append((closed, xs))
+                key = frozenset(objects).union((x,))
+                shared = by_closed.get(key) or by_closed.setdefault(key, SharedSet(key, []))
+            shared.xs.append(x)
+            if loop:
+                shared.loops.add(x)
+        sets = [*(shared for found in by_shape.values() for shared in found)]
+        sets += by_closed.values()
+        kept = []
+        for shared in sets:
+            if len(shared.xs) > 1:
+                self.read_owns(shared, shared.xs)
+                kept.append(shared)
             else:
-                alone.extend(xs)
-        return alone, shared
+                alone.extend(shared.xs)
+        return alone, kept
 
-    def members(self, subjects: Iterable[int]) -> dict[int, Sequence]:
+    def read_owns(self, shared: SharedSet, xs: Iterable[int]) -> None:
+        """Record (again) what each of ``xs`` leaves out of its set's members."""
+        owns, loops, b_out = shared.owns, shared.loops, self.b_out
+        for x in xs:
+            owns[x] = () if x in loops else tuple(sorted(b_out(x)))
+
+    def rows(self, alone: Iterable[int], shared: Iterable[SharedSet]) -> Rows:
+        """The results of the groups of ``alone`` and of every subject of the ``shared``
+        sets."""
+        found = self.alone_rows(alone)
+        for one in shared:
+            found.update(self.shared_rows(one))
+        return found
+
+    def alone_rows(self, subjects: AbstractSet[int] | list[int]) -> Rows:
+        """Results group by group, each group's members read (A through the partition's
+        lookup when it holds them, else through one made for these subjects)."""
+        a_out = self.a_out
+        if a_out is None:
+            a_out = Lookup.some(self.view.relations(self.shape.a), self.shape.a_x, set(subjects))
+        groups = self.members(subjects, a_out)
+        return dict(group_rows(self.function, groups, True, self.executor))
+
+    def members(self, subjects: Iterable[int], a_out: Lookup) -> dict[int, Sequence]:
         """Group x's member values (one per distinct substitution ``(x, y, t)``: ``t`` for
         every y in ``A[x]`` and t in ``B[y]``, decoded; or the constant argument as many
         times; for a count, a range of the number of members)."""
-        a_out, b_out = self.a_out, self.b_out
+        b_out = self.b_out
         decode = self.executor.terms.values
         constant = self.shape.constant
         tick = self.executor.guard.tick
@@ -255,42 +276,62 @@ class GroupReader:
                 grouped[x] = found
         return grouped
 
-    def shared_members(self, closed: AbstractSet[int], xs: list[int]) -> dict | None:
-        """`members` of the subjects ``xs``, which share the member set ``closed`` (each is
-        in it, and is its own member only when ``A[x]`` holds it): the set's values read and
-        sorted once. None when a value is not a number (then read group by group). (Called
-        on `partition`'s result, which knows who is their own member.)"""
-        b_out, loops = self.b_out, self.loops
+    def shared_rows(self, shared: SharedSet) -> Rows:
+        """The results of a shared set's groups: the set's members read once (their number,
+        or their values sorted), and one result computed per distinct ``owns`` (the members
+        less those objects' values). A set with a value that is not a number is read group by
+        group (its errors are counted as plain evaluation counts them)."""
         self.executor.guard.tick()
-        if self.sized:
-            sizes = dict(zip(closed, map(len, b_out.values_of(closed)), strict=True))
-            total = sum(sizes.values())
-            grouped: dict = {}
-            for x in xs:
-                size = total if x in loops else total - sizes[x]
-                if size:
-                    grouped[x] = range(size) if self.counted else [self.shape.constant] * size
-            return grouped
+        buckets = self.b_out.values_of(shared.closed)
         decode = self.executor.terms.values
-        values = [decode[t] for t in chain.from_iterable(b_out.values_of(closed))]
-        if not all(v.__class__ is int or v.__class__ is float for v in values):
-            return None
-        values.sort()
-        grouped = {}
-        for x in xs:
-            mine: Sequence = values
-            if x not in loops:
-                own = b_out(x)
+        if self.sized:
+            total = sum(map(len, buckets))
+            constant = self.shape.constant
+
+            def result(own: tuple[int, ...]) -> tuple[object | None, int]:
+                size = total - len(own)
+                values = range(size) if self.counted else [constant] * size
+                return aggregate_value(self.function, values) if size else (None, 0)
+
+        else:
+            values = [decode[t] for t in chain.from_iterable(buckets)]
+            if not all(v.__class__ is int or v.__class__ is float for v in values):
+                return self.alone_rows(shared.xs)
+            values.sort()
+            function = ON_SORTED.get(self.function) or AGGREGATES[self.function]
+
+            def result(own: tuple[int, ...]) -> tuple[object | None, int]:
+                mine: Sequence = values
                 if own and self.by_index:
-                    gone = sorted(bisect_left(values, decode[t]) for t in own)
-                    mine = SortedWithout(values, gone)
+                    mine = SortedWithout(
+                        values, sorted(bisect_left(values, decode[t]) for t in own)
+                    )
                 elif own:
                     mine = values.copy()
                     for t in own:
                         del mine[bisect_left(mine, decode[t])]
-            if mine:
-                grouped[x] = mine
-        return grouped
+                return (function(mine), 0) if mine else (None, 0)
+
+        encode, errors = self.executor.terms.encode, self.executor.errors
+        known: dict[tuple[int, ...], tuple[int | None, int]] = {}
+        found: Rows = {}
+        for x in shared.xs:
+            own = shared.owns[x]
+            outcome = known.get(own)
+            if outcome is None:
+                value, failed = result(own)
+                row = None
+                if value is not None:
+                    try:
+                        row = encode(value)
+                    except ValueError:
+                        failed += 1
+                known[own] = outcome = (row, failed)
+            row, failed = outcome
+            errors[0] += failed
+            if row is not None:
+                found[x] = row
+        return found
 
 
 class SortedWithout(Sequence):
@@ -339,10 +380,68 @@ def affected_subjects(
     for delta in (changes.minus.get(shape.b), changes.plus.get(shape.b)):
         if delta:
             ys |= column_values(delta, shape.b_y)
-    if ys and shape.a_x == 0:  # (a test per subject in C, no Python step per (x, y))
-        found |= subjects_meeting(view.relations(shape.a), ys)
-    elif ys:
-        a_in = Lookup.some(view.relations(shape.a), 1 - shape.a_x, ys)
-        for y in ys:
-            found.update(a_in(y))
+    return found | subjects_reaching(shape, view, ys)
+
+
+def subjects_reaching(shape: SubjectShape, view: DataStoreBag, ys: AbstractSet[int]) -> set[int]:
+    """Every x with ``A(x, y)`` for one of ``ys``."""
+    if not ys:
+        return set()
+    if shape.a_x == 0:  # (a test per subject in C, no Python step per (x, y))
+        return subjects_meeting(view.relations(shape.a), ys)
+    found: set[int] = set()
+    a_in = Lookup.some(view.relations(shape.a), 1 - shape.a_x, python_set(ys))
+    for y in ys:
+        found.update(a_in(y))
     return found
+
+
+def touches(changes: InputChanges, relation: RelationKey) -> bool:
+    return bool(changes.minus.get(relation) or changes.plus.get(relation))
+
+
+class KeptPartition:
+    """A subject-shaped aggregate's partition (`GroupReader.partition` over every subject),
+    kept between updates that leave A alone: RS1's everyday update changes a reading (B) and
+    no neighbourhood (A), and then only the groups that read a changed ``B[y]`` are read
+    again, each shared set once (`GroupReader.shared_rows`). A count or a constant argument
+    depends on the number of each ``B[y]`` only: a change that keeps every such number (a
+    reading replaced) affects none of its groups. The caller drops the partition when A
+    changes."""
+
+    def __init__(self, alone: list[int], shared: list[SharedSet]) -> None:
+        self.alone = set(alone)
+        self.shared = shared
+        self.set_of = {x: one for one in shared for x in one.xs}
+
+    def changed_rows(self, reader: GroupReader, changes: InputChanges) -> dict[int, int | None]:
+        """The results now (None: no row) of the groups a change of B alone can affect."""
+        shape = reader.shape
+        net: dict[int, int] = {}  # y -> how many objects B[y] gained (lost: negative)
+        for delta, sign in ((changes.minus.get(shape.b), -1), (changes.plus.get(shape.b), 1)):
+            for y, count in column_counts(delta or (), shape.b_y).items():
+                net[y] = net.get(y, 0) + sign * count
+        for y in net:  # (what a subject leaves out of its set's members is its own B[y])
+            one = self.set_of.get(y)
+            if one is not None:
+                reader.read_owns(one, (y,))
+        ys = {y for y, count in net.items() if count} if reader.sized else set(net)
+        if not ys:
+            return {}
+        found: dict[int, int | None] = {}
+        ys_bitmap = BitMap(ys)
+        for one in self.shared:
+            closed = one.closed
+            meets = (
+                closed.intersect(ys_bitmap)
+                if closed.__class__ is BitMap
+                else not closed.isdisjoint(ys)
+            )
+            if meets:
+                found.update(dict.fromkeys(one.xs))
+                found.update(reader.shared_rows(one))
+        if self.alone:
+            reached = subjects_reaching(shape, reader.view, ys) & self.alone
+            found.update(dict.fromkeys(reached))
+            found.update(reader.alone_rows(reached))
+        return found
