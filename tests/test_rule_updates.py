@@ -5,6 +5,8 @@ that the result always equals a from-scratch materialisation.
 
 from __future__ import annotations
 
+import pytest
+
 from agent.engine import Reasoner
 from tests.test_dependency import FIG1, R8
 
@@ -175,11 +177,17 @@ def test_a_join_whose_inputs_are_mostly_new_is_recomputed_and_stays_exact():
     assert ("p", 100, 7) in set(reasoner.facts("p"))
 
 
-def test_an_aggregate_recomputes_only_touched_groups_unless_most_are_touched():
+@pytest.mark.parametrize("by_subject", [True, False])
+def test_an_aggregate_reads_only_touched_groups_unless_most_are_touched(by_subject):
+    """Groups read a subject at a time (subject_groups.py) keep their partition between
+    changes of ``w`` alone and read every group at once when most are touched; other
+    aggregates (here: ``w`` has three columns) recompute the whole aggregate then."""
+    w = "w(Y, V)" if by_subject else "w(Y, V, U)"
+    extra = () if by_subject else ("u",)
     reasoner = loaded(
-        "n(X, N) :- aggregate( p(X, Y) and w(Y, V) ) on X with sum(V) as N .",
+        f"n(X, N) :- aggregate( p(X, Y) and {w} ) on X with sum(V) as N .",
         [("p", f"g{g}", f"y{g}_{i}") for g in range(10) for i in range(3)]
-        + [("w", f"y{g}_{i}", g + i) for g in range(10) for i in range(3)],
+        + [("w", f"y{g}_{i}", g + i, *extra) for g in range(10) for i in range(3)],
     )
 
     def aggregate_strategy(report: dict) -> str:
@@ -191,12 +199,16 @@ def test_an_aggregate_recomputes_only_touched_groups_unless_most_are_touched():
     assert aggregate_strategy(report) == "groups"
     assert set(reasoner.facts()) == fresh(reasoner)
     # A value read by most groups: the whole aggregate is evaluated once instead.
-    shared = [("p", f"g{g}", "hub") for g in range(8)] + [("w", "hub", 100)]
+    shared = [("p", f"g{g}", "hub") for g in range(8)] + [("w", "hub", 100, *extra)]
     report = reasoner.update(add_facts=shared)
-    assert aggregate_strategy(report) == "recompute (8 of 10 groups touched)"
+    if by_subject:
+        assert aggregate_strategy(report) == "groups (every group read)"
+    else:
+        assert aggregate_strategy(report) == "recompute (8 of 10 groups touched)"
     assert set(reasoner.facts()) == fresh(reasoner)
-    # And the groups path stays exact after a recompute rebuilt the group bookkeeping; a
-    # change of w alone reads its groups through the partition kept since p last changed.
-    report = reasoner.update(delete_facts=[("w", "y3_1", 4)])
-    assert aggregate_strategy(report) == "groups (partition kept)"
+    # And the groups path stays exact after the group bookkeeping was rebuilt; a change of
+    # w alone reads its groups through the partition kept since p last changed.
+    report = reasoner.update(delete_facts=[("w", "y3_1", 4, *extra)])
+    expected = "groups (partition kept)" if by_subject else "groups"
+    assert aggregate_strategy(report) == expected
     assert set(reasoner.facts()) == fresh(reasoner)

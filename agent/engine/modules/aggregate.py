@@ -34,6 +34,7 @@ from .base import Maintained, Module, NodeState
 from .subject_groups import (
     GroupReader,
     KeptPartition,
+    SubjectShape,
     affected_subjects,
     group_rows,
     subject_rows,
@@ -151,25 +152,24 @@ class AggregateModule(Module):
         shape = subject_shape(aggregate)
         width = len(aggregate.group_by)
         result = Maintained(strategy="groups")
-        if shape is not None and not touches(changes, shape.a):
-            # Only B changed: the kept partition tells which groups, read set by set (and
-            # kept again first if an earlier change of A dropped it).
+        if shape is not None and self.kept is not None and not touches(changes, shape.a):
+            # Only B changed: the kept partition tells which groups, read set by set.
             reader = GroupReader(shape, node.view, executor, aggregate.function, None)
-            if self.kept is None:
-                alone, shared = reader.partition()
-                self.kept = KeptPartition(alone, shared)
-                found = dict.fromkeys(x for (x,) in self.rows)
-                found.update(reader.rows(alone, shared))
-            else:
-                found = self.kept.changed_rows(reader, changes)
+            found = self.kept.changed_rows(reader, changes)
             news = {(x,): None if row is None else (x, row) for x, row in found.items()}
             result.strategy = "groups (partition kept)"
             return self.replace_rows(rule, aggregate, node, executor, news, result)
-        self.kept = None
         known = len(self.group_heads)
         enough = self.costs.aggregate_recompute_group_share * known
         if shape is not None:
+            self.kept = None
             groups = {(x,) for x in affected_subjects(shape, node.view, changes, enough)}
+            if len(groups) > enough or not touches(changes, shape.a):
+                # Most groups touched (RS1: a new turbine joins every neighbourhood), or the
+                # partition was dropped by an earlier change of A: every group read again,
+                # shared sets together, and the partition kept for the changes to come; only
+                # the groups whose row changed replace their heads.
+                return self.read_every_group(rule, aggregate, shape, node, executor, result)
         else:
             groups = self.affected_groups(rule, aggregate, node, executor, changes)
         if not groups:
@@ -207,6 +207,26 @@ class AggregateModule(Module):
             rows = self.reduce(aggregate, variables, substitutions, executor)
         news: dict[tuple, tuple | None] = dict.fromkeys(groups)
         news.update((row[:width], row) for row in rows)
+        return self.replace_rows(rule, aggregate, node, executor, news, result)
+
+    def read_every_group(
+        self,
+        rule: Rule,
+        aggregate: Aggregate,
+        shape: SubjectShape,
+        node: NodeState,
+        executor: Executor,
+        result: Maintained,
+    ) -> Maintained:
+        """Every group of a subject-shaped aggregate read again (and its partition kept);
+        the groups it had before and has no row for now lose theirs."""
+        reader = GroupReader(shape, node.view, executor, aggregate.function, None)
+        alone, shared = reader.partition()
+        self.kept = KeptPartition(alone, shared)
+        found = dict.fromkeys(x for (x,) in self.rows)
+        found.update(reader.rows(alone, shared))
+        news = {(x,): None if row is None else (x, row) for x, row in found.items()}
+        result.strategy = "groups (every group read)"
         return self.replace_rows(rule, aggregate, node, executor, news, result)
 
     def replace_rows(
