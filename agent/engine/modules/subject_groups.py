@@ -143,16 +143,34 @@ def median_of_sorted(values: Sequence) -> object:
 ON_SORTED = {"med": median_of_sorted, "min": itemgetter(0), "max": itemgetter(-1)}
 
 
+Outcome = tuple[int | None, int]  # a result's term id (None: no row) and the errors met
+
+
 @dataclass
 class SharedSet:
     """Subjects whose groups share the member set ``closed`` (``A[x] | {x}`` for each x in
     ``xs``). Group x's members are those of ``closed`` less the objects ``owns[x]`` (``B[x]``,
-    or none when x is its own member), so groups with equal ``owns`` have equal results."""
+    or none when x is its own member), so groups with equal ``owns`` have equal results: one
+    is computed per distinct ``owns`` (``by_own``), and the last ones are kept (``outcomes``)
+    so that a later read passes on only the groups whose result changed."""
 
     closed: AbstractSet[int]
     xs: list[int]
     loops: set[int] = field(default_factory=set)  # the xs with ``x`` in ``A[x]``
     owns: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    by_own: dict[tuple[int, ...], set[int]] = field(default_factory=dict)
+    outcomes: dict[tuple[int, ...], Outcome] = field(default_factory=dict)
+
+    def own(self, x: int, objects: tuple[int, ...]) -> None:
+        """Record that x leaves out ``objects`` (and no longer what it left out before)."""
+        before = self.owns.get(x)
+        if before is not None:
+            sharing = self.by_own[before]
+            sharing.discard(x)
+            if not sharing:
+                del self.by_own[before]
+        self.owns[x] = objects
+        self.by_own.setdefault(objects, set()).add(x)
 
 
 class GroupReader:
@@ -234,9 +252,9 @@ class GroupReader:
 
     def read_owns(self, shared: SharedSet, xs: Iterable[int]) -> None:
         """Record (again) what each of ``xs`` leaves out of its set's members."""
-        owns, loops, b_out = shared.owns, shared.loops, self.b_out
+        loops, b_out = shared.loops, self.b_out
         for x in xs:
-            owns[x] = () if x in loops else tuple(sorted(b_out(x)))
+            shared.own(x, () if x in loops else tuple(sorted(b_out(x))))
 
     def rows(self, alone: Iterable[int], shared: Iterable[SharedSet]) -> Rows:
         """The results of the groups of ``alone`` and of every subject of the ``shared``
@@ -276,11 +294,18 @@ class GroupReader:
                 grouped[x] = found
         return grouped
 
-    def shared_rows(self, shared: SharedSet) -> Rows:
+    def shared_rows(
+        self, shared: SharedSet, moved: Iterable[int] | None = None
+    ) -> dict[int, int | None]:
         """The results of a shared set's groups: the set's members read once (their number,
         or their values sorted), and one result computed per distinct ``owns`` (the members
         less those objects' values). A set with a value that is not a number is read group by
-        group (its errors are counted as plain evaluation counts them)."""
+        group (its errors are counted as plain evaluation counts them).
+
+        With ``moved`` (the subjects whose ``owns`` changed since the last read), only the
+        groups whose result may differ from the last read's are given, None for no row:
+        those of an ``owns`` whose result changed, and the moved ones. Without, every group
+        with a row is."""
         self.executor.guard.tick()
         buckets = self.b_out.values_of(shared.closed)
         decode = self.executor.terms.values
@@ -296,7 +321,9 @@ class GroupReader:
         else:
             values = [decode[t] for t in chain.from_iterable(buckets)]
             if not all(v.__class__ is int or v.__class__ is float for v in values):
-                return self.alone_rows(shared.xs)
+                shared.outcomes.clear()  # (the next read gives every group again)
+                found = self.alone_rows(shared.xs)
+                return found if moved is None else {**dict.fromkeys(shared.xs), **found}
             values.sort()
             function = ON_SORTED.get(self.function) or AGGREGATES[self.function]
 
@@ -313,24 +340,32 @@ class GroupReader:
                 return (function(mine), 0) if mine else (None, 0)
 
         encode, errors = self.executor.terms.encode, self.executor.errors
-        known: dict[tuple[int, ...], tuple[int | None, int]] = {}
-        found: Rows = {}
-        for x in shared.xs:
-            own = shared.owns[x]
-            outcome = known.get(own)
-            if outcome is None:
-                value, failed = result(own)
-                row = None
-                if value is not None:
-                    try:
-                        row = encode(value)
-                    except ValueError:
-                        failed += 1
-                known[own] = outcome = (row, failed)
-            row, failed = outcome
-            errors[0] += failed
-            if row is not None:
-                found[x] = row
+        before = shared.outcomes
+        outcomes: dict[tuple[int, ...], Outcome] = {}
+        found: dict[int, int | None] = {}
+        for own, xs in shared.by_own.items():
+            value, failed = result(own)
+            row = None
+            if value is not None:
+                try:
+                    row = encode(value)
+                except ValueError:
+                    failed += 1
+            outcomes[own] = outcome = (row, failed)
+            if moved is None:
+                errors[0] += failed * len(xs)
+                if row is not None:
+                    found.update(dict.fromkeys(xs, row))
+            elif before.get(own) != outcome:
+                errors[0] += failed * len(xs)
+                found.update(dict.fromkeys(xs, row))
+        if moved is not None:
+            for x in moved:
+                if x not in found:
+                    row, failed = outcomes[shared.owns[x]]
+                    errors[0] += failed
+                    found[x] = row
+        shared.outcomes = outcomes
         return found
 
 
@@ -421,13 +456,13 @@ class KeptPartition:
         for delta, sign in ((changes.minus.get(shape.b), -1), (changes.plus.get(shape.b), 1)):
             for y, count in column_counts(delta or (), shape.b_y).items():
                 net[y] = net.get(y, 0) + sign * count
+        moved: dict[int, list[int]] = {}  # id of a set -> its subjects whose own B changed
         for y in net:  # (what a subject leaves out of its set's members is its own B[y])
             one = self.set_of.get(y)
             if one is not None:
                 reader.read_owns(one, (y,))
+                moved.setdefault(id(one), []).append(y)
         ys = {y for y, count in net.items() if count} if reader.sized else set(net)
-        if not ys:
-            return {}
         found: dict[int, int | None] = {}
         ys_bitmap = BitMap(ys)
         for one in self.shared:
@@ -437,10 +472,11 @@ class KeptPartition:
                 if closed.__class__ is BitMap
                 else not closed.isdisjoint(ys)
             )
-            if meets:
-                found.update(dict.fromkeys(one.xs))
-                found.update(reader.shared_rows(one))
-        if self.alone:
+            if meets:  # (a subject whose B changed is in its set: it meets, but for a count
+                # only a change of B's size does: the same number of own objects leaves the
+                # same number of members)
+                found.update(reader.shared_rows(one, moved.get(id(one), ())))
+        if self.alone and ys:
             reached = subjects_reaching(shape, reader.view, ys) & self.alone
             found.update(dict.fromkeys(reached))
             found.update(reader.alone_rows(reached))
