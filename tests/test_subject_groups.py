@@ -269,3 +269,40 @@ def test_a_set_read_again_after_values_left_it_or_moved_within_it(monkeypatch):
     for added, deleted in steps:
         reasoner.update(add_facts=added, delete_facts=deleted)
         assert set(reasoner.facts()) == plain(reasoner)
+
+
+def test_aggregates_over_the_same_relations_stay_apart_when_an_update_fails(monkeypatch):
+    """Aggregates over the same A and B start from copies of one partition (built once per
+    update); each keeps its own after. An update that fails after the first aggregate took a
+    reading change and before the second did is rolled back (the first gets a fresh module,
+    the second keeps its state): the second must not have seen the first's changes, so the
+    readings changed after it are still exact."""
+    from agent.engine.modules.aggregate import AggregateModule
+
+    monkeypatch.setattr(subject_groups, "SHARE_AT", 2)
+    facts = [("nb", f"w{i}", f"w{i + 1}") for i in range(7)]
+    facts += [("temp", f"w{i}", value) for i, value in enumerate([20, 22, 24, 26, 28, 30, 32, 34])]
+    reasoner = Reasoner()
+    reasoner.add_facts(facts)
+    reasoner.add_rules(program(TRANSITIVE["irreflexive"]))
+    original = AggregateModule.maintain
+    calls = []
+
+    def failing_second(self, *args, **kwargs):
+        calls.append(self)
+        if len(calls) == 2:
+            raise RuntimeError("injected failure between two aggregates")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(AggregateModule, "maintain", failing_second)
+    with pytest.raises(RuntimeError, match="injected"):
+        reasoner.update(add_facts=[("temp", "w2", 40)], delete_facts=[("temp", "w2", 24)])
+    monkeypatch.setattr(AggregateModule, "maintain", original)
+    assert set(reasoner.facts()) == plain(reasoner)
+    for added, deleted in [
+        ([("temp", "w3", 40)], [("temp", "w3", 26)]),
+        ([("temp", "w2", 41)], [("temp", "w2", 24)]),
+        ([("temp", "w3", 26)], [("temp", "w3", 40)]),
+    ]:
+        reasoner.update(add_facts=added, delete_facts=deleted)
+        assert set(reasoner.facts()) == plain(reasoner)

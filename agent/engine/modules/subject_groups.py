@@ -28,9 +28,11 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import itemgetter
+from weakref import WeakKeyDictionary
 
 from pyroaring import BitMap
 
+from ..budget import NO_GUARD, BudgetGuard
 from ..changes import InputChanges
 from ..executor import Executor
 from ..language import Aggregate, Atom, Constant, RelationKey, Variable
@@ -38,6 +40,12 @@ from ..store import DataStoreBag
 from ..subject_facts import column_counts, column_values
 from ..values import AGGREGATES, aggregate_value
 from .lookups import Lookup, python_set, subjects_meeting
+
+# The partitions of every subject built during one update (by its budget guard, which lives as
+# long as the update): an aggregate over the same A and B as another one in the same program
+# (RS1's count and median of the neighbours' readings) starts from a copy of the other's. A
+# and B are below both, so they do not change in between.
+_PARTITIONS: WeakKeyDictionary[BudgetGuard, dict[tuple, tuple]] = WeakKeyDictionary()
 
 # Groups with fewer members are read on their own: finding who shares a member set costs a
 # bitmap copy per group, more than reading a few members.
@@ -161,6 +169,12 @@ class SharedSet:
     by_own: dict[tuple[int, ...], set[int]] = field(default_factory=dict)
     outcomes: dict[tuple[int, ...], Outcome] = field(default_factory=dict)
 
+    def copy(self) -> SharedSet:
+        """A set of the same subjects whose own objects and results change apart from
+        this one's (the member set, subjects and loops are never changed once found)."""
+        by_own = {own: set(xs) for own, xs in self.by_own.items()}
+        return SharedSet(self.closed, self.xs, self.loops, dict(self.owns), by_own)
+
     def own(self, x: int, objects: tuple[int, ...]) -> None:
         """Record that x leaves out ``objects`` (and no longer what it left out before)."""
         before = self.owns.get(x)
@@ -209,6 +223,10 @@ class GroupReader:
         several times as much: a farm's 400 turbines share one)."""
         a_relations = self.view.relations(self.shape.a)
         if self.subjects is None:
+            known = _PARTITIONS.get(self.executor.guard, {}).get(self.partition_key())
+            if known is not None:
+                self.a_out, alone, shared = known
+                return list(alone), [one.copy() for one in shared]
             self.a_out = a_out = Lookup.merged(a_relations, self.shape.a_x)
             subjects = list(a_out.keys())
         else:
@@ -244,14 +262,46 @@ class GroupReader:
         kept = []
         for shared in sets:
             if len(shared.xs) > 1:
-                self.read_owns(shared, shared.xs)
+                self.first_owns(shared)
                 kept.append(shared)
             else:
                 alone.extend(shared.xs)
+        if self.subjects is None and self.executor.guard is not NO_GUARD:
+            found = _PARTITIONS.setdefault(self.executor.guard, {})
+            found[self.partition_key()] = (a_out, list(alone), kept)  # (copied when read)
         return alone, kept
 
+    def partition_key(self) -> tuple:
+        """What a partition of every subject depends on: A and B, by the relations the view
+        reads them from, and their columns."""
+        shape, view = self.shape, self.view
+        return (
+            shape.a_x,
+            shape.b_y,
+            tuple(map(id, view.relations(shape.a))),
+            tuple(map(id, view.relations(shape.b))),
+        )
+
+    def first_owns(self, shared: SharedSet) -> None:
+        """What each subject of a new set leaves out of its members (`read_owns` for all
+        of them at once: a bitmap's objects come sorted, and nothing is recorded yet)."""
+        owns, by_own, loops = shared.owns, shared.by_own, shared.loops
+        for x, objects in zip(shared.xs, self.b_out.values_of(shared.xs), strict=True):
+            if x in loops or not objects:
+                own: tuple[int, ...] = ()
+            elif objects.__class__ is BitMap or len(objects) == 1:
+                own = tuple(objects)
+            else:
+                own = tuple(sorted(objects))
+            owns[x] = own
+            sharing = by_own.get(own)
+            if sharing is None:
+                by_own[own] = {x}
+            else:
+                sharing.add(x)
+
     def read_owns(self, shared: SharedSet, xs: Iterable[int]) -> None:
-        """Record (again) what each of ``xs`` leaves out of its set's members."""
+        """Record again what each of ``xs`` leaves out of its set's members."""
         loops, b_out = shared.loops, self.b_out
         for x in xs:
             shared.own(x, () if x in loops else tuple(sorted(b_out(x))))
