@@ -185,13 +185,13 @@ def reading_updates(
     reasoner: Reasoner, rng: random.Random, turbines: int, steps: int, readings: list = READINGS
 ):
     """Updates an agent makes: mostly readings replaced, added or removed (B alone), now and
-    then one neighbour edge added or removed (A changes: the kept partition is dropped, and
-    kept again at the next change of B alone). Yields after each."""
-    for _ in range(steps):
+    then one neighbour edge added or removed or a new turbine joining (A changes: components
+    joined or split, a set growing by one). Yields after each."""
+    for step in range(steps):
         present = sorted((f for f in reasoner.edb_facts() if f[0] == "temp"), key=repr)
         gone: list[tuple] = []
         new: list[tuple] = []
-        kind = rng.choice(["replace", "replace", "replace", "add", "remove", "edge"])
+        kind = rng.choice(["replace", "replace", "replace", "add", "remove", "edge", "join"])
         if kind == "replace" and present:
             for old in rng.sample(present, k=min(len(present), rng.choice([1, 1, 3]))):
                 value = rng.choice(readings) if rng.random() > 0.05 else "n/a"
@@ -201,6 +201,10 @@ def reading_updates(
             new.append(("temp", f"w{rng.randrange(turbines)}", rng.choice(readings)))
         elif kind == "remove" and present:
             gone.append(rng.choice(present))
+        elif kind == "join":  # a new turbine, with a reading, next to one of the farm's
+            newcomer = f"w{turbines + step}"
+            new.append(("nb", newcomer, f"w{rng.randrange(turbines)}"))
+            new.append(("temp", newcomer, rng.choice(readings)))
         else:
             i = rng.randrange(turbines - 1)
             edge = ("nb", f"w{i}", f"w{i + 1}")
@@ -306,3 +310,49 @@ def test_aggregates_over_the_same_relations_stay_apart_when_an_update_fails(monk
     ]:
         reasoner.update(add_facts=added, delete_facts=deleted)
         assert set(reasoner.facts()) == plain(reasoner)
+
+
+@pytest.mark.parametrize("derived", [True, False], ids=["bitmaps", "sets"])
+def test_the_kept_partition_follows_changes_of_a_directed_relation(monkeypatch, derived):
+    """`KeptPartition.follow_a` on a directed A, where a set's member set can hold objects
+    that are not its subjects: x1 and x2 share ``{x1, x2, p0, p1}``. Both losing the same
+    object keeps them one set with a smaller member set; both losing different objects
+    splits them; a new subject whose member set is a kept set's joins it; both gaining the
+    same object grows the set. A is derived (member sets are bitmaps) or explicit (sets)."""
+    monkeypatch.setattr(subject_groups, "SHARE_AT", 2)
+    edges = [("x1", "x2"), ("x1", "p0"), ("x1", "p1"), ("x2", "x1"), ("x2", "p0"), ("x2", "p1")]
+    facts = [("nb", a, b) for a, b in edges]
+    facts += [("temp", n, v) for n, v in [("x1", 20), ("x2", 22), ("p0", 24), ("p1", 26)]]
+    facts += [("temp", "p2", 28), ("temp", "p3", 30), ("temp", "p4", 32)]
+    a = "a" if derived else "nb"
+    rules = [
+        "c: a(X, Y) :- nb(X, Y) .",
+        *(
+            f"{f}: {f}nb(X, V) :- aggregate( {a}(X, Y) and temp(Y, T) ) on X with {f}(T) as V ."
+            for f in FUNCTIONS
+        ),
+    ]
+    kinds = []
+    original = subject_groups.KeptPartition.follow_a
+
+    def recording(self, reader, *args):
+        kinds.extend(one.closed.__class__.__name__ for one in self.shared)
+        return original(self, reader, *args)
+
+    monkeypatch.setattr(subject_groups.KeptPartition, "follow_a", recording)
+    reasoner = Reasoner()
+    reasoner.add_facts(facts)
+    reasoner.add_rules("\n".join(rules))
+    steps = [
+        ([("nb", "x1", "p2"), ("nb", "x2", "p2")], []),  # both gain p2: one set, grown
+        ([], [("nb", "x1", "p0"), ("nb", "x2", "p0")]),  # both lose p0: one set, smaller
+        ([], [("nb", "x1", "p2"), ("nb", "x2", "p1")]),  # different losses: split
+        ([("nb", "x1", "p2"), ("nb", "x2", "p1")], []),  # together again
+        ([("nb", "p1", "x1"), ("nb", "p1", "x2"), ("nb", "p1", "p2")], []),  # p1 joins them
+        ([("nb", "x1", "p3"), ("nb", "x2", "p3")], [("nb", "p1", "x1")]),
+        ([("nb", "x1", "p0"), ("nb", "x2", "p4")], []),  # different gains: split
+    ]
+    for added, deleted in steps:
+        reasoner.update(add_facts=added, delete_facts=deleted)
+        assert set(reasoner.facts()) == plain(reasoner)
+    assert set(kinds) == ({"BitMap"} if derived else {"frozenset"})

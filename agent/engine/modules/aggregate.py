@@ -35,11 +35,8 @@ from .subject_groups import (
     GroupReader,
     KeptPartition,
     SubjectShape,
-    affected_subjects,
     group_rows,
-    subject_rows,
     subject_shape,
-    touches,
 )
 
 ROWS_PREDICATE = "zodiac:aggregate-rows"
@@ -152,8 +149,10 @@ class AggregateModule(Module):
         shape = subject_shape(aggregate)
         width = len(aggregate.group_by)
         result = Maintained(strategy="groups")
-        if shape is not None and self.kept is not None and not touches(changes, shape.a):
-            # Only B changed: the kept partition tells which groups, read set by set.
+        if shape is not None:
+            if self.kept is None:
+                return self.read_every_group(rule, aggregate, shape, node, executor, result)
+            # The kept partition tells which groups, read set by set.
             reader = GroupReader(shape, node.view, executor, aggregate.function, None)
             found = self.kept.changed_rows(reader, changes)
             news = {(x,): None if row is None else (x, row) for x, row in found.items()}
@@ -161,50 +160,33 @@ class AggregateModule(Module):
             return self.replace_rows(rule, aggregate, node, executor, news, result)
         known = len(self.group_heads)
         enough = self.costs.aggregate_recompute_group_share * known
-        if shape is not None:
-            self.kept = None
-            groups = {(x,) for x in affected_subjects(shape, node.view, changes, enough)}
-            if len(groups) > enough or not touches(changes, shape.a):
-                # Most groups touched (RS1: a new turbine joins every neighbourhood), or the
-                # partition was dropped by an earlier change of A: every group read again,
-                # shared sets together, and the partition kept for the changes to come; only
-                # the groups whose row changed replace their heads.
-                return self.read_every_group(rule, aggregate, shape, node, executor, result)
-        else:
-            groups = self.affected_groups(rule, aggregate, node, executor, changes)
+        groups = self.affected_groups(rule, aggregate, node, executor, changes)
         if not groups:
             return result
         if len(groups) > enough:
             # Evaluating the body once per touched group reads the same substitutions as the
             # full evaluation, through index probes instead of one scan: when most groups
-            # are touched (RS1: a new turbine joins every turbine's neighbourhood), the
-            # full evaluation is the cheaper way to the same rows.
+            # are touched (a value every group reads changed), the full evaluation is the
+            # cheaper way to the same rows.
             return self.recompute(
                 node, executor, f"recompute ({len(groups)} of {known} groups touched)"
             )
-        if shape is not None:
-            subjects = [x for (x,) in groups]
-            rows = {
-                (x, r)
-                for x, r in subject_rows(aggregate, shape, node.view, executor, subjects).items()
-            }
-        else:
-            variables = substitution_variables(aggregate)
-            group_atom = Atom(GROUPS_PREDICATE, aggregate.group_by)
-            body = [group_atom, *aggregate.body]
-            substitutions: set[tuple[int, ...]] = set()
-            executor.run(
-                rule,
-                node.view,
-                substitutions,
-                0,
-                groups,
-                body=body,
-                head_terms=variables,
-                sources=[[], *deltas.sources_for(aggregate.body, node.view)],
-                variant=Variant.AGGREGATE_GROUPS,
-            )
-            rows = self.reduce(aggregate, variables, substitutions, executor)
+        variables = substitution_variables(aggregate)
+        group_atom = Atom(GROUPS_PREDICATE, aggregate.group_by)
+        body = [group_atom, *aggregate.body]
+        substitutions: set[tuple[int, ...]] = set()
+        executor.run(
+            rule,
+            node.view,
+            substitutions,
+            0,
+            groups,
+            body=body,
+            head_terms=variables,
+            sources=[[], *deltas.sources_for(aggregate.body, node.view)],
+            variant=Variant.AGGREGATE_GROUPS,
+        )
+        rows = self.reduce(aggregate, variables, substitutions, executor)
         news: dict[tuple, tuple | None] = dict.fromkeys(groups)
         news.update((row[:width], row) for row in rows)
         return self.replace_rows(rule, aggregate, node, executor, news, result)
