@@ -142,12 +142,15 @@ def composition_shape(rule: Rule) -> CompositionPattern | None:
 
 class Bitmaps:
     """``B[y]`` as a bitmap (less ``N[y]`` when the rule negates ``N(y, z)``), converted on
-    first use and kept for the rest of the call."""
+    first use and kept for the rest of the call, with the keys converted (``seen``) and
+    those whose ``B[y]`` has objects (``present``)."""
 
     def __init__(self, lookup: Lookup, blocked: Lookup | None = None) -> None:
         self.lookup = lookup
         self.blocked = blocked
         self.known: dict[int, BitMap] = {}
+        self.seen = BitMap()
+        self.present = BitMap()
 
     def __call__(self, key: int) -> BitMap:
         got = self.known.get(key)
@@ -158,33 +161,35 @@ class Bitmaps:
                 if blocked:
                     got = got - as_bitmap(blocked)
             self.known[key] = got
+            self.seen.add(key)
+            if got:
+                self.present.add(key)
         return got
 
     def convert_all(self) -> None:
         """Convert every ``B[y]`` now, for a pass over every subject (which needs about all
-        of them): `union` then gathers its bitmaps in C instead of a Python call per ``y``,
-        and only for the ``y`` that have objects (``present``)."""
+        of them): `union` then gathers its bitmaps in C instead of a Python call per ``y``."""
         for key in self.lookup.keys():  # noqa: SIM118 (a Lookup, not a dict)
             self(key)
-        self.present = BitMap(key for key, objects in self.known.items() if objects)
         self.complete = True
 
     complete = False  # every B[y] converted (convert_all)
-    present: BitMap | None = None  # (with complete) the keys whose B[y] is not empty
 
     def union(self, keys: AbstractSet[int]) -> BitMap:
         """The union of ``B[y]`` over ``keys``: one many-way union in C, after converting the
         keys not seen yet (a set difference in C: recomputed subjects share most of their
-        ``y``, and a Python call per ``y`` cost more than the union). Once every ``B[y]`` is
-        converted, a bitmap of keys is first cut to those with objects (in C): a subject
-        whose ``y`` have none (RS2's r15 once ``p12`` is empty: 200 keys per subject) costs
-        one intersection."""
+        ``y``, and a Python call per ``y`` cost more than the union). A bitmap of keys is cut
+        to those whose ``B[y]`` has objects first (in C): a subject whose ``y`` have none
+        (RS2's r15 once ``p12`` is empty: 200 keys per subject) costs one intersection."""
         known = self.known
+        if keys.__class__ is BitMap:
+            if not self.complete:
+                for key in keys - self.seen:
+                    self(key)
+            return BitMap().union(*map(known.__getitem__, keys & self.present))
         if not self.complete:
             for key in python_set(keys).difference(known):
                 self(key)
-        elif keys.__class__ is BitMap:
-            return BitMap().union(*map(known.__getitem__, keys & self.present))
         return BitMap().union(*map(known.get, keys, repeat(NO_IDS)))
 
 
