@@ -23,7 +23,7 @@ joins every neighbourhood) keeps its subjects, the others are partitioned afresh
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -48,6 +48,10 @@ from .subject_changes import NO_IDS, group_by_column
 # (RS1's count and median of the neighbours' readings) starts from a copy of the other's. A
 # and B are below both, so they do not change in between.
 _PARTITIONS: WeakKeyDictionary[BudgetGuard, dict[tuple, tuple]] = WeakKeyDictionary()
+
+# Changed objects of B above which a shared set's kept values are read again rather than
+# followed value by value.
+FOLLOWED_CHANGES = 64
 
 # Groups with fewer members are read on their own: finding who shares a member set costs a
 # bitmap copy per group, more than reading a few members.
@@ -156,12 +160,39 @@ class SharedSet:
     owns: dict[int, tuple[int, ...]] = field(default_factory=dict)
     by_own: dict[tuple[int, ...], set[int]] = field(default_factory=dict)
     outcomes: dict[tuple[int, ...], Outcome] = field(default_factory=dict)
+    # The members' values, sorted, as the last read found them (all numbers), kept up to
+    # date by `follow_b`; None: read them again.
+    values: list | None = None
 
     def copy(self) -> SharedSet:
         """A set of the same subjects whose own objects and results change apart from
         this one's (the member set, subjects and loops are never changed once found)."""
         by_own = {own: set(xs) for own, xs in self.by_own.items()}
-        return SharedSet(self.closed, self.xs, self.loops, dict(self.owns), by_own)
+        copied = SharedSet(self.closed, self.xs, self.loops, dict(self.owns), by_own)
+        copied.values = None if self.values is None else list(self.values)
+        return copied
+
+    def follow_b(self, lost: dict, gained: dict, ys: Iterable[int], decode: list) -> None:
+        """Bring the kept values up to date with the objects ``ys`` of the member set lost
+        and gained (by bisection: a reading replaced moves one value); a value that is not
+        a number, or one not found, leaves them to be read again."""
+        values = self.values
+        if values is None:
+            return
+        for y in ys:
+            for t in lost.get(y, ()):
+                value = decode[t]
+                at = bisect_left(values, value)
+                if at == len(values) or values[at] != value:
+                    self.values = None
+                    return
+                del values[at]
+            for t in gained.get(y, ()):
+                value = decode[t]
+                if value.__class__ is not int and value.__class__ is not float:
+                    self.values = None
+                    return
+                insort(values, value)
 
     def own(self, x: int, objects: tuple[int, ...]) -> None:
         """Record that x leaves out ``objects`` (and no longer what it left out before)."""
@@ -359,12 +390,15 @@ class GroupReader:
                 return aggregate_value(self.function, values) if size else (None, 0)
 
         else:
-            values = [decode[t] for t in chain.from_iterable(buckets)]
-            if not all(v.__class__ is int or v.__class__ is float for v in values):
-                shared.outcomes.clear()  # (the next read gives every group again)
-                found = self.alone_rows(shared.xs)
-                return found if moved is None else {**dict.fromkeys(shared.xs), **found}
-            values.sort()
+            values = shared.values
+            if values is None:
+                values = [decode[t] for t in chain.from_iterable(buckets)]
+                if not all(v.__class__ is int or v.__class__ is float for v in values):
+                    shared.outcomes.clear()  # (the next read gives every group again)
+                    found = self.alone_rows(shared.xs)
+                    return found if moved is None else {**dict.fromkeys(shared.xs), **found}
+                values.sort()
+                shared.values = values
             function = ON_SORTED.get(self.function) or AGGREGATES[self.function]
 
             def result(own: tuple[int, ...]) -> tuple[object | None, int]:
@@ -482,7 +516,8 @@ class KeptPartition:
         if a_plus or a_minus:
             self.follow_a(reader, a_plus or (), a_minus or (), found, moved, stale, done)
         net: dict[int, int] = {}  # y -> how many objects B[y] gained (lost: negative)
-        for delta, sign in ((changes.minus.get(shape.b), -1), (changes.plus.get(shape.b), 1)):
+        b_minus, b_plus = changes.minus.get(shape.b), changes.plus.get(shape.b)
+        for delta, sign in ((b_minus, -1), (b_plus, 1)):
             for y, count in column_counts(delta or (), shape.b_y).items():
                 net[y] = net.get(y, 0) + sign * count
         for y in net:  # (what a subject leaves out of its set's members is its own B[y])
@@ -492,6 +527,7 @@ class KeptPartition:
                 moved.setdefault(id(one), []).append(y)
         ys = {y for y, count in net.items() if count} if reader.sized else set(net)
         ys_bitmap = BitMap(ys)
+        b_lost = b_gained = None  # (B's changes by y, grouped for the first set kept values)
         for one in self.shared:
             if id(one) in done:
                 continue
@@ -501,6 +537,15 @@ class KeptPartition:
                 if closed.__class__ is BitMap
                 else not closed.isdisjoint(ys)
             )
+            if meets and one.values is not None:  # (None after a change of its member set)
+                if len(ys) > FOLLOWED_CHANGES:
+                    one.values = None  # (reading the set again costs less)
+                else:
+                    if b_lost is None or b_gained is None:
+                        b_lost = group_by_column(b_minus or (), shape.b_y)
+                        b_gained = group_by_column(b_plus or (), shape.b_y)
+                    decode = reader.executor.terms.values
+                    one.follow_b(b_lost, b_gained, filter(closed.__contains__, ys), decode)
             if meets or id(one) in stale:  # (a subject whose B changed is in its set: it
                 # meets, but for a count only a change of B's size does: the same number of
                 # own objects leaves the same number of members)
@@ -552,6 +597,7 @@ class KeptPartition:
                     else ((closed | frozenset(plus)) - frozenset(minus))
                 )
                 one.closed = closed  # (a new object: copies share the old one)
+                one.values = None
                 stale.add(id(one))
                 kept.append(one)
             else:
