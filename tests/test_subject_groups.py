@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from agent.engine import Reasoner
 from agent.engine.language import Program
-from agent.engine.modules import subject_groups
+from agent.engine.modules import kept_groups, subject_groups
 from tests.reference import evaluate
 from tests.strategies import random_fact_updates
 
@@ -227,14 +227,14 @@ def test_groups_kept_across_reading_changes_equal_plain_evaluation(
     leaves out the same reading as others whose results stay."""
     monkeypatch.setattr(subject_groups, "SHARE_AT", threshold)
     kept = []
-    original = subject_groups.KeptPartition.changed_rows
+    original = kept_groups.KeptPartition.changed_rows
 
     def counting(self, reader, changes):
         found = original(self, reader, changes)
         kept.append(len(found))
         return found
 
-    monkeypatch.setattr(subject_groups.KeptPartition, "changed_rows", counting)
+    monkeypatch.setattr(kept_groups.KeptPartition, "changed_rows", counting)
     rng = random.Random(turbines * 11 + len(variant) + few)
     small = turbines <= 12
     readings, per_turbine = (FEW_READINGS, (1,)) if few else (READINGS, (0, 1, 1, 1, 2, 3))
@@ -337,13 +337,13 @@ def test_the_kept_partition_follows_changes_of_a_directed_relation(monkeypatch, 
         ),
     ]
     kinds = []
-    original = subject_groups.KeptPartition.follow_a
+    original = kept_groups.KeptPartition.follow_a
 
     def recording(self, reader, *args):
         kinds.extend(one.closed.__class__.__name__ for one in self.shared)
         return original(self, reader, *args)
 
-    monkeypatch.setattr(subject_groups.KeptPartition, "follow_a", recording)
+    monkeypatch.setattr(kept_groups.KeptPartition, "follow_a", recording)
     reasoner = Reasoner()
     reasoner.add_facts(facts)
     reasoner.add_rules("\n".join(rules))

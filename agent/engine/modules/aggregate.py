@@ -31,9 +31,9 @@ from ..language import Aggregate, Atom, Bind, Constant, Negation, Rule, Variable
 from ..store import DataStoreBag, Relation
 from . import deltas
 from .base import Maintained, Module, NodeState
+from .kept_groups import KeptPartition
 from .subject_groups import (
     GroupReader,
-    KeptPartition,
     SubjectShape,
     group_rows,
     subject_shape,
