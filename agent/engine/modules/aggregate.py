@@ -56,6 +56,13 @@ def substitution_variables(aggregate: Aggregate) -> tuple[Variable, ...]:
     return tuple(sorted(found, key=lambda v: v.name))
 
 
+def heads_are_rows(rule: Rule, aggregate: Aggregate) -> bool:
+    """Whether the rule's head facts are its aggregate's rows ``(group..., result)``: the
+    head lists the group variables then the result, and nothing follows the aggregate."""
+    rest = [item for item in rule.body if not isinstance(item, Aggregate)]
+    return not rest and tuple(rule.head.terms) == (*aggregate.group_by, aggregate.result)
+
+
 class AggregateModule(Module):
     name = "aggregate"
 
@@ -65,8 +72,12 @@ class AggregateModule(Module):
         # Each group's row ``(group..., result)``: a group whose row a change leaves as it was
         # keeps its heads untouched.
         self.rows: dict[tuple, tuple] = {}
-        # A subject-shaped aggregate's partition of its groups, while A is unchanged.
+        # A subject-shaped aggregate's partition of its groups, kept between updates.
         self.kept: KeptPartition | None = None
+        # The head is the row itself (``h(X, N) :- aggregate(...) on X with f(T) as N``, no
+        # comparison or bind after): each group's head is its row, so no head bookkeeping
+        # (``group_heads``, ``head_groups``) is kept.
+        self.direct = False
         self.stale = False  # IDB loaded from saved state: groups unknown until recomputed
 
     def adopt(self, node: NodeState) -> None:
@@ -103,6 +114,10 @@ class AggregateModule(Module):
                 rows = self.reduce(aggregate, variables, substitutions, executor)
             width = len(aggregate.group_by)
             self.rows = {row[:width]: row for row in rows}
+            self.direct = heads_are_rows(rule, aggregate)
+            if self.direct:
+                node.own(rule.head.relation).add_all(rows)
+                continue
             heads = self.heads_by_group(rule, aggregate, rows, node, executor)
             for group, produced in heads.items():
                 self.remember(group, produced)
@@ -158,7 +173,7 @@ class AggregateModule(Module):
             news = {(x,): None if row is None else (x, row) for x, row in found.items()}
             result.strategy = "groups (partition kept)"
             return self.replace_rows(rule, aggregate, node, executor, news, result)
-        known = len(self.group_heads)
+        known = len(self.rows)
         enough = self.costs.aggregate_recompute_group_share * known
         groups = self.affected_groups(rule, aggregate, node, executor, changes)
         if not groups:
@@ -228,17 +243,22 @@ class AggregateModule(Module):
         if not changed:
             return result
         fresh = {row for row in changed.values() if row is not None}
-        heads = self.heads_by_group(rule, aggregate, fresh, node, executor)
         removed: set = set()
-        added: set = set()
+        if self.direct:  # (a group's head is its row)
+            added = fresh
+            removed.update(rows[group] for group in changed if group in rows)
+        else:
+            added = set()
+            heads = self.heads_by_group(rule, aggregate, fresh, node, executor)
+            for group in changed:
+                removed.update(self.forget(group))
+            for group, produced in heads.items():
+                added.update(self.remember(group, produced))
         for group, row in changed.items():
-            removed.update(self.forget(group))
             if row is None:
                 del rows[group]
             else:
                 rows[group] = row
-        for group, produced in heads.items():
-            added.update(self.remember(group, produced))
         relation = node.own(rule.head.relation)
         really_removed = removed - added
         really_added = added - removed
