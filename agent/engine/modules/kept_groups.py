@@ -59,9 +59,9 @@ class KeptPartition:
         """The results now (None: no row) of the groups the change can affect."""
         shape = reader.shape
         found: dict[int, int | None] = {}
-        moved: dict[int, list[int]] = {}  # id of a set -> its subjects to give in any case
-        stale: set[int] = set()  # ids of sets whose member set changed
-        done: set[int] = set()  # ids of sets read whole already
+        moved: dict[SharedSet, list[int]] = {}  # a set -> its subjects to give in any case
+        stale: set[SharedSet] = set()  # the sets whose member set changed
+        done: set[SharedSet] = set()  # the sets read whole already
         a_plus, a_minus = changes.plus.get(shape.a), changes.minus.get(shape.a)
         if a_plus or a_minus:
             self.follow_a(reader, a_plus or (), a_minus or (), found, moved, stale, done)
@@ -72,14 +72,14 @@ class KeptPartition:
                 net[y] = net.get(y, 0) + sign * count
         for y in net:  # (what a subject leaves out of its set's members is its own B[y])
             one = self.set_of.get(y)
-            if one is not None and id(one) not in done:
+            if one is not None and one not in done:
                 reader.read_owns(one, (y,))
-                moved.setdefault(id(one), []).append(y)
+                moved.setdefault(one, []).append(y)
         ys = {y for y, count in net.items() if count} if reader.sized else set(net)
         ys_bitmap = BitMap(ys)
-        b_lost = b_gained = None  # (B's changes by y, grouped for the first set kept values)
+        b_lost = b_gained = None  # (B's changes by y, grouped when kept values need them)
         for one in self.shared:
-            if id(one) in done:
+            if one in done:
                 continue
             closed = one.closed
             meets = (
@@ -96,10 +96,10 @@ class KeptPartition:
                         b_gained = group_by_column(b_plus or (), shape.b_y)
                     decode = reader.executor.terms.values
                     one.follow_b(b_lost, b_gained, filter(closed.__contains__, ys), decode)
-            if meets or id(one) in stale:  # (a subject whose B changed is in its set: it
+            if meets or one in stale:  # (a subject whose B changed is in its set: it
                 # meets, but for a count only a change of B's size does: the same number of
                 # own objects leaves the same number of members)
-                found.update(reader.shared_rows(one, moved.get(id(one), ())))
+                found.update(reader.shared_rows(one, moved.get(one, ())))
         if self.alone and ys:
             reached = subjects_reaching(shape, reader.view, ys) & self.alone
             found.update(dict.fromkeys(reached))
@@ -112,9 +112,9 @@ class KeptPartition:
         a_plus: Iterable[tuple[int, int]],
         a_minus: Iterable[tuple[int, int]],
         found: dict[int, int | None],
-        moved: dict[int, list[int]],
-        stale: set[int],
-        done: set[int],
+        moved: dict[SharedSet, list[int]],
+        stale: set[SharedSet],
+        done: set[SharedSet],
     ) -> None:
         """Bring the partition up to date with a change of A (class docstring): the sets
         whose member set changed go to ``stale``; the subjects partitioned afresh get their
@@ -148,14 +148,14 @@ class KeptPartition:
                 )
                 one.closed = closed  # (a new object: copies share the old one)
                 one.values = None
-                stale.add(id(one))
+                stale.add(one)
                 kept.append(one)
             else:
                 loose.update(xs)
                 for x in xs:
                     del self.set_of[x]
         self.shared = kept
-        self.merge_equal([one for one in kept if id(one) in stale], stale)
+        self.merge_equal([one for one in kept if one in stale], stale)
         if not loose:
             return
         found.update(dict.fromkeys(loose))
@@ -165,12 +165,12 @@ class KeptPartition:
         found.update(fresh.rows(alone, shared))
         self.alone.update(alone)
         for one in shared:
-            done.add(id(one))
+            done.add(one)
             self.shared.append(one)
             for x in one.xs:
                 self.set_of[x] = one
 
-    def merge_equal(self, changed: list[SharedSet], stale: set[int]) -> None:
+    def merge_equal(self, changed: list[SharedSet], stale: set[SharedSet]) -> None:
         """Make one set of changed sets whose member sets became equal (two components
         joined by an edge: each side gained the other), so that the set is read once; the
         merged set has no results yet (each of its groups is given again)."""
@@ -194,17 +194,17 @@ class KeptPartition:
                     for x in one.xs:
                         merged.own(x, one.owns[x])
                         self.set_of[x] = merged
-                gone = {id(one) for one in (first, *equal)}
-                self.shared = [one for one in self.shared if id(one) not in gone]
+                gone = {first, *equal}
+                self.shared = [one for one in self.shared if one not in gone]
                 self.shared.append(merged)
-                stale.add(id(merged))
+                stale.add(merged)
 
     def join_kept(
         self,
         fresh: GroupReader,
         alone: list[int],
-        moved: dict[int, list[int]],
-        stale: set[int],
+        moved: dict[SharedSet, list[int]],
+        stale: set[SharedSet],
     ) -> list[int]:
         """Put each of ``alone`` whose ``A[x] | {x}`` is a kept set's member set into that
         set (a new turbine of a farm); returns the others."""
@@ -226,8 +226,8 @@ class KeptPartition:
                         one.loops = one.loops | {x}
                     fresh.read_owns(one, (x,))
                     self.set_of[x] = one
-                    moved.setdefault(id(one), []).append(x)
-                    stale.add(id(one))
+                    moved.setdefault(one, []).append(x)
+                    stale.add(one)
                     break
             else:
                 others.append(x)

@@ -139,7 +139,7 @@ ON_SORTED = {"med": median_of_sorted, "min": itemgetter(0), "max": itemgetter(-1
 Outcome = tuple[int | None, int]  # a result's term id (None: no row) and the errors met
 
 
-@dataclass
+@dataclass(eq=False)  # (compared and hashed by identity: kept in sets)
 class SharedSet:
     """Subjects whose groups share the member set ``closed`` (``A[x] | {x}`` for each x in
     ``xs``). Group x's members are those of ``closed`` less the objects ``owns[x]`` (``B[x]``,
