@@ -13,10 +13,10 @@ use a changed fact (over the old state for deletions, the new one for insertions
 recomputed from scratch, and a group whose row ``(group..., result)`` changed replaces its old
 head facts (each group's row is kept: a group whose result stayed puts nothing through the
 rule's comparisons and binds again). Which group produced which head fact is remembered, with a
-count, because a head that omits a group variable can be produced by several groups. An
-aggregate read a subject at a time (subject_groups.py) keeps how its groups share member sets
-while its first relation does not change, so that a reading changed reads only the groups it
-reaches.
+count, because a head that omits a group variable can be produced by several groups (when the
+head is the row itself, nothing is). An aggregate read a subject at a time (subject_groups.py)
+keeps how its groups share member sets between updates (kept_groups.py), so that a reading
+changed reads only the groups it reaches.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from .base import Maintained, Module, NodeState
 from .kept_groups import KeptPartition
 from .subject_groups import (
     GroupReader,
-    SubjectShape,
     group_rows,
     subject_shape,
 )
@@ -165,8 +164,8 @@ class AggregateModule(Module):
         width = len(aggregate.group_by)
         result = Maintained(strategy="groups")
         if shape is not None:
-            if self.kept is None:
-                return self.read_every_group(rule, aggregate, shape, node, executor, result)
+            if self.kept is None:  # (materialise keeps one: not reached)
+                return self.recompute(node, executor, "recompute (no partition kept)")
             # The kept partition tells which groups, read set by set.
             reader = GroupReader(shape, node.view, executor, aggregate.function, None)
             found = self.kept.changed_rows(reader, changes)
@@ -204,26 +203,6 @@ class AggregateModule(Module):
         rows = self.reduce(aggregate, variables, substitutions, executor)
         news: dict[tuple, tuple | None] = dict.fromkeys(groups)
         news.update((row[:width], row) for row in rows)
-        return self.replace_rows(rule, aggregate, node, executor, news, result)
-
-    def read_every_group(
-        self,
-        rule: Rule,
-        aggregate: Aggregate,
-        shape: SubjectShape,
-        node: NodeState,
-        executor: Executor,
-        result: Maintained,
-    ) -> Maintained:
-        """Every group of a subject-shaped aggregate read again (and its partition kept);
-        the groups it had before and has no row for now lose theirs."""
-        reader = GroupReader(shape, node.view, executor, aggregate.function, None)
-        alone, shared = reader.partition()
-        self.kept = KeptPartition(alone, shared)
-        found = dict.fromkeys(x for (x,) in self.rows)
-        found.update(reader.rows(alone, shared))
-        news = {(x,): None if row is None else (x, row) for x, row in found.items()}
-        result.strategy = "groups (every group read)"
         return self.replace_rows(rule, aggregate, node, executor, news, result)
 
     def replace_rows(
