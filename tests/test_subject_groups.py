@@ -369,3 +369,43 @@ def test_the_kept_partition_follows_changes_of_a_directed_relation(monkeypatch, 
         assert strategies == {"groups (partition kept)"}
         assert set(reasoner.facts()) == plain(reasoner)
     assert set(kinds) == ({"BitMap"} if derived else {"frozenset"})
+
+
+def test_a_partition_built_by_a_failed_update_is_not_used_by_its_rollback(monkeypatch):
+    """An update that splits the farm (the driver recomputes the aggregates: the first one
+    partitions the new neighbourhoods) and fails at the second aggregate is rolled back: the
+    neighbourhoods are restored and the first aggregate computed again, from a partition of
+    the restored neighbourhoods, not the failed update's."""
+    from agent.engine.modules.aggregate import AggregateModule
+
+    facts = [("nb", f"w{i}", f"w{i + 1}") for i in range(59)]
+    facts += [("temp", f"w{i}", 20 + i % 7) for i in range(60)]
+    rules = [  # (two aggregates over the same relations: the second one fails)
+        "s: nb(X, Y) :- nb(Y, X) .",
+        TRANSITIVE["irreflexive"],
+        *(
+            f"{f}: {f}nb(X, V) :- aggregate( nb(X, Y) and temp(Y, T) ) on X with {f}(T) as V ."
+            for f in ("count", "sum")
+        ),
+    ]
+    reasoner = Reasoner()
+    reasoner.add_facts(facts)
+    reasoner.add_rules("\n".join(rules))
+    before = set(reasoner.facts())
+    original = AggregateModule.materialise
+    calls = []
+
+    def failing_second(self, node, executor):
+        calls.append(self)
+        if len(calls) == 2:
+            raise RuntimeError("injected failure after one aggregate was recomputed")
+        return original(self, node, executor)
+
+    monkeypatch.setattr(AggregateModule, "materialise", failing_second)
+    with pytest.raises(RuntimeError, match="injected"):
+        reasoner.update(delete_facts=[("nb", "w29", "w30")])  # the farm splits in two
+    monkeypatch.setattr(AggregateModule, "materialise", original)
+    assert len(calls) > 2  # (recomputed over the split farm, then again by the rollback)
+    assert set(reasoner.facts()) == before
+    reasoner.update(add_facts=[("temp", "w3", 41)], delete_facts=[("temp", "w3", 23)])
+    assert set(reasoner.facts()) == plain(reasoner, reference=False)

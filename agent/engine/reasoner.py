@@ -405,7 +405,11 @@ class Reasoner:
                 self.nodes = driver.run(deleted_keys, extend_merges=pure_insertion)
             except BaseException:
                 # Over budget, or a failure half way: back to the state before the update.
+                # The rollback is not part of the update: it runs outside its guard, so that
+                # nothing kept for the update's length (aggregate partitions of the new state,
+                # by the guard) is read back.
                 guard.stop()
+                self.executor.guard = NO_GUARD
                 driver.rollback()
                 raise
             finally:
