@@ -287,13 +287,17 @@ class GroupReader:
 
     def partition_key(self) -> tuple:
         """What a partition of every subject depends on: A and B, by the relations the view
-        reads them from, and their columns."""
+        reads them from (and their sizes, a guard: within one update they do not change),
+        and their columns."""
         shape, view = self.shape, self.view
+        a, b = view.relations(shape.a), view.relations(shape.b)
         return (
             shape.a_x,
             shape.b_y,
-            tuple(map(id, view.relations(shape.a))),
-            tuple(map(id, view.relations(shape.b))),
+            tuple(map(id, a)),
+            tuple(map(id, b)),
+            tuple(map(len, a)),
+            tuple(map(len, b)),
         )
 
     def first_owns(self, shared: SharedSet) -> None:
