@@ -3,7 +3,12 @@ their member set read together: equal to plain evaluation (``modules=False``, wh
 the aggregate body as a rule) for every function, with loops (a subject its own member),
 several readings per subject, readings that are not numbers, missing readings, and after
 random updates; with the sharing threshold lowered so that small graphs take the shared path,
-and at the default threshold on components larger than it."""
+and at the default threshold on components larger than it.
+
+The partition kept between updates (agent/engine/modules/kept_groups.py): long runs of an
+agent's updates, the cases a result per own reading can hide, a directed A whose sets grow,
+shrink, split and gain subjects, and failures half way through an update (the rollback must
+not reuse what the failed update kept)."""
 
 from __future__ import annotations
 
@@ -53,7 +58,10 @@ FEW_READINGS = [24, 25, 26.5, 27]
 
 
 def farm(
-    rng: random.Random, turbines: int, readings: list = READINGS, per_turbine=(0, 1, 1, 1, 2, 3)
+    rng: random.Random,
+    turbines: int,
+    readings: list = READINGS,
+    per_turbine: tuple[int, ...] = (0, 1, 1, 1, 2, 3),
 ) -> list[tuple]:
     """A few chains of turbines (three on average), some loops, one to three readings each
     (a few missing, a few that are not numbers)."""
