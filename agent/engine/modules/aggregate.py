@@ -164,8 +164,7 @@ class AggregateModule(Module):
         width = len(aggregate.group_by)
         result = Maintained(strategy="groups")
         if shape is not None:
-            if self.kept is None:  # (materialise keeps one: not reached)
-                return self.recompute(node, executor, "recompute (no partition kept)")
+            assert self.kept is not None  # (materialise keeps one for such an aggregate)
             # The kept partition tells which groups, read set by set.
             reader = GroupReader(shape, node.view, executor, aggregate.function, None)
             found = self.kept.changed_rows(reader, changes)

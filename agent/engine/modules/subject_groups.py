@@ -276,7 +276,7 @@ class GroupReader:
         kept = []
         for shared in sets:
             if len(shared.xs) > 1:
-                self.first_owns(shared)
+                self.read_owns(shared, shared.xs)
                 kept.append(shared)
             else:
                 alone.extend(shared.xs)
@@ -300,29 +300,18 @@ class GroupReader:
             tuple(map(len, b)),
         )
 
-    def first_owns(self, shared: SharedSet) -> None:
-        """What each subject of a new set leaves out of its members (`read_owns` for all
-        of them at once: a bitmap's objects come sorted, and nothing is recorded yet)."""
-        owns, by_own, loops = shared.owns, shared.by_own, shared.loops
-        for x, objects in zip(shared.xs, self.b_out.values_of(shared.xs), strict=True):
+    def read_owns(self, shared: SharedSet, xs: Iterable[int]) -> None:
+        """Record what each of ``xs`` leaves out of its set's members: its own objects in
+        B, sorted (a bitmap's come sorted), or none when it is its own member."""
+        loops = shared.loops
+        for x, objects in zip(xs, self.b_out.values_of(xs), strict=True):
             if x in loops or not objects:
                 own: tuple[int, ...] = ()
             elif objects.__class__ is BitMap or len(objects) == 1:
                 own = tuple(objects)
             else:
                 own = tuple(sorted(objects))
-            owns[x] = own
-            sharing = by_own.get(own)
-            if sharing is None:
-                by_own[own] = {x}
-            else:
-                sharing.add(x)
-
-    def read_owns(self, shared: SharedSet, xs: Iterable[int]) -> None:
-        """Record again what each of ``xs`` leaves out of its set's members."""
-        loops, b_out = shared.loops, self.b_out
-        for x in xs:
-            shared.own(x, () if x in loops else tuple(sorted(b_out(x))))
+            shared.own(x, own)
 
     def rows(self, alone: Iterable[int], shared: Iterable[SharedSet]) -> Rows:
         """The results of the groups of ``alone`` and of every subject of the ``shared``
