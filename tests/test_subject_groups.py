@@ -37,6 +37,11 @@ def program(symmetric_rule: str) -> str:
         ),
         "one: onenb(X, V) :- aggregate( nb(X, Y) and temp(Y, T) ) on X with sum(1) as V .",
         "w: weird(X, V) :- aggregate( temp(Y, T) and nb(Y, X) ) on X with min(<a>) as V .",
+        # Heads that are not the rows: a comparison after, columns reordered; a head without
+        # the group variable, which several groups produce.
+        "big: bignb(V, X) :- aggregate( nb(X, Y) and temp(Y, T) ) on X with max(T) as V "
+        "and V > 30 .",
+        "lvl: levelnb(V) :- aggregate( nb(X, Y) and temp(Y, T) ) on X with min(T) as V .",
     ]
     return "\n".join(lines)
 
