@@ -58,6 +58,7 @@ from agent.engine.errors import ZodiacError
 from agent.engine.language import Literal, Program, Rule, Value, atom_fact
 from agent.engine.parser import parse_program
 from agent.engine.reasoner import Reasoner
+from agent.engine.rule_form import rule_form
 from agent.engine.sameas.component import SAME_AS, mentions_equality
 from agent.engine.store import (
     SUBJECT,
@@ -68,9 +69,10 @@ from agent.engine.store import (
     by_subject,
 )
 from agent.engine.subject_facts import SubjectFacts
+from agent.saved_rules import form_of_text, parse_saved_rule, read_saved_rules
 
 FORMAT = "zodiac-edge agent state"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 EXPECTED_TABLES = {
     "meta",
@@ -104,8 +106,8 @@ CREATE TABLE facts (
 CREATE INDEX facts_by_source ON facts (source);
 CREATE TABLE rules (
     name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,
-    bundle_id TEXT, position INTEGER NOT NULL, PRIMARY KEY (name, stream)
-);  -- one row per (rule name, source claiming it)
+    bundle_id TEXT, position INTEGER NOT NULL, form TEXT, PRIMARY KEY (name, stream)
+);  -- one row per (rule name, source claiming it), form: agent/engine/rule_form.py
 CREATE TABLE reading_times (
     source TEXT NOT NULL, sensor TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (source, sensor)
 ) WITHOUT ROWID;  -- the time of the newest reading applied, per sensor of a source
@@ -129,6 +131,11 @@ CREATE TABLE derived (
     PRIMARY KEY (node, rel, chunk)
 );  -- one row per (hyper-node, relation, chunk of prefixes): agent/derived_rows.py
 """
+# The rules table of schema versions 3 to 6 (version 7 added the form).
+RULES_V3 = """CREATE TABLE rules (
+    name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,
+    bundle_id TEXT, position INTEGER NOT NULL, PRIMARY KEY (name, stream)
+)"""
 # The derived table of schema versions 4 and 5: one row per (hyper-node, relation, prefix).
 DERIVED_V4 = """CREATE TABLE derived (
     node INTEGER NOT NULL, rel INTEGER NOT NULL, a0 INTEGER NOT NULL, a1 INTEGER NOT NULL,
@@ -251,9 +258,11 @@ class AgentState:
     def check_integrity(self) -> list[str]:
         """What makes the file unusable although SQLite finds it sound: terms of unknown kinds
         or values that are not what their kind says, term ids with gaps, facts naming terms
-        or relations that do not exist, saved rules that do not parse. ``zodiac-agent status``
-        reports these; opening the state for use refuses them. (The rules parsed here are
-        kept for the load that follows, which would otherwise parse them again.)"""
+        or relations that do not exist, saved rules that do not read back (from their
+        form, or their text where they have none: agent/saved_rules.py) or fail validation.
+        ``zodiac-agent status`` reports these; opening the state for use refuses them. (The
+        rules read here are kept for the load that follows, which would otherwise read them
+        again.)"""
         conn = self.conn
         problems = []
         self._parsed_rules = {}
@@ -292,17 +301,13 @@ class AgentState:
             ).fetchone()[0]
             if dangling:
                 problems.append(f"{dangling} representative(s) name missing terms")
-        saved = conn.execute("SELECT name, text FROM rules").fetchall()
-        parsed = _parse_rules_at_once(saved)
-        if parsed is not None:
-            self._parsed_rules = parsed
-        else:  # one by one, to name the damaged one
-            for name, text in saved:
-                try:
-                    self._parsed_rules[name, text] = _parse_rule(name, text)
-                except (ZodiacError, ValueError) as error:
-                    problems.append(f"saved rule {clip(name)} is damaged: {clip(error)}")
-                    break
+        columns = {column for _, column, *_ in conn.execute("PRAGMA table_info(rules)")}
+        form = "form" if "form" in columns else "NULL"  # (an older file: no forms yet)
+        saved = conn.execute(f"SELECT name, text, {form} FROM rules").fetchall()
+        self._parsed_rules, damage = read_saved_rules(saved)
+        if damage:
+            name, reason = damage
+            problems.append(f"saved rule {clip(name)} is damaged: {clip(reason)}")
         return problems
 
     # ------------------------------------------------------------------ opening
@@ -388,7 +393,9 @@ class AgentState:
             "SELECT name, text, stream FROM rules ORDER BY position"
         ):
             rule = (
-                rules.get(name) or self._parsed_rules.get((name, text)) or _parse_rule(name, text)
+                rules.get(name)
+                or self._parsed_rules.get((name, text))
+                or parse_saved_rule(name, text)
             )
             rules.setdefault(name, rule)
             self._rule_claims.setdefault(name, {})[stream] = rule.key
@@ -652,11 +659,13 @@ class AgentState:
         if change.claimed_rules:
             start = self.conn.execute("SELECT COALESCE(MAX(position), 0) FROM rules").fetchone()[0]
             self.conn.executemany(
-                "INSERT INTO rules (name, key, text, stream, bundle_id, position) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO rules (name, key, text, stream, bundle_id, position, form) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
-                    (rule.id, rule.key, str(rule), source, bundle_id, start + offset)
-                    for offset, rule in enumerate(change.claimed_rules, start=1)
+                    (rule.id, rule.key, str(rule), source, bundle_id, start + offset, form)
+                    for offset, (rule, form) in enumerate(
+                        ((rule, rule_form(rule)) for rule in change.claimed_rules), start=1
+                    )
                 ),
             )
 
@@ -1078,29 +1087,6 @@ def _term_value(kind: str, value: object, datatype: str | None, language: str | 
     raise StateError(f"unknown term kind {kind!r} in the state file")
 
 
-def _parse_rules_at_once(saved: list[tuple[str, str]]) -> dict[tuple[str, str], Rule] | None:
-    """Saved rules ``(name, text)`` parsed as one program (a parse has a fixed cost, paid once
-    here instead of per rule), each by its row; None when that text does not give exactly
-    those rules, one per row (a damaged rule: the caller parses them one by one to say which).
-    """
-    try:
-        rules = parse_program("\n".join(text for _, text in saved), source="<saved rules>").rules
-    except (ZodiacError, ValueError):
-        return None
-    if len(rules) != len(saved) or any(
-        rule.id != name for rule, (name, _) in zip(rules, saved, strict=True)
-    ):
-        return None
-    return {row: rule for row, rule in zip(saved, rules, strict=True)}
-
-
-def _parse_rule(name: str, text: str) -> Rule:
-    program = parse_program(text, source=f"<saved rule {name}>")
-    if len(program.rules) != 1 or program.rules[0].id != name:
-        raise StateError(f"saved rule {name} does not parse back to itself: {text!r}")
-    return program.rules[0]
-
-
 # ---------------------------------------------------------------------- schema migrations
 def _rules_by_name_and_key(conn: sqlite3.Connection) -> int:
     """Version 1 -> 2: rules were saved by id (their label, or a hash of their text) and
@@ -1140,9 +1126,10 @@ def _claims_per_source(conn: sqlite3.Connection) -> int:
             for statement in SCHEMA.split(";")
             if "TABLE facts" in statement
             or "INDEX facts_by_source" in statement
-            or "TABLE rules" in statement
             or "TABLE reading_times" in statement
         )
+        + RULES_V3
+        + ";"
     )
     conn.execute("INSERT INTO facts SELECT rel, a0, a1, a2, rest, source FROM facts_v2")
     conn.execute(
@@ -1211,6 +1198,19 @@ def _derived_by_chunk(conn: sqlite3.Connection) -> int:
     return 6
 
 
+def _rules_with_forms(conn: sqlite3.Connection) -> int:
+    """Version 6 -> 7: each saved rule gets its syntax tree as JSON (agent/engine/rule_form.py),
+    which the next start reads instead of parsing the text. A text that does not parse gets no
+    form: the integrity check then reports that rule as damaged, as version 6 did."""
+    conn.execute("ALTER TABLE rules ADD COLUMN form TEXT")
+    rows = conn.execute("SELECT DISTINCT name, text FROM rules").fetchall()
+    conn.executemany(
+        "UPDATE rules SET form = ? WHERE name = ? AND text = ?",
+        ((form_of_text(name, text), name, text) for name, text in rows),
+    )
+    return 7
+
+
 def _as_tuples(facts: dict[RelationKey, SavedFacts]) -> dict[RelationKey, set]:
     """Saved facts as sets of tuples (a binary relation is saved as subject -> objects)."""
     found: dict[RelationKey, set] = {}
@@ -1231,4 +1231,5 @@ MIGRATIONS = {
     3: _derived_by_prefix,
     4: _representatives,
     5: _derived_by_chunk,
+    6: _rules_with_forms,
 }

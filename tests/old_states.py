@@ -36,6 +36,11 @@ def derived_per_fact(conn: sqlite3.Connection, reasoner: Reasoner) -> int:
     return len(rows)
 
 
+def rules_without_forms(conn: sqlite3.Connection) -> None:
+    """Drop the rules' saved forms: the rules table of schema versions 3 to 6."""
+    conn.execute("ALTER TABLE rules DROP COLUMN form")
+
+
 def derived_by_prefix(conn: sqlite3.Connection) -> int:
     """Replace the derived table by versions 4's and 5's, one row per (hyper-node, relation,
     prefix) holding the last column's bitmap, from the current table's chunks. Returns the

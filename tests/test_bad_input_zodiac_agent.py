@@ -128,8 +128,20 @@ def damage_term_gap(conn):
     conn.execute("DELETE FROM terms WHERE id = (SELECT min(id) FROM terms)")
 
 
-def damage_rule_text(conn):
-    conn.execute("UPDATE rules SET text = 'q: <q>(X :- .'")
+def damage_rule_form(conn):
+    conn.execute("""UPDATE rules SET form = '["R","q",["A","q",[["V","X"]]],[],[["A","p",'""")
+
+
+def damage_rule_form_operator(conn):
+    conn.execute('UPDATE rules SET form = replace(form, \'["A","p"\', \'["Q","p"\')')
+
+
+def damage_rule_form_unsafe(conn):  # well formed, but the head's variable is not in the body
+    conn.execute('UPDATE rules SET form = replace(form, \'["V","X"]]]\', \'["V","Z"]]]\')')
+
+
+def damage_rule_text_without_form(conn):  # (a rule whose text did not parse when upgraded)
+    conn.execute("UPDATE rules SET text = 'q: <q>(X :- .', form = NULL")
 
 
 DAMAGES = [
@@ -138,7 +150,10 @@ DAMAGES = [
     damage_missing_term,
     damage_integer_iri,
     damage_term_gap,
-    damage_rule_text,
+    damage_rule_form,
+    damage_rule_form_operator,
+    damage_rule_form_unsafe,
+    damage_rule_text_without_form,
 ]
 
 

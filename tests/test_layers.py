@@ -25,7 +25,7 @@ ENGINE_LAYERS: list[set[str]] = [
     {"language"},
     {"values", "terms"},
     {"validation"},
-    {"parser", "rdf", "loaders"},
+    {"parser", "rdf", "loaders", "rule_form"},
     {"dependency", "heads"},
     {"store", "budget", "subject_facts"},
     {"planner", "decomposition"},

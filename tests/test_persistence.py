@@ -27,7 +27,7 @@ from agent.engine.language import Literal, Program
 from agent.engine.parser import parse_program
 from agent.engine.store import is_unread
 from agent.persistence import SCHEMA_VERSION, AgentState, StateError, StreamVersion
-from tests.old_states import derived_by_prefix, derived_per_fact
+from tests.old_states import derived_by_prefix, derived_per_fact, rules_without_forms
 from tests.strategies import closure_pools, incremental_programs, pool_facts
 
 STEP_SETTINGS = settings(
@@ -56,7 +56,9 @@ def check_reopen(path: Path, rules: dict, facts: set) -> AgentState:
     """Reopen the file; the loaded state must equal a from-scratch materialisation."""
     state = AgentState(path)
     assert state.load_report.how == "loaded"
-    assert set(state.reasoner.rules) == set(rules)
+    assert {name: str(rule) for name, rule in state.reasoner.rules.items()} == {
+        name: str(rule) for name, rule in rules.items()
+    }
     assert set(state.reasoner.edb_facts()) == {as_triple(f) for f in facts}
     assert set(state.reasoner.facts()) == scratch(rules.values(), facts)
     return state
@@ -350,6 +352,7 @@ def test_an_older_state_file_is_migrated_without_recomputing(tmp_path, version):
             assert written == sum(node.size() for node in saved.view().nodes)
         else:
             assert derived_by_prefix(conn) > 10 * chunks
+        rules_without_forms(conn)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
     with AgentState(path) as state:
@@ -364,6 +367,56 @@ def test_an_older_state_file_is_migrated_without_recomputing(tmp_path, version):
     with AgentState(path) as state:
         assert state.load_report.how == "loaded"
         assert set(state.reasoner.facts()) == expected
+
+
+def test_a_restart_reads_the_rules_saved_forms_without_parsing(tmp_path, monkeypatch):
+    """Rules are saved with their syntax tree (agent/engine/rule_form.py); a restart builds
+    them from it: no rule text is parsed, and the rules are those that were saved."""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=RS + WIDE, add_facts=[("parent", "a", "b"), *WIDE_FACTS])
+        saved = {name: str(rule) for name, rule in state.reasoner.rules.items()}
+        expected = set(state.reasoner.facts())
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("a saved rule was parsed")
+
+    monkeypatch.setattr("agent.saved_rules.parse_program", no_parsing)
+    with AgentState(path) as state:
+        assert state.load_report.how == "loaded"
+        assert {name: str(rule) for name, rule in state.reasoner.rules.items()} == saved
+        assert set(state.reasoner.facts()) == expected
+
+
+def test_a_version_6_file_gets_its_rules_forms(tmp_path):
+    """Version 6 saved rules as text only: the upgrade gives each its form (from its text),
+    the first start after it loads without recomputing, and the next reads the forms. A
+    text that no longer parses gets no form, so the integrity check reports that rule."""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=RS, add_facts=[("parent", "a", "b"), ("parent", "b", "c")])
+        forms = dict(state.conn.execute("SELECT name, form FROM rules"))
+        expected = set(state.reasoner.facts())
+    conn = sqlite3.connect(path)
+    with conn:
+        rules_without_forms(conn)
+        conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    conn.close()
+    with AgentState(path, load=False) as state:  # a health check: read as it is
+        assert state.check_integrity() == []
+    with AgentState(path) as state:
+        assert state.get_meta("schema_version") == str(SCHEMA_VERSION)
+        assert state.load_report.how == "loaded"
+        assert set(state.reasoner.facts()) == expected
+        assert dict(state.conn.execute("SELECT name, form FROM rules")) == forms
+    conn = sqlite3.connect(path)
+    with conn:
+        rules_without_forms(conn)
+        conn.execute("UPDATE rules SET text = 'r3: kids(X :- .' WHERE name = 'r3'")
+        conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
+    conn.close()
+    with pytest.raises(StateError, match="saved rule r3 is damaged"):
+        AgentState(path)
 
 
 @pytest.mark.parametrize(

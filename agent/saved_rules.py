@@ -1,0 +1,94 @@
+"""Reading back the rules an agent's state file saved, and finding the damaged ones.
+
+Since schema version 7 a saved rule has its syntax tree as JSON beside its text
+(``agent/engine/rule_form.py``): a restart builds the rule from that form and validates it
+(``check_rule``), which costs a fraction of parsing the text again. A row without a form (a
+file of an older version read as it is by a health check, or a rule whose text no longer
+parsed when its file was upgraded) is parsed from its text, as before version 7.
+"""
+
+from __future__ import annotations
+
+from agent.engine.errors import ZodiacError
+from agent.engine.language import Rule
+from agent.engine.parser import parse_program
+from agent.engine.rule_form import rule_form, rule_from_form
+from agent.engine.validation import check_rule
+
+# A saved rule row: (name, text, form or None).
+SavedRule = tuple[str, str, str | None]
+# A damaged saved rule: (its name, what is wrong with it).
+Damage = tuple[str, str]
+
+
+def read_saved_rules(rows: list[SavedRule]) -> tuple[dict[tuple[str, str], Rule], Damage | None]:
+    """Each row's rule, keyed by ``(name, text)`` (a rule claimed by several sources has a row
+    per source, read once), and the first damaged rule found with the reason, or None. After
+    a damaged rule the rules found so far are returned."""
+    rules: dict[tuple[str, str], Rule] = {}
+    unparsed: list[tuple[str, str]] = []
+    for name, text, form in rows:
+        if (name, text) in rules:
+            continue
+        if form is None:
+            unparsed.append((name, text))
+            continue
+        try:
+            rule = rule_from_form(form)
+            if rule.id != name:
+                raise ValueError(f"its form is the rule {rule.id}")
+            check_rule(rule)
+        except (ZodiacError, ValueError) as error:
+            return rules, (name, _one_line(error))
+        rules[name, text] = rule
+    if unparsed:
+        parsed, problem = parse_saved_texts(unparsed)
+        rules.update(parsed)
+        return rules, problem
+    return rules, None
+
+
+def parse_saved_texts(
+    saved: list[tuple[str, str]],
+) -> tuple[dict[tuple[str, str], Rule], Damage | None]:
+    """Rules ``(name, text)`` parsed from their text, as one program (a parse has a fixed
+    cost, paid once) or, when that fails, one by one to name the damaged one."""
+    try:
+        rules = parse_program("\n".join(text for _, text in saved), source="<saved rules>").rules
+    except (ZodiacError, ValueError):
+        rules = ()
+    if len(rules) == len(saved) and all(
+        rule.id == name for rule, (name, _) in zip(rules, saved, strict=True)
+    ):
+        return dict(zip(saved, rules, strict=True)), None
+    found: dict[tuple[str, str], Rule] = {}
+    for name, text in saved:
+        try:
+            found[name, text] = parse_saved_rule(name, text)
+        except (ZodiacError, ValueError) as error:
+            return found, (name, _one_line(error))
+    return found, None
+
+
+def parse_saved_rule(name: str, text: str) -> Rule:
+    """The one rule named ``name`` that ``text`` holds (ValueError if it holds another)."""
+    program = parse_program(text, source=f"<saved rule {name}>")
+    if len(program.rules) != 1 or program.rules[0].id != name:
+        raise ValueError(f"it does not parse back to itself: {text!r}")
+    return program.rules[0]
+
+
+def form_of_text(name: str, text: str) -> str | None:
+    """The form of the saved rule ``text`` (upgrading a file to version 7), or None when the
+    text does not parse back to the rule ``name``: the row keeps only its text, and the state's
+    integrity check reports it as damaged, as it did before."""
+    try:
+        return rule_form(parse_saved_rule(name, text))
+    except (ZodiacError, ValueError):
+        return None
+
+
+def _one_line(error: Exception) -> str:
+    """The error's message on one line (a rule error adds the rule on a line of its own): the
+    agent reports a damaged state in one line."""
+    return " ".join(str(error).split())
