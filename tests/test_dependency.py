@@ -21,8 +21,10 @@ from agent.engine.dependency import (
     build_hyper_graph,
     changed_hyper_graph,
     execution_plan,
+    rule_edges,
     strongly_connected_components,
 )
+from agent.engine.heads import single_headed
 from agent.engine.language import Atom, Negation, Rule, Variable
 from agent.engine.parser import parse_file, parse_program
 from tests.strategies import programs
@@ -230,3 +232,81 @@ def test_a_rule_sharing_an_aggregate_head_is_refused_when_added_later():
     with pytest.raises(RuleError, match="aggregate's head must be defined by that rule alone"):
         reasoner.add_rules("c(X, Y) :- e(X, Y) .")
     assert set(reasoner.facts("c")) == {("c", "a", 2)}
+
+
+# --- the graph is built from relation vertices: it must be the graph of the rule edges
+
+
+def graph_from_rule_edges(rules):
+    """The HRDG as the paper defines it, from the rule edges (rule i -> rule j when j reads
+    i's head), SCCs of those, a rule reading its own head recursive: (shape, or the message
+    of the stratification error for the first edge, in rule order, that closes a cycle under
+    negation or aggregation)."""
+    rules = single_headed(rules)
+    edges = rule_edges(rules)
+    successors = {i: [e.target for e in edges if e.source == i] for i in range(len(rules))}
+    components = strongly_connected_components(range(len(rules)), successors.__getitem__)
+    component_of = {i: n for n, members in enumerate(components) for i in members}
+    for edge in edges:
+        if edge.kind != "positive" and component_of[edge.source] == component_of[edge.target]:
+            return "error", edge
+    signs = {"positive": set(), "negative": set()}
+    for edge in edges:
+        a, b = component_of[edge.source], component_of[edge.target]
+        if a != b:
+            signs["positive" if edge.kind == "positive" else "negative"].add((a, b))
+    order = []
+    placed: set[int] = set()
+    while len(order) < len(components):  # smallest first rule among the ready components
+        ready = [
+            c for c in range(len(components)) if c not in placed
+            and all(a in placed for a, b in signs["positive"] | signs["negative"] if b == c)
+        ]  # fmt: skip
+        chosen = min(ready, key=lambda c: min(components[c]))
+        order.append(chosen)
+        placed.add(chosen)
+    position = {c: rank for rank, c in enumerate(order)}
+    nodes = []
+    for c in order:
+        members = sorted(components[c])
+        node_rules = [rules[i] for i in members]
+        loops = any(e.source == e.target == members[0] for e in edges)
+        nodes.append((
+            frozenset(r.key for r in node_rules),
+            members[0],
+            len(members) > 1 or loops,
+            frozenset(r.head.relation for r in node_rules),
+            frozenset(rel for r in node_rules for rel, _ in r.body_relations()),
+        ))  # fmt: skip
+    moved = {s: {(position[a], position[b]) for a, b in e} for s, e in signs.items()}
+    return nodes, moved["positive"], moved["negative"]
+
+
+@st.composite
+def dense_programs(draw):
+    """Rules over a few binary relations, each reading one to three of them, some under
+    negation: many rules derive and read the same relations, and many are unstratifiable."""
+    relations = [f"p{i}" for i in range(draw(st.integers(1, 5)))]
+    x, y = Variable("X"), Variable("Y")
+    rules = []
+    for _ in range(draw(st.integers(1, 10))):
+        body = [Atom(draw(st.sampled_from(relations)), (x, y))]
+        for _ in range(draw(st.integers(0, 2))):
+            atom = Atom(draw(st.sampled_from(relations)), (x, y))
+            body.append(Negation(atom) if draw(st.booleans()) else atom)
+        rules.append(Rule(Atom(draw(st.sampled_from(relations)), (x, y)), tuple(body)))
+    return list(dict.fromkeys(rules))
+
+
+@settings(max_examples=400)
+@given(programs_with_leaves() | dense_programs())
+def test_the_graph_is_the_graph_of_the_rule_edges(rules):
+    expected = graph_from_rule_edges(rules)
+    if expected[0] == "error":
+        reader = single_headed(rules)[expected[1].target].id
+        with pytest.raises(StratificationError) as raised:
+            build_hyper_graph(rules)
+        assert raised.value.cycle[-1] == reader
+        assert f"rule {reader} reads {expected[1].relation[0]}/" in str(raised.value)
+    else:
+        assert shape(build_hyper_graph(rules)) == expected

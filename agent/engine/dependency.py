@@ -159,34 +159,73 @@ def strongly_connected_components(
 def build_hyper_graph(rules: Sequence[Rule]) -> HyperGraph:
     """Algorithm 1, lines 1-4: RDG -> SCCs -> HRDG in topological order.
 
+    The RDG is not built edge by edge: a relation read by r readers and derived by p rules
+    gives p x r rule edges (a bundle of 2,000 rules reading one relation that 40 of them
+    derive: 80,000), which made building the graph the largest part of restarting a large
+    program. The components are those of the graph with a vertex per rule and per relation
+    (rule -> its head's relation -> each rule reading it), whose edges are as many as the
+    program's atoms: a cycle of rules is a cycle there, and back. The hyper-edges between
+    components are then collected per read, from the distinct components deriving the
+    relation read. The result is the same graph as from the rule edges (``rule_edges``, which
+    the error for an unstratifiable program still uses, to name the cycle).
+
     Raises StratificationError for negation/aggregation through recursion and RuleError when
     an aggregate's head relation is also derived by another rule.
     """
     rules = single_headed(rules)  # a multi-head rule: a body rule and a rule per head
     _check_aggregate_heads(rules)
-    edges = rule_edges(rules)
-    successors: dict[int, list[int]] = {i: [] for i in range(len(rules))}
-    for edge in edges:
-        successors[edge.source].append(edge.target)
-    components = strongly_connected_components(range(len(rules)), successors.__getitem__)
+    count = len(rules)
+    vertex_of: dict[RelationKey, int] = {}  # a derived relation's vertex: count, count + 1, ...
+    producers: dict[RelationKey, list[int]] = {}
+    for index, rule in enumerate(rules):
+        relation = rule.head.relation
+        producers.setdefault(relation, []).append(index)
+        vertex_of.setdefault(relation, count + len(vertex_of))
+    # Each rule's distinct reads of derived relations, in body order.
+    reads = [
+        [(relation, kind) for relation, kind in dict.fromkeys(rule.body_relations())
+         if relation in vertex_of]
+        for rule in rules
+    ]  # fmt: skip
+    readers: list[list[int]] = [[] for _ in vertex_of]
+    for index, found in enumerate(reads):
+        for relation in dict.fromkeys(relation for relation, _ in found):
+            readers[vertex_of[relation] - count].append(index)
+    heads = [vertex_of[rule.head.relation] for rule in rules]
+
+    def successors(vertex: int) -> list[int]:
+        return [heads[vertex]] if vertex < count else readers[vertex - count]
+
+    found_components = strongly_connected_components(range(count + len(vertex_of)), successors)
+    components: list[list[int]] = []
+    recursive: list[bool] = []
     component_of: dict[int, int] = {}
-    for number, component in enumerate(components):
-        for rule_index in component:
-            component_of[rule_index] = number
+    for vertices in found_components:
+        members = [vertex for vertex in vertices if vertex < count]
+        if not members:
+            continue  # a relation on no cycle
+        for rule_index in members:
+            component_of[rule_index] = len(components)
+        components.append(members)
+        recursive.append(len(vertices) > 1)  # (no vertex has an edge to itself)
 
-    for edge in edges:
-        if edge.kind != POSITIVE and component_of[edge.source] == component_of[edge.target]:
-            raise _stratification_error(rules, edges, edge, component_of)
-
-    # Hyper-edges between components.
+    producer_components = {
+        relation: sorted({component_of[i] for i in indexes})
+        for relation, indexes in producers.items()
+    }
     positive: set[tuple[int, int]] = set()
     negative: set[tuple[int, int]] = set()
-    for edge in edges:
-        a, b = component_of[edge.source], component_of[edge.target]
-        if a != b:
-            (positive if edge.kind == POSITIVE else negative).add((a, b))
+    for target, found in enumerate(reads):
+        b = component_of[target]
+        for relation, kind in found:
+            for a in producer_components[relation]:
+                if a != b:
+                    (positive if kind == POSITIVE else negative).add((a, b))
+                elif kind != POSITIVE:
+                    source = next(i for i in producers[relation] if component_of[i] == b)
+                    bad = RuleEdge(source, target, kind, relation)
+                    raise _stratification_error(rules, rule_edges(rules), bad, component_of)
 
-    self_loops = {e.source for e in edges if e.source == e.target}
     order = _topological_order(
         len(components), positive | negative, key=lambda c: min(components[c])
     )
@@ -199,7 +238,7 @@ def build_hyper_graph(rules: Sequence[Rule]) -> HyperGraph:
             HyperNode(
                 rules=node_rules,
                 order=members[0],
-                recursive=len(members) > 1 or members[0] in self_loops,
+                recursive=recursive[component],
                 heads=frozenset(r.head.relation for r in node_rules),
                 reads=frozenset(rel for r in node_rules for rel, _ in r.body_relations()),
             )
