@@ -32,7 +32,11 @@ QUOTED_RULE_CHARS = 400
 
 
 def shortened(text: str, limit: int = QUOTED_RULE_CHARS) -> str:
-    """``text`` when short, else its start and end around the number of characters left out."""
+    """``text`` when short, else its start and end around the number of characters left out;
+    a lone surrogate as its escape (``\\ud800``), so that the message can be printed and
+    logged (see NotTextError)."""
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     if len(text) <= limit:
         return text
     keep = limit // 2
@@ -79,3 +83,28 @@ class NonFiniteError(ZodiacError, ValueError):
             f"not a finite number: {value!r} (NaN and INF are refused as numbers, see "
             "docs/semantics.md)"
         )
+
+
+class NotTextError(ZodiacError, ValueError):
+    """A string that is not Unicode text: it holds a lone surrogate (half of a UTF-16 pair,
+    which an escape such as ``\\uD800`` in rule text or N-Triples spells), so no UTF-8 file
+    or message can hold it: not the agent's state, not a bundle, not the cloud's output.
+    Refused where a term or a predicate comes in, as bad input, before anything changes."""
+
+    def __init__(self, value: str) -> None:
+        bad = next((c for c in value if 0xD800 <= ord(c) <= 0xDFFF), "?")
+        shown = repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
+        super().__init__(
+            f"not Unicode text: {shown} holds the lone surrogate U+{ord(bad):04X} (half of a "
+            "UTF-16 pair, not a character)"
+        )
+
+
+def check_text(value: str) -> str:
+    """``value`` if it is Unicode text (encodable as UTF-8), else NotTextError."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise NotTextError(value) from None
+    return value

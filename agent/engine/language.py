@@ -308,7 +308,10 @@ class Rule:
         """The content key (see the class docstring), computed once."""
         key = self._key
         if key is None:
-            key = "h" + hashlib.sha1(canonical_rule(self).text().encode()).hexdigest()[:12]
+            # (surrogatepass: a rule whose text is not Unicode still has a key, which names
+            # it while validation refuses it)
+            text = canonical_rule(self).text().encode("utf-8", "surrogatepass")
+            key = "h" + hashlib.sha1(text).hexdigest()[:12]
             object.__setattr__(self, "_key", key)
         return key
 

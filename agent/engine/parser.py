@@ -301,6 +301,13 @@ def _unescape(body: str, offset: int) -> str:
         short, long, char = found.groups()
         if short or long:
             code = int(short or long, 16)
+            if 0xD800 <= code <= 0xDFFF:
+                raise _LexError(
+                    f"bad string escape '{found.group()}': U+{code:04X} is a surrogate (half "
+                    "of a UTF-16 pair), not a character; write the character itself or "
+                    "\\UXXXXXXXX",
+                    offset + found.start(),
+                )
             if code <= 0x10FFFF:
                 return chr(code)
             raise _LexError(f"bad string escape {found.group()!r}: beyond Unicode", offset)

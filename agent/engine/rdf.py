@@ -32,9 +32,10 @@ from rdflib.parser import Parser as RdflibParser
 from rdflib.plugin import PluginException
 from rdflib.plugin import get as get_plugin
 
-from agent.engine.errors import NonFiniteError, ParseError, ZodiacError, read_bytes
+from agent.engine.errors import NonFiniteError, NotTextError, ParseError, ZodiacError, read_bytes
 from agent.engine.language import RDF_TYPE, XSD, Literal, Value
 from agent.engine.parser import literal_value
+from agent.engine.terms import check_value_text
 
 __all__ = ["parse_facts", "read_facts", "write_ntriples"]
 
@@ -121,9 +122,12 @@ def _parse(data: bytes, format: str, source: str) -> Iterator[Fact]:
     facts = []
     for s, p, o in graph:
         try:
-            facts.append(_fact(s, p, o))
-        except NonFiniteError as error:
+            fact = _fact(s, p, o)
+            for value in fact:
+                check_value_text(value)
+        except (NonFiniteError, NotTextError) as error:
             raise ZodiacError(f"{source}: {error}") from None
+        facts.append(fact)
     return iter(facts)
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from itertools import compress, repeat
 from operator import is_, itemgetter
 
-from .errors import NonFiniteError, RuleError, ZodiacError
+from .errors import NonFiniteError, RuleError, ZodiacError, check_text
 from .language import RDF_TYPE, Atom, Constant, Literal, RelationKey, Value
 
 # Term ids are unsigned 32-bit integers: the agent's state saves sets of ids as compressed
@@ -84,6 +84,7 @@ class TermDictionary:
         new_id = len(self.values)
         if new_id >= self.limit:
             self._full(value)
+        check_value_text(value)
         if key is None:
             self._iris[value] = new_id  # type: ignore[index]
         else:
@@ -96,6 +97,9 @@ class TermDictionary:
         start = len(self.values)
         if start + len(iris) > self.limit:
             self._full(iris[max(0, self.limit - start)])
+        if not "".join(iris).isascii():
+            for iri in iris:
+                check_text(iri)
         self.values.extend(iris)
         self._iris.update(zip(iris, range(start, start + len(iris)), strict=True))
 
@@ -173,6 +177,7 @@ class TermDictionary:
             except TypeError:  # an unhashable argument: encode_fact says which
                 encoded = None
             if encoded is not None:
+                _check_predicates(keys)
                 return dict(zip(keys, encoded, strict=True)), len(facts)
         grouped: dict[RelationKey, list[tuple[int, ...]]] = {}
         for fact in facts:
@@ -182,6 +187,7 @@ class TermDictionary:
                 grouped[key] = [ids]
             else:
                 found.append(ids)
+        _check_predicates(grouped)
         return grouped, len(facts)
 
     def _encode_columns(self, tables: list[list[list]]) -> list[list[tuple[int, ...]]] | None:
@@ -334,3 +340,21 @@ def _by_relation(facts: list) -> dict[RelationKey, list[list]] | None:
             for mine, more in zip(table, columns, strict=True):
                 mine.extend(more)
     return tables
+
+
+def _check_predicates(keys: Iterable[RelationKey]) -> None:
+    """A fact's predicate (a class fact's class) names a relation, saved and sent as text: it
+    must be Unicode text, like a term (errors.NotTextError)."""
+    for predicate, _ in keys:
+        check_text(predicate)
+
+
+def check_value_text(value: Value) -> None:
+    """An IRI, or a literal's text, datatype and language, must be Unicode text
+    (errors.NotTextError); numbers and booleans have none."""
+    if isinstance(value, str):
+        check_text(value)
+    elif isinstance(value, Literal):
+        for part in (value.lexical, value.datatype, value.language):
+            if part is not None:
+                check_text(part)

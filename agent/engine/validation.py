@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from agent.engine.errors import RuleError, UnsafeRuleError
+from agent.engine.errors import NotTextError, RuleError, UnsafeRuleError, check_text
 from agent.engine.language import (
     RESERVED_PREFIX,
     Aggregate,
@@ -35,6 +35,7 @@ from agent.engine.language import (
     Rule,
     Variable,
 )
+from agent.engine.terms import check_value_text
 from agent.engine.values import (
     AGGREGATE_FUNCTIONS,
     ARITHMETIC_OPERATORS,
@@ -175,14 +176,35 @@ def _check_aggregate_shape(aggregate: Aggregate) -> None:
         )
     if not aggregate.body:
         raise _Problem(RuleError, "an aggregate needs a non-empty body")
+    if isinstance(aggregate.argument, Constant):
+        _check_constant(aggregate.argument)
     for inner in aggregate.body:
         _check_item(inner, inside_aggregate=True)
 
 
 def _check_atom(atom: Atom) -> None:
+    _check_text(atom.predicate)
     for term in atom.terms:
-        if not isinstance(term, (Variable, Constant)):
+        if isinstance(term, Constant):
+            _check_constant(term)
+        elif not isinstance(term, Variable):
             raise _Problem(RuleError, f"atom {atom} has a term that is not a term: {term!r}")
+
+
+def _check_constant(constant: Constant) -> None:
+    """IRIs and literals must be Unicode text (errors.NotTextError), or no state file,
+    bundle or output could hold them."""
+    try:
+        check_value_text(constant.value)
+    except NotTextError as error:
+        raise _Problem(RuleError, str(error)) from None
+
+
+def _check_text(value: str) -> None:
+    try:
+        check_text(value)
+    except NotTextError as error:
+        raise _Problem(RuleError, str(error)) from None
 
 
 def _check_expr(expr: Expr) -> None:
@@ -199,7 +221,9 @@ def _check_expr(expr: Expr) -> None:
             raise _Problem(RuleError, problem)
         for arg in expr.args:
             _check_expr(arg)
-    elif not isinstance(expr, (Variable, Constant)):
+    elif isinstance(expr, Constant):
+        _check_constant(expr)
+    elif not isinstance(expr, Variable):
         raise _Problem(RuleError, f"not an expression: {expr!r}")
 
 
