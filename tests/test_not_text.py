@@ -111,3 +111,11 @@ def test_an_agent_refuses_a_bundle_whose_rule_spells_a_surrogate(tmp_path):
     assert outcome.status == "refused" and outcome.reason != "internal", outcome
     assert "surrogate" in printable(Exception(outcome.message))
     assert set(agent.reasoner.facts()) == before and set(agent.reasoner.rules) == {"q"}
+
+
+@pytest.mark.parametrize("text", ['q(X) :- p(X, "\\\ud800") .', "q(X) :- p(X, Y) \ud800 ."])
+def test_a_parse_error_quoting_a_lone_surrogate_can_be_printed(text):
+    """Rule text given as a Python string may hold one; the error quotes it escaped."""
+    with pytest.raises(ParseError) as raised:
+        parse_program(text)
+    assert "\\ud800" in printable(raised.value)

@@ -14,7 +14,7 @@ class ParseError(ZodiacError):
         self.source = source
         self.line = line
         self.column = column
-        self.reason = message
+        self.reason = message = printable(message)
         super().__init__(f"{source}:{line}:{column}: {message}")
 
 
@@ -26,17 +26,24 @@ class RuleError(ZodiacError):
         super().__init__(f"{message}" + (f"\n  in rule: {shortened(rule)}" if rule else ""))
 
 
+def printable(text: str) -> str:
+    """``text`` with any lone surrogate as its escape (``\\ud800``): error messages quote
+    input, and one holding a lone surrogate (see NotTextError) could be neither printed nor
+    logged nor sent."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 # How much of a rule an error message quotes: a rule refused for being huge (10,000 atoms) would
 # otherwise fill a terminal or a log line with hundreds of kilobytes.
 QUOTED_RULE_CHARS = 400
 
 
 def shortened(text: str, limit: int = QUOTED_RULE_CHARS) -> str:
-    """``text`` when short, else its start and end around the number of characters left out;
-    a lone surrogate as its escape (``\\ud800``), so that the message can be printed and
-    logged (see NotTextError)."""
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """``text`` (`printable`) when short, else its start and end around the number of
+    characters left out."""
+    text = printable(text)
     if len(text) <= limit:
         return text
     keep = limit // 2
