@@ -15,19 +15,21 @@ from agent.engine.parser import parse_program
 from agent.engine.rule_form import rule_form, rule_from_form
 from agent.engine.validation import check_rule
 
-# A saved rule row: (name, text, form or None).
-SavedRule = tuple[str, str, str | None]
+# A saved rule row: (name, text, form or None, content key).
+SavedRule = tuple[str, str, str | None, str]
 # A damaged saved rule: (its name, what is wrong with it).
 Damage = tuple[str, str]
 
 
 def read_saved_rules(rows: list[SavedRule]) -> tuple[dict[tuple[str, str], Rule], Damage | None]:
     """Each row's rule, keyed by ``(name, text)`` (a rule claimed by several sources has a row
-    per source, read once), and the first damaged rule found with the reason, or None. After
-    a damaged rule the rules found so far are returned."""
+    per source, read once), and the first damaged rule found with the reason, or None: one
+    that does not read back, fails validation, or whose content key is not the one saved with
+    it. After a damaged rule the rules found so far are returned."""
     rules: dict[tuple[str, str], Rule] = {}
     unparsed: list[tuple[str, str]] = []
-    for name, text, form in rows:
+    keys = {(name, text): key for name, text, _, key in rows}
+    for name, text, form, _ in rows:
         if (name, text) in rules:
             continue
         if form is None:
@@ -44,7 +46,11 @@ def read_saved_rules(rows: list[SavedRule]) -> tuple[dict[tuple[str, str], Rule]
     if unparsed:
         parsed, problem = parse_saved_texts(unparsed)
         rules.update(parsed)
-        return rules, problem
+        if problem:
+            return rules, problem
+    for row, rule in rules.items():  # a form damaged into another valid rule, say
+        if rule.key != keys[row]:
+            return rules, (row[0], f"it reads back as content {rule.key}, saved as {keys[row]}")
     return rules, None
 
 

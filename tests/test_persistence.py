@@ -450,6 +450,55 @@ def test_a_damaged_derived_row_is_refused(tmp_path, damage):
         AgentState(path)
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        # r1's form made r2's: a valid rule, so only its saved content key tells
+        "UPDATE rules SET form = (SELECT replace(form, '\"r2\"', '\"r1\"') FROM rules "
+        "WHERE name = 'r2') WHERE name = 'r1'",
+        # a derived relation renamed: its saved facts are then a relation no rule derives
+        "UPDATE relations SET name = 'kidz' WHERE name = 'kids'",
+    ],
+    ids=["a rule's form another rule's", "a derived relation renamed"],
+)
+def test_damage_sql_cannot_see_is_refused(tmp_path, damage):
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=RS, add_facts=[("parent", "a", "b"), ("parent", "b", "c")])
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(damage)
+    conn.close()
+    with pytest.raises(StateError, match="damaged agent state"):
+        AgentState(path)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 2**20), st.integers(0, 255)), min_size=1, max_size=3))
+def test_a_file_with_random_bytes_damaged_loads_or_is_refused(tmp_path_factory, damage):
+    """Bytes of a real state file overwritten at random: opening it loads a state (the bytes
+    were unused, or their damage is in content no check can see: a term's text, say) or
+    refuses the file with StateError; never another exception, and a loaded state answers
+    and takes an update. (Before, such files raised decoding errors, IndexError from a fact
+    naming term -118, or loaded a relation short of the rows a damaged page hid.)"""
+    path = tmp_path_factory.mktemp("damaged") / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=RS + WIDE, add_facts=[("parent", "a", "b"), *WIDE_FACTS[:30]])
+        state.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = bytearray(path.read_bytes())
+    for offset, value in damage:
+        raw[offset % len(raw)] = value
+    path.write_bytes(bytes(raw))
+    try:
+        state = AgentState(path)
+    except StateError:
+        return
+    with state:
+        list(state.reasoner.facts())
+        state.apply(add_facts=[("parent", "x", "y")])
+        assert ("anc", "x", "y") in set(state.reasoner.facts())
+
+
 def test_missing_hyper_node_rows_are_recomputed(tmp_path):
     """A state whose saved hyper-nodes do not match its rules is recomputed, not trusted."""
     path = tmp_path / "a.db"

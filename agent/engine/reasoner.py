@@ -196,6 +196,11 @@ class Reasoner:
             reasoner._node_names[logical.rule_keys] = name
             idb = DataStore(name)
             for key, saved in facts.items():
+                if key not in logical.heads:
+                    raise ValueError(
+                        f"hyper-node {name} was saved with facts of {key[0]}/{key[1]}, which "
+                        "none of its rules derives"
+                    )
                 idb.relation(key).fill(saved)
             predecessors = [reasoner.nodes[i].idb for i in graph.predecessors(index)]
             node = new_node_state(
