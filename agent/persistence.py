@@ -1071,7 +1071,9 @@ def _load_explicit(
     the integrity check's scan saw (a search per relation can answer otherwise when a b-tree
     page is damaged in a way SQLite's check does not see), and as fast (rows sliced in C)."""
     found: dict[RelationKey, set[tuple[int, ...]]] = {}
-    rows = conn.execute("SELECT rel, a0, a1, a2, rest FROM facts ORDER BY rel").fetchall()
+    wide = any(arity > 2 for _, arity in relations.values())  # (SQLite hands columns slowly)
+    columns = "a0, a1, a2, rest" if wide else "a0, a1"
+    rows = conn.execute(f"SELECT rel, {columns} FROM facts ORDER BY rel").fetchall()
     for rid, group in groupby(rows, key=itemgetter(0)):  # (a relation's rows in one run,
         key = relations[rid]  # unless a damaged page put them out of order: then united)
         arity = key[1]
