@@ -119,3 +119,9 @@ def test_a_parse_error_quoting_a_lone_surrogate_can_be_printed(text):
     with pytest.raises(ParseError) as raised:
         parse_program(text)
     assert "\\ud800" in printable(raised.value)
+
+
+def test_rdf_text_given_with_a_lone_surrogate_is_a_parse_error_at_its_place():
+    with pytest.raises(ParseError) as raised:
+        list(parse_facts('<a> <p> <b> .\n<a> <p> "x\ud800" .\n', source="upload"))
+    assert (raised.value.line, raised.value.column) == (2, 11)

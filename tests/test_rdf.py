@@ -146,6 +146,16 @@ def test_malformed_file_gives_parse_error_with_file_and_line(
     assert info.value.column >= 1
 
 
+@pytest.mark.parametrize("suffix", [".nt", ".ttl"])
+def test_a_fact_file_that_is_not_utf8_names_the_line_and_column(tmp_path, suffix) -> None:
+    """A Latin-1 file: rdflib's own error says "position 26" and line 0."""
+    path = tmp_path / f"latin1{suffix}"
+    path.write_bytes('<a> <p> <b> .\n<a> <p> "café" .\n'.encode("latin-1"))
+    with pytest.raises(ParseError, match="not valid UTF-8") as info:
+        read_facts(path)
+    assert (info.value.source, info.value.line, info.value.column) == (str(path), 2, 13)
+
+
 def test_malformed_text_gives_parse_error() -> None:
     with pytest.raises(ParseError) as info:
         parse_facts("<a> <b> <c> .\n<a> <b> <c> <d> .", source="upload")

@@ -115,3 +115,16 @@ def check_text(value: str) -> str:
         except UnicodeEncodeError:
             raise NotTextError(value) from None
     return value
+
+
+def decode_utf8(data: bytes, source: str) -> str:
+    """``data`` as text; a byte sequence that is not UTF-8 is a ParseError at its line and
+    column (a Latin-1 file, say), which the decoder's own error names only by byte offset."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise ParseError(
+            "the file is not valid UTF-8", source=source, line=line, column=column
+        ) from None

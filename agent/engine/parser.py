@@ -55,6 +55,7 @@ from agent.engine.errors import (
     ParseError,
     RuleError,
     UnsafeRuleError,
+    decode_utf8,
     read_bytes,
 )
 from agent.engine.gcpause import collector_paused
@@ -112,16 +113,7 @@ def parse_program(text: str, source: str = "<text>") -> Program:
 def parse_file(path: str | os.PathLike[str]) -> Program:
     """Parse a UTF-8 rule file; errors name the path as given."""
     source = os.fspath(path)
-    data = read_bytes(path, "rule file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
-        raise ParseError(
-            "the file is not valid UTF-8", source=source, line=line, column=column
-        ) from None
-    return parse_program(text, source)
+    return parse_program(decode_utf8(read_bytes(path, "rule file"), source), source)
 
 
 def parse_atom(

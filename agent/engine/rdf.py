@@ -32,7 +32,14 @@ from rdflib.parser import Parser as RdflibParser
 from rdflib.plugin import PluginException
 from rdflib.plugin import get as get_plugin
 
-from agent.engine.errors import NonFiniteError, NotTextError, ParseError, ZodiacError, read_bytes
+from agent.engine.errors import (
+    NonFiniteError,
+    NotTextError,
+    ParseError,
+    ZodiacError,
+    decode_utf8,
+    read_bytes,
+)
 from agent.engine.language import RDF_TYPE, XSD, Literal, Value
 from agent.engine.parser import literal_value
 from agent.engine.terms import check_value_text
@@ -72,7 +79,8 @@ def read_facts(path: str | os.PathLike[str], format: str | None = None) -> Itera
 
 def parse_facts(text: str, format: str = "turtle", source: str = "<text>") -> Iterator[Fact]:
     """Facts of RDF text (Turtle, hence N-Triples, by default)."""
-    return _parse(text.encode("utf-8"), format, source)
+    # (surrogatepass: a lone surrogate, which no file can hold, is then reported at its place)
+    return _parse(text.encode("utf-8", "surrogatepass"), format, source)
 
 
 def write_ntriples(facts: Iterable[tuple[Value, ...]], out: TextIO) -> int:
@@ -102,6 +110,8 @@ def write_ntriples(facts: Iterable[tuple[Value, ...]], out: TextIO) -> int:
 
 def _parse(data: bytes, format: str, source: str) -> Iterator[Fact]:
     rdflib_format = "turtle" if format.lower() in _TURTLE_NAMES else format
+    if rdflib_format in ("turtle", "n3"):  # UTF-8 by definition (RDF/XML may declare another)
+        decode_utf8(data, source)
     try:
         get_plugin(rdflib_format, RdflibParser)
     except PluginException:
