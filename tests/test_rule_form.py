@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.engine.language import Atom, Constant, Literal, Rule, Variable
@@ -37,6 +37,7 @@ def test_every_shipped_and_golden_rule_reads_back() -> None:
         assert_reads_back(rule)
 
 
+@settings(max_examples=max(1, settings.default.max_examples // 3))  # (slow to draw)
 @given(syntax_programs())
 def test_random_rules_read_back(program) -> None:
     for rule in program.rules:
