@@ -55,6 +55,7 @@ from pyroaring import BitMap
 
 from agent.claims import ClaimChange, RuleClaims, plan_change
 from agent.derived_rows import chunk_of, pack, unpack, verify
+from agent.dictionary_checksums import META_KEY, DictionaryChecksums
 from agent.engine.budget import Budget
 from agent.engine.errors import ZodiacError
 from agent.engine.language import Literal, Program, Rule, Value, atom_fact
@@ -253,6 +254,11 @@ class AgentState:
         self._node_rows: dict[str, int] = {}  # hyper-node name -> its row id in ``nodes``
         self._saved_terms = 0
         self._parsed_rules: dict[tuple[str, str], Rule] = {}  # (see check_integrity)
+        # The term and relation rows check_integrity read, for the load that follows, and the
+        # dictionaries' running checksums (agent/dictionary_checksums.py).
+        self._dictionary_rows: tuple[list, list] | None = None
+        self._checksums = DictionaryChecksums()
+        self._checksums_saved = False
         self.reasoner: Reasoner
         if load:  # ``load=False``: only the SQL summary is wanted (health checks)
             problems = self.check_integrity()
@@ -326,7 +332,29 @@ class AgentState:
         if damage:
             name, reason = damage
             problems.append(f"saved rule {clip(name)} is damaged: {clip(reason)}")
+        problems += self._check_dictionaries()
         return problems
+
+    def _check_dictionaries(self) -> list[str]:
+        """Terms and relations against their saved checksums (none saved yet: nothing to say;
+        the load that follows saves them)."""
+        term_rows = self.conn.execute(
+            "SELECT kind, value, datatype, language FROM terms ORDER BY id"
+        ).fetchall()
+        relation_rows = self.conn.execute(
+            "SELECT id, name, arity FROM relations ORDER BY id"
+        ).fetchall()
+        self._dictionary_rows = (term_rows, relation_rows)
+        found = DictionaryChecksums.of(term_rows, relation_rows)
+        saved = self.conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()
+        self._checksums, self._checksums_saved = found, saved is not None
+        if saved is None:
+            return []
+        try:
+            differing = DictionaryChecksums.from_text(saved[0]).differences(found)
+        except (ValueError, KeyError, TypeError):
+            return ["the dictionaries' checksums are unreadable"]
+        return [f"the {name} do not match their checksums" for name in differing]
 
     # ------------------------------------------------------------------ opening
     def _check_file(self, *, migrate: bool = True) -> None:
@@ -389,16 +417,15 @@ class AgentState:
         """Rebuild the reasoner from the file, without recomputing (see Reasoner.restore)."""
         started = time.perf_counter()
         conn = self.conn
+        if self._dictionary_rows is None:  # (a reload after a failed write: the file is right)
+            self._check_dictionaries()
+        term_rows, relation_rows = self._dictionary_rows  # type: ignore[misc]
+        self._dictionary_rows = None
         terms = [
             value if kind == "i" else _term_value(kind, value, datatype, language)
-            for kind, value, datatype, language in conn.execute(
-                "SELECT kind, value, datatype, language FROM terms ORDER BY id"
-            )
+            for kind, value, datatype, language in term_rows
         ]
-        relations = {
-            rid: (name, arity)
-            for rid, name, arity in conn.execute("SELECT id, name, arity FROM relations")
-        }
+        relations = {rid: (name, arity) for rid, name, arity in relation_rows}
         self._rel_ids = {key: rid for rid, key in relations.items()}
         edb = _load_explicit(conn, relations)
         for rows in edb.values():
@@ -422,9 +449,10 @@ class AgentState:
         self._equality_row = None
         component = None
         derived = _load_derived(conn, relations)
-        for node_id, name, rule_keys, module in conn.execute(
-            "SELECT id, name, rules, module FROM nodes"
-        ):
+        node_rows = conn.execute("SELECT id, name, rules, module FROM nodes").fetchall()
+        if not set(derived) <= {node_id for node_id, *_ in node_rows}:
+            raise ValueError("derived rows name a hyper-node the file does not have")
+        for node_id, name, rule_keys, module in node_rows:
             facts = derived.get(node_id, {})
             if module == EQUALITY_MODULE:
                 self._equality_row, component = node_id, _as_tuples(facts)
@@ -466,6 +494,9 @@ class AgentState:
         if self.reasoner.equality is not None and component is None and not created:
             with self.conn:  # the component was recomputed at load: save it
                 self._write_equality()
+        if not self._checksums_saved:  # (a file from before the checksums, or a new one)
+            with self.conn:
+                self._save_checksums()
         how = "new" if created else self.reasoner.restored
         derived = sum(node.size() for node in self.reasoner.view().nodes)
         return LoadReport(
@@ -699,13 +730,13 @@ class AgentState:
     def _write_terms(self) -> None:
         values = self.reasoner.terms.values
         if len(values) > self._saved_terms:
+            rows = [_term_row(values[i]) for i in range(self._saved_terms, len(values))]
             self.conn.executemany(
                 "INSERT INTO terms (id, kind, value, datatype, language) VALUES (?, ?, ?, ?, ?)",
-                (
-                    (term_id, *_term_row(values[term_id]))
-                    for term_id in range(self._saved_terms, len(values))
-                ),
+                ((term_id, *row) for term_id, row in enumerate(rows, start=self._saved_terms)),
             )
+            self._checksums.add_terms(rows)
+            self._save_checksums()
         self._saved_terms = len(values)
 
     def _rel_id(self, key: RelationKey) -> int:
@@ -713,7 +744,19 @@ class AgentState:
         if rid is None:
             cursor = self.conn.execute("INSERT INTO relations (name, arity) VALUES (?, ?)", key)
             rid = self._rel_ids[key] = int(cursor.lastrowid)  # type: ignore[arg-type]
+            self._checksums.add_relations([(rid, *key)])
+            self._save_checksums()
         return rid
+
+    def _save_checksums(self) -> None:
+        """The running checksums, in the transaction that added the rows they cover (a failed
+        one rolls both back, and the reload reads them again from the file)."""
+        self.conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (META_KEY, self._checksums.to_text()),
+        )
+        self._checksums_saved = True
 
     def _write_nodes(self) -> None:
         """Derived facts per hyper-node, by name, from the engine's journal: a hyper-node

@@ -458,8 +458,21 @@ def test_a_damaged_derived_row_is_refused(tmp_path, damage):
         "WHERE name = 'r2') WHERE name = 'r1'",
         # a derived relation renamed: its saved facts are then a relation no rule derives
         "UPDATE relations SET name = 'kidz' WHERE name = 'kids'",
+        # a term's text, an explicit relation's name: only the dictionaries' checksums tell
+        "UPDATE terms SET value = 'B' WHERE value = 'b'",
+        "UPDATE relations SET name = 'parenT' WHERE name = 'parent'",
+        "UPDATE meta SET value = '{\"terms\": 1}' WHERE key = 'dictionary_checksums'",
+        # derived rows of a hyper-node the file does not have
+        "UPDATE nodes SET id = id + 100",
     ],
-    ids=["a rule's form another rule's", "a derived relation renamed"],
+    ids=[
+        "a rule's form another rule's",
+        "a derived relation renamed",
+        "a term's text",
+        "an explicit relation renamed",
+        "the checksums' note",
+        "hyper-node rows renumbered",
+    ],
 )
 def test_damage_sql_cannot_see_is_refused(tmp_path, damage):
     path = tmp_path / "a.db"
@@ -470,6 +483,28 @@ def test_damage_sql_cannot_see_is_refused(tmp_path, damage):
         conn.execute(damage)
     conn.close()
     with pytest.raises(StateError, match="damaged agent state"):
+        AgentState(path)
+
+
+def test_a_file_without_dictionary_checksums_gets_them_at_its_first_load(tmp_path):
+    """Files written before the checksums existed (any schema version) are trusted as they
+    are once, and checked from then on; the checksums follow every commit that adds terms or
+    relations, and a reopened state still matches them."""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=RS, add_facts=[("parent", "a", "b")])
+        state.conn.execute("DELETE FROM meta WHERE key = 'dictionary_checksums'")
+        state.conn.commit()
+    with AgentState(path) as state:
+        assert state.get_meta("dictionary_checksums") is not None
+        state.apply(add_facts=[("parent", "b", "c"), ("age", "c", 7)])  # new terms, relation
+    with AgentState(path) as state:
+        assert ("anc", "a", "c") in set(state.reasoner.facts())
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE terms SET value = 'C' WHERE value = 'c'")
+    conn.close()
+    with pytest.raises(StateError, match="the terms do not match their checksums"):
         AgentState(path)
 
 
