@@ -450,8 +450,9 @@ class AgentState:
         component = None
         derived = _load_derived(conn, relations)
         node_rows = conn.execute("SELECT id, name, rules, module FROM nodes").fetchall()
-        if not set(derived) <= {node_id for node_id, *_ in node_rows}:
-            raise ValueError("derived rows name a hyper-node the file does not have")
+        # Derived rows of a hyper-node the file does not have: the saved hyper-nodes are not
+        # what was written, so none is trusted (recomputed below, from rules and explicit facts).
+        orphans = not set(derived) <= {node_id for node_id, *_ in node_rows}
         for node_id, name, rule_keys, module in node_rows:
             facts = derived.get(node_id, {})
             if module == EQUALITY_MODULE:
@@ -462,9 +463,9 @@ class AgentState:
             row_of[keys] = node_id
         representatives = dict(conn.execute("SELECT term, representative FROM representatives"))
         equality = (representatives, component) if self._equality_row is not None else None
-        if equality is None and (
-            SAME_AS in edb or mentions_equality(rules.values())
-        ):  # saved before equality was rewriting: derived without it, so recomputed
+        if orphans or (
+            equality is None and (SAME_AS in edb or mentions_equality(rules.values()))
+        ):  # (or saved before equality was rewriting: derived without it, so recomputed)
             stored_nodes = {}
         self.reasoner = Reasoner.restore(
             terms=terms,

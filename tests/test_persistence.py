@@ -462,8 +462,6 @@ def test_a_damaged_derived_row_is_refused(tmp_path, damage):
         "UPDATE terms SET value = 'B' WHERE value = 'b'",
         "UPDATE relations SET name = 'parenT' WHERE name = 'parent'",
         "UPDATE meta SET value = '{\"terms\": 1}' WHERE key = 'dictionary_checksums'",
-        # derived rows of a hyper-node the file does not have
-        "UPDATE nodes SET id = id + 100",
     ],
     ids=[
         "a rule's form another rule's",
@@ -471,7 +469,6 @@ def test_a_damaged_derived_row_is_refused(tmp_path, damage):
         "a term's text",
         "an explicit relation renamed",
         "the checksums' note",
-        "hyper-node rows renumbered",
     ],
 )
 def test_damage_sql_cannot_see_is_refused(tmp_path, damage):
@@ -534,14 +531,26 @@ def test_a_file_with_random_bytes_damaged_loads_or_is_refused(tmp_path_factory, 
         assert ("anc", "x", "y") in set(state.reasoner.facts())
 
 
-def test_missing_hyper_node_rows_are_recomputed(tmp_path):
-    """A state whose saved hyper-nodes do not match its rules is recomputed, not trusted."""
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "DELETE FROM nodes WHERE id = (SELECT MIN(id) FROM nodes)",
+        "UPDATE nodes SET id = id + 100",  # derived rows of hyper-nodes the file does not have
+        # the aggregate's hyper-node saved with facts of a relation none of its rules derives
+        "UPDATE derived SET rel = (SELECT id FROM relations WHERE name = 'anc') "
+        "WHERE rel = (SELECT id FROM relations WHERE name = 'kids')",
+    ],
+    ids=["a hyper-node row missing", "hyper-node rows renumbered", "a relation not derived"],
+)
+def test_missing_hyper_node_rows_are_recomputed(tmp_path, damage):
+    """A state whose saved hyper-nodes do not match its rules is recomputed, not trusted (the
+    derived facts follow from the rules and explicit facts, which are intact)."""
     path = tmp_path / "a.db"
     with AgentState(path) as state:
         state.apply(add_rules=RS, add_facts=[("parent", "a", "b"), ("parent", "b", "c")])
         expected = set(state.reasoner.facts())
         with state.conn:
-            state.conn.execute("DELETE FROM nodes WHERE id = (SELECT MIN(id) FROM nodes)")
+            state.conn.execute(damage)
     with AgentState(path) as state:
         assert state.load_report.how.startswith("recomputed")
         assert set(state.reasoner.facts()) == expected

@@ -156,9 +156,10 @@ class Reasoner:
         ``equality``: with owl:sameAs, each merged term's representative and the equality
         component's facts (None if not saved: the component alone is then recomputed).
 
-        The saved hyper-nodes must be exactly those of the rules' HRDG; if they are not (a
-        state saved by a different engine version, say), everything is recomputed from the
-        rules and explicit facts instead, and ``stats()["restored"]`` says so. Modules rebuild
+        The saved hyper-nodes must be exactly those of the rules' HRDG, each with facts of
+        relations its rules derive only; if they are not (a state saved by a different engine
+        version, or damaged), everything is recomputed from the rules and explicit facts
+        instead, and ``stats()["restored"]`` says so. Modules rebuild
         auxiliary state (closure adjacency, aggregate groups) on the first change they see."""
         if isinstance(terms, TermDictionary):  # the caller's, shared (see __init__)
             reasoner = cls(
@@ -179,7 +180,9 @@ class Reasoner:
             engine_edb = layer.load(program, edb, representatives, component)
             engine_program = layer.engine_program(program)
         graph = build_hyper_graph(list(engine_program.values()))
-        if {logical.rule_keys for logical in graph.nodes} != set(nodes):
+        if {logical.rule_keys for logical in graph.nodes} != set(nodes) or any(
+            not set(nodes[logical.rule_keys][1]) <= logical.heads for logical in graph.nodes
+        ):  # (or a hyper-node saved with a relation none of its rules derives)
             reasoner.equality = None
             for key, facts in edb.items():
                 reasoner.edb.relation(key).add_all(facts)
@@ -196,11 +199,6 @@ class Reasoner:
             reasoner._node_names[logical.rule_keys] = name
             idb = DataStore(name)
             for key, saved in facts.items():
-                if key not in logical.heads:
-                    raise ValueError(
-                        f"hyper-node {name} was saved with facts of {key[0]}/{key[1]}, which "
-                        "none of its rules derives"
-                    )
                 idb.relation(key).fill(saved)
             predecessors = [reasoner.nodes[i].idb for i in graph.predecessors(index)]
             node = new_node_state(
