@@ -27,13 +27,13 @@ def read_saved_rules(rows: list[SavedRule]) -> tuple[dict[tuple[str, str], Rule]
     that does not read back, fails validation, or whose content key is not the one saved with
     it. After a damaged rule the rules found so far are returned."""
     rules: dict[tuple[str, str], Rule] = {}
-    unparsed: list[tuple[str, str]] = []
+    unparsed: dict[tuple[str, str], None] = {}  # (in order, each row once)
     keys = {(name, text): key for name, text, _, key in rows}
     for name, text, form, _ in rows:
         if (name, text) in rules:
             continue
         if form is None:
-            unparsed.append((name, text))
+            unparsed[name, text] = None
             continue
         try:
             rule = rule_from_form(form)
@@ -44,7 +44,7 @@ def read_saved_rules(rows: list[SavedRule]) -> tuple[dict[tuple[str, str], Rule]
             return rules, (name, _one_line(error))
         rules[name, text] = rule
     if unparsed:
-        parsed, problem = parse_saved_texts(unparsed)
+        parsed, problem = parse_saved_texts(list(unparsed))
         rules.update(parsed)
         if problem:
             return rules, problem
