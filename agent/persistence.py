@@ -428,9 +428,10 @@ class AgentState:
         relations = {rid: (name, arity) for rid, name, arity in relation_rows}
         self._rel_ids = {key: rid for rid, key in relations.items()}
         edb = _load_explicit(conn, relations)
-        for rows in edb.values():
-            if min(map(min, rows)) < 0 or max(map(max, rows)) >= len(terms):
-                raise ValueError("an explicit fact names a term the file does not have")
+        for rows in edb.values():  # (a column at a time: min and max run in C)
+            for column in zip(*rows, strict=True):
+                if min(column) < 0 or max(column) >= len(terms):
+                    raise ValueError("an explicit fact names a term the file does not have")
         rules: dict[str, Rule] = {}
         self._rule_claims = {}
         for name, text, stream in conn.execute(
