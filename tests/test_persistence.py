@@ -64,6 +64,15 @@ def check_reopen(path: Path, rules: dict, facts: set) -> AgentState:
     return state
 
 
+def rewrite(path: Path, *statements: str) -> None:
+    """Change a closed state file behind the agent's back, in one transaction."""
+    conn = sqlite3.connect(path)
+    with conn:
+        for statement in statements:
+            conn.execute(statement)
+    conn.close()
+
+
 def model_after(change: dict, rules: dict, facts: set) -> set:
     """The model's side of ``AgentState.apply(**change)``: ``rules`` (name -> rule) updated in
     place, the explicit facts after the change returned."""
@@ -442,10 +451,7 @@ def test_a_damaged_derived_row_is_refused(tmp_path, damage):
     path = tmp_path / "a.db"
     with AgentState(path) as state:
         state.apply(add_rules=WIDE, add_facts=WIDE_FACTS)
-    conn = sqlite3.connect(path)
-    with conn:
-        conn.execute(damage)
-    conn.close()
+    rewrite(path, damage)
     with pytest.raises(StateError, match="damaged agent state"):
         AgentState(path)
 
@@ -475,10 +481,7 @@ def test_damage_sql_cannot_see_is_refused(tmp_path, damage):
     path = tmp_path / "a.db"
     with AgentState(path) as state:
         state.apply(add_rules=RS, add_facts=[("parent", "a", "b"), ("parent", "b", "c")])
-    conn = sqlite3.connect(path)
-    with conn:
-        conn.execute(damage)
-    conn.close()
+    rewrite(path, damage)
     with pytest.raises(StateError, match="damaged agent state"):
         AgentState(path)
 
@@ -497,10 +500,7 @@ def test_a_file_without_dictionary_checksums_gets_them_at_its_first_load(tmp_pat
         state.apply(add_facts=[("parent", "b", "c"), ("age", "c", 7)])  # new terms, relation
     with AgentState(path) as state:
         assert ("anc", "a", "c") in set(state.reasoner.facts())
-    conn = sqlite3.connect(path)
-    with conn:
-        conn.execute("UPDATE terms SET value = 'C' WHERE value = 'c'")
-    conn.close()
+    rewrite(path, "UPDATE terms SET value = 'C' WHERE value = 'c'")
     with pytest.raises(StateError, match="the terms do not match their checksums"):
         AgentState(path)
 
