@@ -32,7 +32,11 @@ def test_quick_run_prints_table_with_equal_results(capsys):
     assert len(rows) == quick_row_count(list(incremental.GROUPS))
     assert all(" OK " in row for row in rows), out
     assert "MISMATCH" not in out and "ERROR" not in out
-    assert "Paper targets" in out
+    assert "Targets (ratios of this run" in out
+    assert "(storage) net change under 10%" in out
+    # Every row's net change was measured on the checking pass: a percentage, not "nan%".
+    changes = [row.split()[row.split().index("OK") - 5] for row in rows]
+    assert all(change.endswith("%") and change != "nan%" for change in changes), rows
     assert "rows equal the from-scratch materialisation" in out
 
 
