@@ -25,14 +25,17 @@ when u and v lie in different components U and V, merges the smaller into the la
 derives U x V and V x U. Cost: the new pairs, plus relabelling the smaller side.
 
 **Deletions (Del + Red).** Only the components holding a deleted fact change (both its ends
-lie in one). Each such component C is searched again over the remaining external facts: it
-splits into subcomponents S1..Sk, and vertices left with no fact drop out (set D). The IDB
-loses exactly S x (C - S) for each S and D x C (and, irreflexive, (u, u) for every deleted
-loop). This is the paper's Del (overdelete every pair of C) followed by Red (CLOSEEDGES over
-the remaining edges, the paper's Y_R) without materialising the overdeleted pairs: because our
-IDB is a function of X alone, the remaining external facts of C are exactly what Red closes.
-Cost: O(edges of C) for the search, plus the removed pairs; a component that does not split
-costs only the search. Nothing outside the affected components is read.
+lie in one). Each such component C splits into subcomponents S1..Sk over the remaining
+external facts, and vertices left with no fact drop out (set D). The IDB loses exactly
+S x (C - S) for each S and D x C (and, irreflexive, (u, u) for every deleted loop). This is
+the paper's Del (overdelete every pair of C) followed by Red (CLOSEEDGES over the remaining
+edges, the paper's Y_R) without materialising the overdeleted pairs: because our IDB is a
+function of X alone, the remaining external facts of C are exactly what Red closes. The parts
+are found from the *seeds*, the ends of deleted facts that keep a fact: every part holds one
+(C was connected). One seed means no split at all; several are searched from in turns until
+one search alone is left running, whose part is the rest of C (`_split`). Cost: about twice the
+parts split off plus the removed pairs, not C's size (a turbine leaving the end of a chain
+costs no search); nothing outside the affected components is read.
 
 A batch with both is applied as deletions, then insertions; the returned StoreChanges is the net
 difference of the IDB. Fallbacks (removed rules, missing or stale state) recompute.
@@ -125,46 +128,111 @@ class SymmetricTransitiveModule(ClosureModule):
     # ------------------------------------------------------------------ Del + Red
     def delete(self, own: Relation, facts: set, result: StoreChanges) -> None:
         component = self.component
-        touched: dict[int, set[int]] = {}
+        touched: dict[int, tuple[set[int], set[int]]] = {}  # id -> (old members, ends)
         for u, v in facts:
             self._unlink(u, v)
             members = component[u]
-            touched[id(members)] = members
+            found = touched.get(id(members))
+            if found is None:
+                touched[id(members)] = (members, {u, v})
+            else:
+                found[1].update((u, v))
         out, inn = self.succ, self.pred
         held = by_subject_of(own)
         changes = SubjectChanges(held)
-        lost_loops = {u for u, v in facts if u == v}
         if self.irreflexive:
-            for u in lost_loops:
+            for u in {u for u, v in facts if u == v}:
                 changes.lose(u, BitMap((u,)))
-        for old in touched.values():
-            parts: list[set[int]] = []
-            dropped: list[int] = []
-            placed: set[int] = set()
-            for start in old:
-                if start in placed:
-                    continue
-                if start not in out and start not in inn:
-                    dropped.append(start)
-                    del component[start]
-                    continue
-                members = self._search(start)
-                placed |= members
-                parts.append(members)
-                for u in members:
-                    component[u] = members
-            if len(parts) == 1 and not dropped:
+        lost = changes.lost
+        for old, ends in touched.values():
+            dropped = [u for u in ends if u not in out and u not in inn]
+            seeds = [u for u in ends if u in out or u in inn]
+            parts = self._split(seeds)
+            if not parts and not dropped:
                 continue  # still connected: every pair is still derived
-            # Each part loses the rest of the old component; a dropped vertex, all it held.
-            lost = changes.lost
+            for d in dropped:
+                del component[d]
+                changes.lose(d, BitMap(held.get(d, ())))
+            # The old set stays the component of what is left of it once the split-off parts
+            # and dropped vertices are taken out: its members need not be relabelled.
+            gone = BitMap(dropped)
             for members in parts:
+                gone |= BitMap(members)
                 rest = BitMap(old - members)  # shared by the part's members: only read
                 for u in members:
+                    component[u] = members
                     known = lost.get(u)
                     lost[u] = rest if known is None else known | rest
-            for d in dropped:
-                changes.lose(d, BitMap(held.get(d, ())))
+            old.difference_update(gone)
+            for u in old:
+                known = lost.get(u)
+                lost[u] = gone if known is None else known | gone
         changes.apply(own, self.relation, result)
+
+    def _split(self, seeds: list[int]) -> list[set[int]]:
+        """The parts a component split into, but the one left over: searches from the
+        ``seeds`` (the ends of its deleted facts that still have facts) run in turns, a vertex
+        each, and a search that meets another joins it. A search that runs out has found a
+        whole part; once one search alone is still running, the rest of the component is its
+        part, unsearched. Every part left holds a seed (the old component was connected), so
+        a component that stayed connected costs the searches until they all met, and one
+        that lost a small piece costs about twice that piece, not the component's size (one
+        seed: nothing is searched)."""
+        if len(seeds) < 2:
+            return []
+        out, inn = self.succ, self.pred
+        owner: dict[int, int] = {}  # vertex -> the search that reached it first
+        joined = list(range(len(seeds)))  # search -> the search it joined (union-find)
+        found: list[set[int]] = []
+        frontier: list[list[int]] = []
+        for index, seed in enumerate(seeds):
+            owner[seed] = index
+            found.append({seed})
+            frontier.append([seed])
+
+        def root(index: int) -> int:
+            while joined[index] != index:
+                joined[index] = joined[joined[index]]
+                index = joined[index]
+            return index
+
+        running = set(range(len(seeds)))
+        parts: list[set[int]] = []
+        while len(running) > 1:
+            for index in list(running):
+                if index not in running:
+                    continue  # joined another search earlier in this turn
+                queue = frontier[index]
+                if not queue:
+                    running.discard(index)
+                    parts.append(found[index])
+                    if len(running) == 1:
+                        break
+                    continue
+                u = queue.pop()
+                for w in chain(out.get(u, EMPTY), inn.get(u, EMPTY)):
+                    other = owner.get(w)
+                    if other is None:
+                        owner[w] = index
+                        found[index].add(w)
+                        queue.append(w)
+                        continue
+                    other = root(other)
+                    if other == index:
+                        continue
+                    # Two searches met: the smaller joins the larger (its vertices, its queue).
+                    big, small = (
+                        (index, other) if len(found[index]) >= len(found[other]) else (other, index)
+                    )
+                    found[big] |= found[small]
+                    frontier[big].extend(frontier[small])
+                    found[small], frontier[small] = set(), []
+                    joined[small] = big
+                    running.discard(small)
+                    index, queue = big, frontier[big]
+                if len(running) == 1:
+                    break
+        return parts
 
     # ------------------------------------------------------------------ Add
     def insert(self, own: Relation, facts: set, result: StoreChanges) -> None:
