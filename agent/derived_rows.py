@@ -1,4 +1,5 @@
-"""How the agent's state file packs a hyper-node's derived facts into rows (``derived``).
+"""How the agent's state file packs facts into rows: a hyper-node's derived facts (``derived``)
+and, since schema version 8, the explicit facts each source claims (``explicit``).
 
 A relation's facts are grouped by **prefix** (every column but the last; for a binary relation,
 the subject), each prefix holding the last column's ids as a compressed bitmap (pyroaring's
@@ -109,13 +110,13 @@ def unpack(blob: bytes) -> Chunk:
     """A row's chunk (its bitmaps left serialised). Raises ValueError for a blob that is not
     one (`verify` finds damage first: see the module docstring)."""
     if len(blob) < _HEADER.size:
-        raise ValueError("a derived row's blob is too short")
+        raise ValueError("a packed row's blob is too short")
     count, width = _HEADER.unpack_from(blob)
     start = _HEADER.size
     middle = start + 4 * count * width
     data = middle + 4 * count
     if data > len(blob):
-        raise ValueError("a derived row's blob is shorter than its header says")
+        raise ValueError("a packed row's blob is shorter than its header says")
     prefixes, ends = array("I"), array("I")
     prefixes.frombytes(blob[start:middle])
     ends.frombytes(blob[middle:data])
@@ -129,7 +130,7 @@ def unpack(blob: bytes) -> Chunk:
     else:
         keys = [tuple(prefixes[i : i + width]) for i in range(0, count * width, width)]
     if count and data + ends[-1] != len(blob):
-        raise ValueError("a derived row's bitmaps do not fill its blob")
+        raise ValueError("a packed row's bitmaps do not fill its blob")
     view = memoryview(blob)
     pieces = []
     begin = data
@@ -149,4 +150,4 @@ def verify(size: int, high: int, top: int, crc: int, blob: bytes) -> None:
     """Raise ValueError unless the row is as `pack` wrote it (its bitmaps are not read: the
     restart leaves them serialised, and this check is what lets it)."""
     if checksum(size, high, top, blob) != crc:
-        raise ValueError("a derived row does not match its checksum")
+        raise ValueError("a packed row does not match its checksum")

@@ -1,7 +1,7 @@
 """Checksums of an agent state's dictionaries: its terms and its relations.
 
-Why: SQLite checks a file's structure, not what its cells say, and the derived rows carry a
-CRC of their own (agent/derived_rows.py). A byte changed in a term's text (``windTurbine11``
+Why: SQLite checks a file's structure, not what its cells say, and the packed rows of facts
+carry a CRC of their own (agent/derived_rows.py). A byte changed in a term's text (``windTurbine11``
 read back as ``windTur{ine11``) or in a relation's name was loaded as if nothing had happened:
 every fact naming it moved to a term or relation nobody knows, and the diagnoses with it.
 

@@ -17,22 +17,20 @@ content key (``Rule.key``); hyper-nodes by the content keys of their rules. Repl
 rule's body therefore deletes one row and inserts another in the change's transaction, and a
 hyper-node is never matched to the rules of another body under the same labels.
 
-Layout choices, for load speed: an explicit fact is stored as integer columns ``a0, a1, a2``
-(−1 when absent) plus ``rest`` (the ids of columns 3 and up, comma-separated, almost always
-empty), so loading a binary relation is one ``SELECT a0, a1`` whose rows already are the
-engine's tuples. Derived facts, which outnumber explicit ones by far, are stored by **prefix**
-(every column but the last; for a binary relation, the subject), each holding the last column's
-ids as a compressed bitmap (pyroaring's ``BitMap``, in the portable Roaring format), and the
-prefixes of a hyper-node's relation are packed into chunks of up to 64 subjects, a row each
-(agent/derived_rows.py: the layout, and why), with its fact count, largest ids and a checksum
-(counts and integrity checks without reading the bitmaps). A restart checks each row's
-checksum and hands a binary relation to the engine still serialised; the engine reads it, as
-subject -> objects sets it keeps as they are (``Relation.adopt_subjects``), when a reader first
-uses the relation (``store.SavedSubjects``). The file is a fraction of a row per fact
-(docs/storage.md). Hyper-nodes get a row each, keyed by a number that follows the in-memory
-IDB store (a kept or reduced hyper-node keeps its rows and receives only differences, applied
-to the bitmaps of the prefixes they touch, in the chunks holding them; a new, split or
-recomputed one is written in full; a dropped one is deleted).
+Layout choices, for load speed: facts are stored by **prefix** (every column but the last; for
+a binary relation, the subject), each holding the last column's ids as a compressed bitmap
+(pyroaring's ``BitMap``, in the portable Roaring format), and the prefixes of a relation are
+packed into chunks of up to 64 subjects, a row each (agent/derived_rows.py: the layout, and
+why), with its fact count, largest ids and a checksum (counts and integrity checks without
+reading the bitmaps). Derived facts are packed per hyper-node (``derived``), explicit facts per
+source claiming them (``explicit``, agent/explicit_rows.py; agent/chunk_tables.py changes
+both). A restart checks each row's checksum and hands a binary relation to the engine still
+serialised; the engine reads it, as subject -> objects sets it keeps as they are
+(``Relation.adopt_subjects``), when a reader first uses the relation (``store.SavedSubjects``).
+The file is a fraction of a row per fact (docs/storage.md). Hyper-nodes get a row each, keyed
+by a number that follows the in-memory IDB store (a kept or reduced hyper-node keeps its rows
+and receives only differences, applied to the bitmaps of the prefixes they touch, in the chunks
+holding them; a new, split or recomputed one is written in full; a dropped one is deleted).
 """
 
 from __future__ import annotations
@@ -46,15 +44,14 @@ from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import groupby
-from operator import itemgetter
 from pathlib import Path
 
 import sqlite_utils
 from pyroaring import BitMap
 
+from agent.chunk_tables import DERIVED, group_last
 from agent.claims import ClaimChange, RuleClaims, plan_change
-from agent.derived_rows import chunk_of, pack, unpack, verify
+from agent.derived_rows import unpack, verify
 from agent.dictionary_checksums import META_KEY, DictionaryChecksums
 from agent.engine.budget import Budget
 from agent.engine.errors import ZodiacError
@@ -72,16 +69,26 @@ from agent.engine.store import (
     by_subject,
 )
 from agent.engine.subject_facts import SubjectFacts
+from agent.explicit_rows import (
+    EXPLICIT_TABLE,
+    Claimed,
+    ClaimReader,
+    facts_of_source,
+    insert_claims,
+    load_explicit,
+    subjects_of,
+    write_claims,
+)
 from agent.saved_rules import form_of_text, parse_saved_rule, read_saved_rules
 
 FORMAT = "zodiac-edge agent state"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 EXPECTED_TABLES = {
     "meta",
     "terms",
     "relations",
-    "facts",
+    "explicit",
     "rules",
     "streams",
     "nodes",
@@ -98,7 +105,7 @@ DAMAGE_SIGNS = (sqlite3.Error, ValueError, TypeError, KeyError, IndexError, Over
 # The ``nodes`` row holding the equality component's facts (agent/engine/equality.py).
 EQUALITY_MODULE = "equality"
 
-SCHEMA = """
+SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE terms (
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, value, datatype TEXT, language TEXT
@@ -106,12 +113,7 @@ CREATE TABLE terms (
 CREATE TABLE relations (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, arity INTEGER NOT NULL, UNIQUE (name, arity)
 );
-CREATE TABLE facts (
-    rel INTEGER NOT NULL, a0 INTEGER NOT NULL, a1 INTEGER NOT NULL, a2 INTEGER NOT NULL,
-    rest TEXT NOT NULL, source TEXT NOT NULL,
-    PRIMARY KEY (rel, a0, a1, a2, rest, source)
-) WITHOUT ROWID;  -- one row per (fact, source claiming it): see agent/claims.py
-CREATE INDEX facts_by_source ON facts (source);
+{EXPLICIT_TABLE};  -- the facts each source claims (agent/claims.py), packed: agent/explicit_rows.py
 CREATE TABLE rules (
     name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,
     bundle_id TEXT, position INTEGER NOT NULL, form TEXT, PRIMARY KEY (name, stream)
@@ -139,6 +141,13 @@ CREATE TABLE derived (
     PRIMARY KEY (node, rel, chunk)
 );  -- one row per (hyper-node, relation, chunk of prefixes): agent/derived_rows.py
 """
+# The facts table of schema versions 3 to 7: one row per (fact, source claiming it).
+FACTS_V3 = """CREATE TABLE facts (
+    rel INTEGER NOT NULL, a0 INTEGER NOT NULL, a1 INTEGER NOT NULL, a2 INTEGER NOT NULL,
+    rest TEXT NOT NULL, source TEXT NOT NULL,
+    PRIMARY KEY (rel, a0, a1, a2, rest, source)
+) WITHOUT ROWID;
+CREATE INDEX facts_by_source ON facts (source)"""
 # The rules table of schema versions 3 to 6 (version 7 added the form).
 RULES_V3 = """CREATE TABLE rules (
     name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,
@@ -261,7 +270,7 @@ class AgentState:
         self._checksums_saved = False
         self.reasoner: Reasoner
         if load:  # ``load=False``: only the SQL summary is wanted (health checks)
-            problems = self.check_integrity()
+            problems = self.check_integrity(checksums=False)  # (the load verifies its rows)
             if problems:
                 self.conn.close()
                 raise StateError(f"{self.path}: damaged agent state: {problems[0]}; {REBUILD}")
@@ -273,20 +282,21 @@ class AgentState:
                     f"{self.path}: damaged agent state ({clip(str(error))}); {REBUILD}"
                 ) from None
 
-    def check_integrity(self) -> list[str]:
+    def check_integrity(self, *, checksums: bool = True) -> list[str]:
         """What makes the file unusable although SQLite finds it sound: terms of unknown kinds
         or values that are not what their kind says, term ids with gaps, facts naming terms
-        or relations that do not exist, saved rules that do not read back (from their
-        form, or their text where they have none: agent/saved_rules.py) or fail validation.
-        ``zodiac-agent status`` reports these; opening the state for use refuses them. (The
-        rules read here are kept for the load that follows, which would otherwise read them
-        again.)"""
+        or relations that do not exist, packed facts that do not match their checksums
+        (unless ``checksums`` is false: a load verifies every row as it reads it), saved
+        rules that do not read back (from their form, or their text where they have none:
+        agent/saved_rules.py) or fail validation. ``zodiac-agent status`` reports these;
+        opening the state for use refuses them. (The rules read here are kept for the load
+        that follows, which would otherwise read them again.)"""
         try:
-            return self._integrity_problems()
+            return self._integrity_problems(checksums)
         except DAMAGE_SIGNS as error:  # (a page SQLite's check passed, but not its content)
             return [f"unreadable: {clip(str(error))}"]
 
-    def _integrity_problems(self) -> list[str]:
+    def _integrity_problems(self, checksums: bool) -> list[str]:
         conn = self.conn
         problems = []
         self._parsed_rules = {}
@@ -306,10 +316,18 @@ class AgentState:
         ).fetchone()
         if bad_floats:
             problems.append(f"term {bad_floats[0]} is a float whose value is not a number")
-        for table, where in (
-            ("facts", "a0 >= ?1 OR a1 >= ?1 OR a2 >= ?1 OR a0 < -1 OR a1 < -1 OR a2 < -1"),
-            ("derived", "high >= ?1 OR high < 0 OR top >= ?1 OR top < 0"),
-        ):
+        packed = "high >= ?1 OR high < 0 OR top >= ?1 OR top < 0"
+        tables = set(self.db.table_names())
+        explicit = (  # (a file before version 8, read as it is by a health check: a row per fact)
+            ("explicit", packed)
+            if "explicit" in tables
+            else ("facts", "a0 >= ?1 OR a1 >= ?1 OR a2 >= ?1 OR a0 < -1 OR a1 < -1 OR a2 < -1")
+        )
+        for table, where in (explicit, ("derived", packed)):
+            if checksums and "crc" in _columns(conn, table):  # (packed: versions 8 and 6)
+                damaged = _damaged_rows(conn, table)
+                if damaged:
+                    problems.append(f"{damaged} row(s) of {table} do not match their checksums")
             dangling = conn.execute(
                 f"SELECT count(*) FROM {table} WHERE {where} "
                 "OR rel NOT IN (SELECT id FROM relations)",
@@ -317,7 +335,7 @@ class AgentState:
             ).fetchone()[0]
             if dangling:
                 problems.append(f"{dangling} row(s) of {table} name missing terms or relations")
-        if "representatives" in set(self.db.table_names()):  # (an older file: none yet)
+        if "representatives" in tables:  # (an older file: none yet)
             dangling = conn.execute(
                 "SELECT count(*) FROM representatives WHERE term >= ?1 OR term < 0 "
                 "OR representative >= ?1 OR representative < 0",
@@ -325,7 +343,7 @@ class AgentState:
             ).fetchone()[0]
             if dangling:
                 problems.append(f"{dangling} representative(s) name missing terms")
-        columns = {column for _, column, *_ in conn.execute("PRAGMA table_info(rules)")}
+        columns = _columns(conn, "rules")
         form = "form" if "form" in columns else "NULL"  # (an older file: no forms yet)
         saved = conn.execute(f"SELECT name, text, {form}, key FROM rules").fetchall()
         self._parsed_rules, damage = read_saved_rules(saved)
@@ -427,11 +445,7 @@ class AgentState:
         ]
         relations = {rid: (name, arity) for rid, name, arity in relation_rows}
         self._rel_ids = {key: rid for rid, key in relations.items()}
-        edb = _load_explicit(conn, relations)
-        for rows in edb.values():  # (a column at a time: min and max run in C)
-            for column in zip(*rows, strict=True):
-                if min(column) < 0 or max(column) >= len(terms):
-                    raise ValueError("an explicit fact names a term the file does not have")
+        edb = load_explicit(conn, relations)
         rules: dict[str, Rule] = {}
         self._rule_claims = {}
         for name, text, stream in conn.execute(
@@ -464,10 +478,12 @@ class AgentState:
             row_of[keys] = node_id
         representatives = dict(conn.execute("SELECT term, representative FROM representatives"))
         equality = (representatives, component) if self._equality_row is not None else None
-        if orphans or (
-            equality is None and (SAME_AS in edb or mentions_equality(rules.values()))
-        ):  # (or saved before equality was rewriting: derived without it, so recomputed)
+        rewriting = SAME_AS in edb or mentions_equality(rules.values())
+        if orphans or (equality is None and rewriting):
+            # (or saved before equality was rewriting: derived without it, so recomputed)
             stored_nodes = {}
+        if equality is not None or rewriting:  # (the equality layer reads tuples)
+            edb = _as_tuples(edb)
         self.reasoner = Reasoner.restore(
             terms=terms,
             rules=list(rules.values()),
@@ -536,11 +552,9 @@ class AgentState:
         relations = {rid: key for key, rid in self._rel_ids.items()}
         decode = self.reasoner.terms.values
         found = []
-        for rid, a0, a1, a2, rest in self.conn.execute(
-            "SELECT rel, a0, a1, a2, rest FROM facts WHERE source = ?", (source,)
-        ):
+        for rid, *ids in facts_of_source(self.conn, source):
             name, arity = relations[rid]
-            args = [decode[i] for i in _unpack(arity, a0, a1, a2, rest)]
+            args = [decode[i] for i in ids]
             if arity == 1:
                 found.append(("http://www.w3.org/1999/02/22-rdf-syntax-ns#type", args[0], name))
             else:
@@ -550,15 +564,20 @@ class AgentState:
     def summary(self) -> dict:
         """Counts straight from the file, without loading the reasoner (for health checks)."""
         one = self.conn.execute
-        columns = {row[1] for row in one("PRAGMA table_info(derived)")}
+        columns = _columns(self.conn, "derived")
         # (a file of schema version 3 or older, not migrated by a health check: a row per fact)
         counted = "COALESCE(SUM(size), 0)" if "size" in columns else "COUNT(*)"
+        claims = (  # (one per fact and source claiming it; before version 8, a row each)
+            "SELECT COALESCE(SUM(size), 0) FROM explicit"
+            if "explicit" in set(self.db.table_names())
+            else "SELECT COUNT(*) FROM facts"
+        )
         last_error = self.get_meta("last_error")
         return {
             "database": str(self.path),
             "applied": self.applied_versions(),
             "rules": one("SELECT COUNT(*) FROM rules").fetchone()[0],
-            "explicit_facts": one("SELECT COUNT(*) FROM facts").fetchone()[0],
+            "explicit_facts": one(claims).fetchone()[0],
             "derived_facts": one(f"SELECT {counted} FROM derived").fetchone()[0],
             "hyper_nodes": one("SELECT COUNT(*) FROM nodes").fetchone()[0],
             "open_requests": one(
@@ -618,7 +637,7 @@ class AgentState:
             add_facts=[tuple(f) for f in add_facts or ()],
             delete_facts=[tuple(f) for f in delete_facts or ()],
             rule_claims=self._rule_claims,
-            fact_claims=self._fact_claims,
+            fact_claims=partial(self._fact_claims, ClaimReader(self.conn)),
             resolve_names=self.reasoner.resolve_rule_names,
             superseded=superseded,
         )
@@ -674,35 +693,24 @@ class AgentState:
         )
 
     # ------------------------------------------------------------------ claims
-    def _fact_claims(self, fact: tuple) -> set[str]:
+    def _fact_claims(self, claims: ClaimReader, fact: tuple) -> set[str]:
         """The sources claiming an explicit fact (none for a fact with an unknown term)."""
         key, args = self.reasoner.lookup_fact(fact)
         if key is None or key not in self._rel_ids:
             return set()
-        rows = self.conn.execute(
-            "SELECT source FROM facts WHERE rel = ? AND a0 = ? AND a1 = ? AND a2 = ? AND rest = ?",
-            (self._rel_ids[key], *_pack(args)),
-        )
-        return {row[0] for row in rows}
+        return claims.sources(self._rel_ids[key], args)
 
     def _write_claims(self, change: ClaimChange, source: str, bundle_id: str | None) -> None:
         encode = self.reasoner.lookup_fact
-        removed = []
+        released: Claimed = {}
         for fact, holder in change.released_facts:
             key, args = encode(fact)
-            removed.append((self._rel_id(key), *_pack(args), holder))
-        self.conn.executemany(
-            "DELETE FROM facts WHERE rel = ? AND a0 = ? AND a1 = ? AND a2 = ? AND rest = ? "
-            "AND source = ?",
-            removed,
-        )
-        added = []
+            released.setdefault(holder, []).append((self._rel_id(key), *args))
+        claimed: Claimed = {}
         for fact in change.claimed_facts:
             key, args = encode(fact)
-            added.append((self._rel_id(key), *_pack(args), source))
-        self.conn.executemany(
-            "INSERT INTO facts (rel, a0, a1, a2, rest, source) VALUES (?, ?, ?, ?, ?, ?)", added
-        )
+            claimed.setdefault(source, []).append((self._rel_id(key), *args))
+        write_claims(self.conn, released, claimed)
         self.conn.executemany(
             "DELETE FROM rules WHERE name = ? AND stream = ?", change.released_rules
         )
@@ -817,7 +825,7 @@ class AgentState:
             facts: dict[RelationKey, set] = {}
             for key, args in layer.component.store:
                 facts.setdefault(key, set()).add(args)
-            _insert_chunks(
+            DERIVED.insert(
                 self.conn,
                 row,
                 (
@@ -847,7 +855,7 @@ class AgentState:
     def _write_derived(self, row: int, relations: dict[RelationKey, Relation]) -> None:
         """A hyper-node's derived facts in full: one row per chunk of prefixes (module
         docstring)."""
-        _insert_chunks(
+        DERIVED.insert(
             self.conn,
             row,
             (
@@ -880,56 +888,17 @@ class AgentState:
                         grouped[(rid, subject)] = objects
             elif facts:
                 rest[key] = facts
-        grouped.update(_group_last(self._with_rel_ids(rest)))
+        grouped.update(group_last(self._with_rel_ids(rest)))
         return grouped
 
     def _update_derived(
         self, row: int, removed: dict[RelationKey, set], added: dict[RelationKey, set]
     ) -> None:
-        """A kept hyper-node's net changes, applied to the bitmaps of the prefixes they touch
-        (read, changed, written back; a bitmap left empty is dropped) in the chunks holding
-        them; the chunk's other bitmaps are copied as they are. The changes must be net: a
-        removed fact saved, an added one not; anything else means the journal and the file
-        disagree, and is raised as an integrity error (``apply`` then reloads from the file)."""
+        """A kept hyper-node's net changes, applied to the chunks holding the prefixes they
+        touch (``ChunkTable.change``: a mismatch between the journal and the file is raised
+        as an integrity error, and ``apply`` then reloads from the file)."""
         gone_by, new_by = (self._by_prefix_with_rel_ids(changes) for changes in (removed, added))
-        touched: dict[tuple[int, int], list[tuple[int, ...]]] = {}
-        for where_key in gone_by.keys() | new_by.keys():  # (relation id, *prefix)
-            touched.setdefault((where_key[0], chunk_of(where_key[1:])), []).append(where_key)
-        where = "node = ? AND rel = ? AND chunk = ?"
-        for (rid, chunk), keys in touched.items():
-            saved = self.conn.execute(
-                f"SELECT packed FROM derived WHERE {where}", (row, rid, chunk)
-            ).fetchone()
-            entries: dict[tuple[int, ...], BitMap | bytes] = {}
-            if saved:
-                old = unpack(saved[0])
-                entries.update(zip(old.prefixes, old.pieces, strict=True))
-            for where_key in keys:
-                prefix = where_key[1:]
-                gone, new = BitMap(gone_by.get(where_key, ())), BitMap(new_by.get(where_key, ()))
-                piece = entries.pop(prefix, None)
-                objects = BitMap() if piece is None else BitMap.deserialize(piece)  # type: ignore[arg-type]
-                if not gone.issubset(objects) or new.intersect(objects - gone):
-                    raise sqlite3.IntegrityError(
-                        f"hyper-node row {row}, relation {rid}, prefix {prefix}: the saved "
-                        "facts do not match the change being written"
-                    )
-                objects -= gone
-                objects |= new
-                if objects:
-                    entries[prefix] = objects
-            if entries:
-                width = len(keys[0]) - 1
-                packed = pack(width, entries.items())
-                self.conn.execute(
-                    "INSERT INTO derived (node, rel, chunk, size, high, top, crc, packed) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node, rel, chunk) DO UPDATE "
-                    "SET size = excluded.size, high = excluded.high, top = excluded.top, "
-                    "crc = excluded.crc, packed = excluded.packed",
-                    (row, rid, chunk, *packed),
-                )
-            elif saved:
-                self.conn.execute(f"DELETE FROM derived WHERE {where}", (row, rid, chunk))
+        DERIVED.change(self.conn, row, gone_by, new_by)
 
 
 # ---------------------------------------------------------------------- encoding helpers
@@ -1022,26 +991,6 @@ def _pack_prefix(prefix: tuple[int, ...]) -> tuple[int, int, int, str]:
     return _pack(prefix) if prefix else (-1, -1, -1, "")
 
 
-def _insert_chunks(
-    conn: sqlite3.Connection,
-    node: int,
-    entries: Iterable[tuple[tuple[int, ...], BitMap | bytes]],
-) -> None:
-    """Write a hyper-node's facts given as ``((relation id, *prefix), bitmap)``, by chunk."""
-    chunks: dict[tuple[int, int], list[tuple[tuple[int, ...], BitMap | bytes]]] = {}
-    for key, objects in entries:
-        prefix = key[1:]
-        chunks.setdefault((key[0], chunk_of(prefix)), []).append((prefix, objects))
-    conn.executemany(
-        "INSERT INTO derived (node, rel, chunk, size, high, top, crc, packed) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            (node, rid, chunk, *pack(len(items[0][0]), items))
-            for (rid, chunk), items in chunks.items()
-        ),
-    )
-
-
 def _by_prefix(relation: Relation) -> Iterable[tuple[tuple[int, ...], Iterable[int]]]:
     """A relation's facts grouped by every column but the last: (prefix, last-column ids).
     A binary relation's index on its subject, where the engine keeps one, is that grouping."""
@@ -1050,19 +999,7 @@ def _by_prefix(relation: Relation) -> Iterable[tuple[tuple[int, ...], Iterable[i
         if subjects is None:
             subjects = by_subject(relation.tuples)
         return (((subject,), objects) for subject, objects in subjects.items())
-    return _group_last(relation.tuples).items()
-
-
-def _group_last(facts: Iterable[tuple[int, ...]]) -> dict[tuple[int, ...], list[int]]:
-    """Tuples grouped by every column but the last: prefix -> the last column's values."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for fact in facts:
-        found = groups.get(fact[:-1])
-        if found is None:
-            groups[fact[:-1]] = [fact[-1]]
-        else:
-            found.append(fact[-1])
-    return groups
+    return group_last(relation.tuples).items()
 
 
 def _load_derived(
@@ -1086,7 +1023,7 @@ def _load_derived(
     found: dict[int, dict[RelationKey, SavedFacts]] = {}
     for (node, key), blobs in rows.items():
         if key[1] == 2:
-            facts: SavedFacts = SavedSubjects(counts[node, key], partial(_subjects, blobs))
+            facts: SavedFacts = SavedSubjects(counts[node, key], partial(subjects_of, blobs))
         else:
             facts = {
                 prefix + (last,)
@@ -1095,41 +1032,6 @@ def _load_derived(
                 for last in objects
             }
         found.setdefault(node, {})[key] = facts
-    return found
-
-
-def _subjects(blobs: list[bytes]) -> dict[int, BitMap]:
-    """A binary relation's saved rows as subject -> objects (see ``_load_derived``)."""
-    subjects: dict[int, BitMap] = {}
-    deserialize = BitMap.deserialize
-    for blob in blobs:
-        chunk = unpack(blob)
-        for (subject,), piece in zip(chunk.prefixes, chunk.pieces, strict=True):
-            subjects[subject] = deserialize(piece)
-    return subjects
-
-
-def _load_explicit(
-    conn: sqlite3.Connection, relations: dict[int, RelationKey]
-) -> dict[RelationKey, set[tuple[int, ...]]]:
-    """The explicit facts, by relation, in one scan of the table in key order: the same rows
-    the integrity check's scan saw (a search per relation can answer otherwise when a b-tree
-    page is damaged in a way SQLite's check does not see), and as fast (rows sliced in C)."""
-    found: dict[RelationKey, set[tuple[int, ...]]] = {}
-    wide = any(arity > 2 for _, arity in relations.values())  # (SQLite hands columns slowly)
-    columns = "a0, a1, a2, rest" if wide else "a0, a1"
-    rows = conn.execute(f"SELECT rel, {columns} FROM facts ORDER BY rel").fetchall()
-    for rid, group in groupby(rows, key=itemgetter(0)):  # (a relation's rows in one run,
-        key = relations[rid]  # unless a damaged page put them out of order: then united)
-        arity = key[1]
-        if arity <= 3:
-            facts = set(map(itemgetter(slice(1, 1 + arity)), group))
-        else:
-            facts = {_unpack(arity, *row[1:]) for row in group}
-        if key in found:
-            found[key] |= facts
-        else:
-            found[key] = facts
     return found
 
 
@@ -1194,12 +1096,10 @@ def _claims_per_source(conn: sqlite3.Connection) -> int:
     conn.execute("DROP INDEX IF EXISTS facts_by_source")
     conn.execute("ALTER TABLE rules RENAME TO rules_v2")
     conn.executescript(
-        "\n".join(
-            statement + ";"
-            for statement in SCHEMA.split(";")
-            if "TABLE facts" in statement
-            or "INDEX facts_by_source" in statement
-            or "TABLE reading_times" in statement
+        FACTS_V3
+        + ";"
+        + "\n".join(
+            statement + ";" for statement in SCHEMA.split(";") if "TABLE reading_times" in statement
         )
         + RULES_V3
         + ";"
@@ -1220,7 +1120,7 @@ def _derived_by_prefix(conn: sqlite3.Connection) -> int:
     conn.execute("ALTER TABLE derived RENAME TO derived_v3")
     conn.execute(DERIVED_V4)
     arities = dict(conn.execute("SELECT id, arity FROM relations"))
-    groups = _group_last(  # (node, relation id, *prefix) -> last-column ids
+    groups = group_last(  # (node, relation id, *prefix) -> last-column ids
         (node, rid, *_unpack(arities[rid], a0, a1, a2, rest))
         for node, rid, a0, a1, a2, rest in conn.execute(
             "SELECT node, rel, a0, a1, a2, rest FROM derived_v3"
@@ -1266,7 +1166,7 @@ def _derived_by_chunk(conn: sqlite3.Connection) -> int:
         prefix = _unpack(arities[rid] - 1, a0, a1, a2, rest) if arities[rid] > 1 else ()
         by_node.setdefault(node, []).append(((rid, *prefix), bytes(blob)))
     for node, entries in by_node.items():
-        _insert_chunks(conn, node, entries)
+        DERIVED.insert(conn, node, entries)
     conn.execute("DROP TABLE derived_v5")
     return 6
 
@@ -1282,6 +1182,38 @@ def _rules_with_forms(conn: sqlite3.Connection) -> int:
         ((form_of_text(name, text), name, text) for name, text in rows),
     )
     return 7
+
+
+def _explicit_by_chunk(conn: sqlite3.Connection) -> int:
+    """Version 7 -> 8: explicit facts were saved one row per (fact, source claiming it); now
+    each source's facts are packed into chunks with a checksum, as derived facts are
+    (agent/explicit_rows.py)."""
+    arities = dict(conn.execute("SELECT id, arity FROM relations"))
+    claimed: Claimed = {}
+    for rid, a0, a1, a2, rest, source in conn.execute(
+        "SELECT rel, a0, a1, a2, rest, source FROM facts"
+    ):
+        claimed.setdefault(source, []).append((rid, *_unpack(arities[rid], a0, a1, a2, rest)))
+    conn.execute(EXPLICIT_TABLE)
+    insert_claims(conn, claimed)
+    conn.execute("DROP INDEX IF EXISTS facts_by_source")
+    conn.execute("DROP TABLE facts")
+    return 8
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {column for _, column, *_ in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _damaged_rows(conn: sqlite3.Connection, table: str) -> int:
+    """How many rows of a table of packed facts do not match their checksums."""
+    damaged = 0
+    for row in conn.execute(f"SELECT size, high, top, crc, CAST(packed AS BLOB) FROM {table}"):
+        try:
+            verify(*row)
+        except ValueError:
+            damaged += 1
+    return damaged
 
 
 def _as_tuples(facts: dict[RelationKey, SavedFacts]) -> dict[RelationKey, set]:
@@ -1305,4 +1237,5 @@ MIGRATIONS = {
     4: _representatives,
     5: _derived_by_chunk,
     6: _rules_with_forms,
+    7: _explicit_by_chunk,
 }

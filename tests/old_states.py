@@ -7,7 +7,7 @@ import sqlite3
 from agent.derived_rows import unpack
 from agent.engine.language import RelationKey
 from agent.engine.reasoner import Reasoner
-from agent.persistence import DERIVED_V4
+from agent.persistence import DERIVED_V4, FACTS_V3
 
 # The derived table of schema versions 1 to 3: one row per derived fact.
 DERIVED_PER_FACT = (
@@ -33,6 +33,22 @@ def derived_per_fact(conn: sqlite3.Connection, reasoner: Reasoner) -> int:
                 rest = ",".join(map(str, fact[3:]))
                 rows.append((node_ids[node.name], relation_ids[key], *padded, rest))
     conn.executemany("INSERT INTO derived VALUES (?, ?, ?, ?, ?, ?)", rows)
+    return len(rows)
+
+
+def facts_per_claim(conn: sqlite3.Connection) -> int:
+    """Replace the explicit table by the facts table of schema versions 3 to 7, one row per
+    (fact, source claiming it). Returns the number of rows written."""
+    rows = []
+    for source, rid, blob in conn.execute("SELECT source, rel, packed FROM explicit"):
+        for prefix, ids in unpack(blob).items():
+            for last in ids:
+                fact = (*prefix, last)
+                padded = (*fact, -1, -1, -1)[:3]
+                rows.append((rid, *padded, ",".join(map(str, fact[3:])), source))
+    conn.execute("DROP TABLE explicit")
+    conn.executescript(FACTS_V3)
+    conn.executemany("INSERT INTO facts VALUES (?, ?, ?, ?, ?, ?)", rows)
     return len(rows)
 
 

@@ -185,9 +185,9 @@ def committed_prefix(database) -> tuple[int, int | None]:
     (SQLite lets a reader in beside the writer), without loading the state."""
     with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as conn:
         version = conn.execute("SELECT version FROM streams WHERE stream = 'base'").fetchone()
-        seq = conn.execute(
-            "SELECT t.value FROM facts f JOIN relations r ON r.id = f.rel "
-            "JOIN terms t ON t.id = f.a1 WHERE r.name = 'seq'"
+        seq = conn.execute(  # (one seq fact: its chunk's largest object is its value's id)
+            "SELECT t.value FROM explicit e JOIN relations r ON r.id = e.rel "
+            "JOIN terms t ON t.id = e.high WHERE r.name = 'seq'"
         ).fetchone()
     return (version[0] if version else 0), (int(seq[0]) if seq else None)
 

@@ -112,12 +112,15 @@ def damage_schema_version(conn):
     conn.execute("UPDATE meta SET value = 'two' WHERE key = 'schema_version'")
 
 
-def damage_missing_term(conn):
-    conn.execute(
-        "UPDATE facts SET a1 = 99999 WHERE rowid IN (SELECT rowid FROM facts LIMIT 1)"
-        if False
-        else "UPDATE facts SET a1 = 99999"
-    )
+def damage_missing_term(conn):  # (counts and checksum kept consistent: the id is what is wrong)
+    from agent.derived_rows import checksum
+
+    size, top, packed = conn.execute("SELECT size, top, packed FROM explicit").fetchone()
+    conn.execute("UPDATE explicit SET high = 99999, crc = ?", (checksum(size, 99999, top, packed),))
+
+
+def damage_explicit_fact_bytes(conn):  # a fact's bytes changed: its checksum no longer matches
+    conn.execute("UPDATE explicit SET packed = substr(packed, 1, length(packed) - 1) || x'07'")
 
 
 def damage_integer_iri(conn):
@@ -148,6 +151,7 @@ DAMAGES = [
     damage_terms_kind,
     damage_schema_version,
     damage_missing_term,
+    damage_explicit_fact_bytes,
     damage_integer_iri,
     damage_term_gap,
     damage_rule_form,

@@ -183,7 +183,7 @@ def snapshot(agent: Agent) -> tuple:
         tuple(sorted((n, str(r)) for n, r in agent.reasoner.rules.items())),
         tuple(sorted((n, tuple(s)) for n, s in state.rule_streams().items())),
         tuple(sorted(state.applied_versions().items())),
-        tuple(sorted(map(repr, state.conn.execute("SELECT * FROM facts").fetchall()))),
+        tuple(sorted(map(repr, state.conn.execute("SELECT * FROM explicit").fetchall()))),
     )
 
 

@@ -27,7 +27,12 @@ from agent.engine.language import Literal, Program
 from agent.engine.parser import parse_program
 from agent.engine.store import is_unread
 from agent.persistence import SCHEMA_VERSION, AgentState, StateError, StreamVersion
-from tests.old_states import derived_by_prefix, derived_per_fact, rules_without_forms
+from tests.old_states import (
+    derived_by_prefix,
+    derived_per_fact,
+    facts_per_claim,
+    rules_without_forms,
+)
 from tests.strategies import closure_pools, incremental_programs, pool_facts
 
 STEP_SETTINGS = settings(
@@ -361,6 +366,7 @@ def test_an_older_state_file_is_migrated_without_recomputing(tmp_path, version):
             assert written == sum(node.size() for node in saved.view().nodes)
         else:
             assert derived_by_prefix(conn) > 10 * chunks
+        facts_per_claim(conn)
         rules_without_forms(conn)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
@@ -408,6 +414,7 @@ def test_a_version_6_file_gets_its_rules_forms(tmp_path):
         expected = set(state.reasoner.facts())
     conn = sqlite3.connect(path)
     with conn:
+        facts_per_claim(conn)
         rules_without_forms(conn)
         conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
     conn.close()
@@ -420,6 +427,7 @@ def test_a_version_6_file_gets_its_rules_forms(tmp_path):
         assert dict(state.conn.execute("SELECT name, form FROM rules")) == forms
     conn = sqlite3.connect(path)
     with conn:
+        facts_per_claim(conn)
         rules_without_forms(conn)
         conn.execute("UPDATE rules SET text = 'r3: kids(X :- .' WHERE name = 'r3'")
         conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
@@ -428,15 +436,17 @@ def test_a_version_6_file_gets_its_rules_forms(tmp_path):
         AgentState(path)
 
 
+@pytest.mark.parametrize("table", ["derived", "explicit"])
 @pytest.mark.parametrize(
     "damage",
     [
-        "UPDATE derived SET packed = x'00ff00ff' WHERE rowid = (SELECT min(rowid) FROM derived)",
-        "UPDATE derived SET packed = packed || x'00' WHERE rowid = 1",
-        "UPDATE derived SET size = size + 1",
-        "UPDATE derived SET high = high - 1",
-        "UPDATE derived SET high = 1000000",
-        "UPDATE derived SET top = 1000000",
+        "UPDATE {table} SET packed = x'00ff00ff' WHERE rowid = (SELECT min(rowid) FROM {table})",
+        "UPDATE {table} SET packed = packed || x'00' "
+        "WHERE rowid = (SELECT min(rowid) FROM {table})",
+        "UPDATE {table} SET size = size + 1",
+        "UPDATE {table} SET high = high - 1",
+        "UPDATE {table} SET high = 1000000",
+        "UPDATE {table} SET top = 1000000",
     ],
     ids=[
         "garbage bitmap",
@@ -447,13 +457,57 @@ def test_a_version_6_file_gets_its_rules_forms(tmp_path):
         "missing subject",
     ],
 )
-def test_a_damaged_derived_row_is_refused(tmp_path, damage):
+def test_a_damaged_row_of_packed_facts_is_refused(tmp_path, table, damage):
+    """Derived facts, and since version 8 explicit ones, are packed with counts and a checksum
+    (agent/chunk_tables.py): a row that does not match them is refused at the start, and a
+    health check reports it."""
     path = tmp_path / "a.db"
     with AgentState(path) as state:
         state.apply(add_rules=WIDE, add_facts=WIDE_FACTS)
-    rewrite(path, damage)
+    rewrite(path, damage.format(table=table))
+    with AgentState(path, load=False) as state:
+        assert state.check_integrity()
     with pytest.raises(StateError, match="damaged agent state"):
         AgentState(path)
+
+
+def test_a_version_7_file_gets_its_explicit_facts_packed(tmp_path):
+    """Version 7 saved a row per (explicit fact, source claiming it): the upgrade packs each
+    source's facts (agent/explicit_rows.py), the first start after it loads without
+    recomputing, and every claim is kept: a fact two sources claim stays until both let go."""
+    path = tmp_path / "a.db"
+    shared = ("parent", "a", "b")
+    other_arities = [  # (packed with prefixes of no column, and of two)
+        ("http://www.w3.org/1999/02/22-rdf-syntax-ns#type", "a", "Person"),
+        ("between", "a", "b", "c"),
+    ]
+    with AgentState(path) as state:
+        state.apply(add_rules=RS + WIDE, add_facts=[shared, *WIDE_FACTS], source="base")
+        state.apply(add_facts=[shared, ("parent", "b", "c"), *other_arities], source="local")
+        expected = set(state.reasoner.facts())
+        claims = {s: sorted(state.facts_of_source(s)) for s in ("base", "local")}
+    conn = sqlite3.connect(path)
+    with conn:
+        assert facts_per_claim(conn) == len(WIDE_FACTS) + 5
+        conn.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
+    conn.close()
+    with AgentState(path, load=False) as state:  # a health check: read as it is
+        assert state.check_integrity() == []
+        assert state.summary()["explicit_facts"] == len(WIDE_FACTS) + 5
+    with AgentState(path) as state:
+        assert state.get_meta("schema_version") == str(SCHEMA_VERSION)
+        assert state.load_report.how == "loaded"
+        assert set(state.reasoner.facts()) == expected
+        assert {s: sorted(state.facts_of_source(s)) for s in ("base", "local")} == claims
+        assert state.summary()["explicit_facts"] == len(WIDE_FACTS) + 5
+        state.apply(delete_facts=[shared], source="local")
+        assert ("parent", "a", "b") in set(state.reasoner.edb_facts())  # base still claims it
+        state.apply(delete_facts=[shared], source="base")
+        assert ("parent", "a", "b") not in set(state.reasoner.edb_facts())
+        expected = set(state.reasoner.facts())
+    with AgentState(path) as state:
+        assert state.load_report.how == "loaded"
+        assert set(state.reasoner.facts()) == expected
 
 
 @pytest.mark.parametrize(

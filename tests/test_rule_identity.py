@@ -21,7 +21,7 @@ from agent.engine.language import Atom, Negation, Program, Rule, Variable
 from agent.engine.parser import parse_program
 from agent.messages import AddRules, DeleteRules, RuleSpec
 from agent.persistence import SCHEMA_VERSION, AgentState
-from tests.old_states import derived_per_fact
+from tests.old_states import derived_per_fact, facts_per_claim
 from tests.reference import evaluate, from_external
 from tests.test_service import make_agent
 
@@ -262,6 +262,7 @@ def test_a_state_file_of_schema_version_1_is_migrated(tmp_path):
         )
         conn.execute("UPDATE nodes SET rules = '[\"r1\"]'")
         conn.execute("DROP TABLE reading_times")  # version 3's
+        facts_per_claim(conn)  # versions 3-7's facts table, then 1's
         conn.execute("ALTER TABLE facts RENAME TO facts_v3")
         conn.execute("DROP INDEX facts_by_source")
         conn.execute(
@@ -277,6 +278,7 @@ def test_a_state_file_of_schema_version_1_is_migrated(tmp_path):
     conn.close()
     with AgentState(path, load=False) as state:  # a health check reads it, migrates nothing
         assert state.summary()["rules"] == 2
+        assert state.summary()["explicit_facts"] == 2
     with AgentState(path) as state:
         assert state.get_meta("schema_version") == str(SCHEMA_VERSION)
         assert state.load_report.how.startswith("recomputed")

@@ -141,7 +141,7 @@ class Reasoner:
         *,
         terms: list[Value] | TermDictionary,
         rules: list[Rule],
-        edb: dict[RelationKey, set],
+        edb: dict[RelationKey, SavedFacts],
         nodes: dict[frozenset[str], tuple[str, dict[RelationKey, SavedFacts]]],
         modules: bool = True,
         decompositions: bool | str = True,
@@ -151,8 +151,9 @@ class Reasoner:
         """A reasoner from a saved state, without recomputing: ``terms`` in id order (or a
         dictionary to share, see ``__init__``), the rules
         (each named by its ``id``), the explicit facts and, per hyper-node (keyed by its rules'
-        content keys), its name and IDB (per relation a set of tuples, or subject -> objects
-        for a binary relation, kept as the relation's storage: store.SavedFacts).
+        content keys), its name and IDB (each per relation a set of tuples, or subject ->
+        objects for a binary relation, kept as the relation's storage: store.SavedFacts; with
+        ``equality``, the explicit facts as sets of tuples).
         ``equality``: with owl:sameAs, each merged term's representative and the equality
         component's facts (None if not saved: the component alone is then recomputed).
 
@@ -185,12 +186,12 @@ class Reasoner:
         ):  # (or a hyper-node saved with a relation none of its rules derives)
             reasoner.equality = None
             for key, facts in edb.items():
-                reasoner.edb.relation(key).add_all(facts)
+                reasoner.edb.relation(key).fill(facts)
             reasoner.update(add_rules=Program(rules=tuple(rules)))
             reasoner.restored = "recomputed (saved hyper-nodes do not match the rules)"
             return reasoner
         for key, facts in engine_edb.items():
-            reasoner.edb.relation(key).add_all(facts)
+            reasoner.edb.relation(key).fill(facts)
         reasoner.graph = graph
         reasoner.rules = {rule.id: rule for rule in rules}
         reasoner.program = engine_program

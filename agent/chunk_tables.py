@@ -1,0 +1,109 @@
+"""The state file's two tables of packed facts, and the SQL that reads and changes them.
+
+``derived`` holds each hyper-node's derived facts (owner: the hyper-node's row in ``nodes``);
+``explicit`` holds the explicit facts each source claims (owner: the source's name, see
+agent/claims.py). Both hold one row per (owner, relation id, chunk of prefixes), packed as
+agent/derived_rows.py describes, with the chunk's fact count, largest ids and checksum beside
+it. Facts are handed in and out as ``(relation id, *prefix) -> last-column ids``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pyroaring import BitMap
+
+from agent.derived_rows import chunk_of, pack, unpack
+
+Entries = Iterable[tuple[tuple[int, ...], BitMap | bytes]]  # ((relation id, *prefix), ids)
+
+
+@dataclass(frozen=True)
+class ChunkTable:
+    """One table of packed facts: its name and the column naming a row's owner."""
+
+    name: str
+    owner: str
+
+    def insert(self, conn: sqlite3.Connection, owner: object, entries: Entries) -> None:
+        """Write an owner's facts in full, by chunk (no row of theirs may exist yet)."""
+        chunks: dict[tuple[int, int], list[tuple[tuple[int, ...], BitMap | bytes]]] = {}
+        for key, objects in entries:
+            prefix = key[1:]
+            chunks.setdefault((key[0], chunk_of(prefix)), []).append((prefix, objects))
+        conn.executemany(
+            f"INSERT INTO {self.name} ({self.owner}, rel, chunk, size, high, top, crc, packed) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                (owner, rid, chunk, *pack(len(items[0][0]), items))
+                for (rid, chunk), items in chunks.items()
+            ),
+        )
+
+    def change(
+        self,
+        conn: sqlite3.Connection,
+        owner: object,
+        gone: Mapping[tuple[int, ...], Iterable[int]],
+        new: Mapping[tuple[int, ...], Iterable[int]],
+    ) -> None:
+        """Apply net changes to the bitmaps of the prefixes they touch (read, changed, written
+        back; a bitmap left empty is dropped, and a chunk left empty deleted) in the chunks
+        holding them; the chunks' other bitmaps are copied as they are. The changes must be
+        net: a removed fact saved, an added one not; anything else means the caller and the
+        file disagree, and is raised as ``sqlite3.IntegrityError``."""
+        touched: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+        for key in gone.keys() | new.keys():  # (relation id, *prefix)
+            touched.setdefault((key[0], chunk_of(key[1:])), []).append(key)
+        where = f"{self.owner} = ? AND rel = ? AND chunk = ?"
+        for (rid, chunk), keys in touched.items():
+            saved = conn.execute(
+                f"SELECT packed FROM {self.name} WHERE {where}", (owner, rid, chunk)
+            ).fetchone()
+            entries: dict[tuple[int, ...], BitMap | bytes] = {}
+            if saved:
+                old = unpack(saved[0])
+                entries.update(zip(old.prefixes, old.pieces, strict=True))
+            for key in keys:
+                prefix = key[1:]
+                lost, gained = BitMap(gone.get(key, ())), BitMap(new.get(key, ()))
+                piece = entries.pop(prefix, None)
+                objects = BitMap() if piece is None else BitMap.deserialize(piece)  # type: ignore[arg-type]
+                if not lost.issubset(objects) or gained.intersect(objects - lost):
+                    raise sqlite3.IntegrityError(
+                        f"{self.name} row of {self.owner} {owner!r}, relation {rid}, prefix "
+                        f"{prefix}: the saved facts do not match the change being written"
+                    )
+                objects -= lost
+                objects |= gained
+                if objects:
+                    entries[prefix] = objects
+            if entries:
+                conn.execute(
+                    f"INSERT INTO {self.name} "
+                    f"({self.owner}, rel, chunk, size, high, top, crc, packed) "
+                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT ({self.owner}, rel, chunk) "
+                    "DO UPDATE SET size = excluded.size, high = excluded.high, "
+                    "top = excluded.top, crc = excluded.crc, packed = excluded.packed",
+                    (owner, rid, chunk, *pack(len(keys[0]) - 1, entries.items())),
+                )
+            elif saved:
+                conn.execute(f"DELETE FROM {self.name} WHERE {where}", (owner, rid, chunk))
+
+
+DERIVED = ChunkTable("derived", "node")
+EXPLICIT = ChunkTable("explicit", "source")
+
+
+def group_last(facts: Iterable[tuple[int, ...]]) -> dict[tuple[int, ...], list[int]]:
+    """Tuples grouped by every column but the last: prefix -> the last column's values."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for fact in facts:
+        found = groups.get(fact[:-1])
+        if found is None:
+            groups[fact[:-1]] = [fact[-1]]
+        else:
+            found.append(fact[-1])
+    return groups
