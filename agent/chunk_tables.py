@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pyroaring import BitMap
 
-from agent.derived_rows import chunk_of, pack, unpack
+from agent.derived_rows import checksum, chunk_of, pack, unpack
 
 Entries = Iterable[tuple[tuple[int, ...], BitMap | bytes]]  # ((relation id, *prefix), ids)
 
@@ -60,12 +60,23 @@ class ChunkTable:
         where = f"{self.owner} = ? AND rel = ? AND chunk = ?"
         for (rid, chunk), keys in touched.items():
             saved = conn.execute(
-                f"SELECT packed FROM {self.name} WHERE {where}", (owner, rid, chunk)
+                f"SELECT size, high, top, crc, CAST(packed AS BLOB) FROM {self.name} WHERE {where}",
+                (owner, rid, chunk),
             ).fetchone()
             entries: dict[tuple[int, ...], BitMap | bytes] = {}
+            size = high = top = 0
             if saved:
-                old = unpack(saved[0])
+                size, high, top, crc, blob = saved
+                if checksum(size, high, top, blob) != crc:  # (its counts are trusted below)
+                    raise sqlite3.IntegrityError(
+                        f"{self.name} row of {self.owner} {owner!r}, relation {rid}, chunk "
+                        f"{chunk}: damaged (it does not match its checksum)"
+                    )
+                old = unpack(blob)
                 entries.update(zip(old.prefixes, old.pieces, strict=True))
+            # The row's counts follow from the old ones and the change, except the largest
+            # object when the change removes it (then ``pack`` reads every bitmap again).
+            exact = True
             for key in keys:
                 prefix = key[1:]
                 lost, gained = BitMap(gone.get(key, ())), BitMap(new.get(key, ()))
@@ -78,16 +89,31 @@ class ChunkTable:
                     )
                 objects -= lost
                 objects |= gained
+                size += len(gained) - len(lost)
+                if lost and lost.max() >= high:
+                    exact = False
+                if gained:
+                    high = max(high, gained.max())
                 if objects:
                     entries[prefix] = objects
             if entries:
+                top = max((max(prefix) for prefix in entries if prefix), default=0)
                 conn.execute(
                     f"INSERT INTO {self.name} "
                     f"({self.owner}, rel, chunk, size, high, top, crc, packed) "
                     f"VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT ({self.owner}, rel, chunk) "
                     "DO UPDATE SET size = excluded.size, high = excluded.high, "
                     "top = excluded.top, crc = excluded.crc, packed = excluded.packed",
-                    (owner, rid, chunk, *pack(len(keys[0]) - 1, entries.items())),
+                    (
+                        owner,
+                        rid,
+                        chunk,
+                        *pack(
+                            len(keys[0]) - 1,
+                            entries.items(),
+                            (size, high, top) if exact else None,
+                        ),
+                    ),
                 )
             elif saved:
                 conn.execute(f"DELETE FROM {self.name} WHERE {where}", (owner, rid, chunk))

@@ -73,10 +73,16 @@ class PackedRow(NamedTuple):
     packed: bytes
 
 
-def pack(width: int, entries: Iterable[tuple[tuple[int, ...], BitMap | bytes]]) -> PackedRow:
+def pack(
+    width: int,
+    entries: Iterable[tuple[tuple[int, ...], BitMap | bytes]],
+    counts: tuple[int, int, int] | None = None,
+) -> PackedRow:
     """A chunk's row from its prefixes and their non-empty bitmaps (or bitmaps serialised
     already, copied as they are). Prefixes are written sorted: the same facts give the same
-    bytes."""
+    bytes. ``counts``: the row's (size, high, top) when the caller knows them (a chunk changed
+    in place, from its old row's counts and the change), so that the bitmaps copied as they
+    are need not be read again for them."""
     ordered = sorted(entries, key=lambda entry: entry[0])
     prefixes = array("I")
     ends = array("I")
@@ -84,19 +90,25 @@ def pack(width: int, entries: Iterable[tuple[tuple[int, ...], BitMap | bytes]]) 
     size = high = top = end = 0
     for prefix, objects in ordered:
         if isinstance(objects, bytes):
-            piece, bitmap = objects, BitMap.deserialize(objects)
+            piece = objects
+            if counts is None:
+                bitmap = BitMap.deserialize(objects)
+                size += len(bitmap)
+                high = max(high, bitmap.max())
         else:
-            bitmap = objects
-            bitmap.run_optimize()  # runs of consecutive ids (a sensor's readings) as ranges
-            piece = bitmap.serialize()
-        size += len(bitmap)
-        high = max(high, bitmap.max())
-        if prefix:
+            objects.run_optimize()  # runs of consecutive ids (a sensor's readings) as ranges
+            piece = objects.serialize()
+            if counts is None:
+                size += len(objects)
+                high = max(high, objects.max())
+        if prefix and counts is None:
             top = max(top, *prefix)
         prefixes.extend(prefix)
         end += len(piece)
         ends.append(end)
         pieces.append(piece)
+    if counts is not None:
+        size, high, top = counts
     if _SWAP:
         prefixes.byteswap()
         ends.byteswap()

@@ -268,6 +268,7 @@ class AgentState:
         self._dictionary_rows: tuple[list, list] | None = None
         self._checksums = DictionaryChecksums()
         self._checksums_saved = False
+        self._damaged: str | None = None  # found damaged while running: see ``reload``
         self.reasoner: Reasoner
         if load:  # ``load=False``: only the SQL summary is wanted (health checks)
             problems = self.check_integrity(checksums=False)  # (the load verifies its rows)
@@ -527,8 +528,15 @@ class AgentState:
         )
 
     def reload(self) -> None:
-        """Forget the in-memory state and rebuild it from the file (after a failed write)."""
-        self.load_report = self._load(created=False)
+        """Forget the in-memory state and rebuild it from the file (after a failed write).
+        A file found damaged then (a row that no longer matches its checksum, say) raises
+        StateError, and every later change is refused with it: memory may hold a change the
+        file could not take, and the file cannot be trusted to rebuild it."""
+        try:
+            self.load_report = self._load(created=False)
+        except DAMAGE_SIGNS as error:
+            self._damaged = f"{self.path}: damaged agent state ({clip(str(error))}); {REBUILD}"
+            raise StateError(self._damaged) from None
 
     # ------------------------------------------------------------------ reading
     def applied_versions(self) -> dict[str, int]:
@@ -625,6 +633,8 @@ class AgentState:
         times of the newest readings per sensor, in the same transaction. Bad input (syntax,
         safety, stratification, ownership) raises the engine's error and changes nothing. A
         failed write raises StateError after restoring memory from the file."""
+        if self._damaged is not None:
+            raise StateError(self._damaged)
         if isinstance(add_rules, str):
             add_rules = parse_program(add_rules)
         if isinstance(add_rules, Program):  # ground facts written in rule text come along

@@ -471,6 +471,25 @@ def test_a_damaged_row_of_packed_facts_is_refused(tmp_path, table, damage):
         AgentState(path)
 
 
+@pytest.mark.parametrize("table", ["derived", "explicit"])
+def test_a_row_damaged_while_the_agent_runs_is_refused_at_its_next_write(tmp_path, table):
+    """A write reads the chunk it changes: one that no longer matches its checksum is not
+    rewritten with a fresh one (which would make the damage look sound), the change is
+    refused as a damaged state, and so is every later one (memory may hold what the file
+    could not take); opening the file again refuses it too."""
+    path = tmp_path / "a.db"
+    state = AgentState(path)
+    state.apply(add_rules=RS, add_facts=[("parent", "a", "b"), ("parent", "b", "c")])
+    rewrite(path, f"UPDATE {table} SET size = size + 1")
+    with pytest.raises(StateError, match="damaged agent state"):
+        state.apply(add_facts=[("parent", "a", "d")])
+    with pytest.raises(StateError, match="damaged agent state"):
+        state.apply(add_facts=[("unrelated", "x", "y")])
+    state.close()
+    with pytest.raises(StateError, match="damaged agent state"):
+        AgentState(path)
+
+
 def test_a_version_7_file_gets_its_explicit_facts_packed(tmp_path):
     """Version 7 saved a row per (explicit fact, source claiming it): the upgrade packs each
     source's facts (agent/explicit_rows.py), the first start after it loads without
