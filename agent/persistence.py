@@ -1204,7 +1204,8 @@ def _explicit_by_chunk(conn: sqlite3.Connection) -> int:
         "SELECT rel, a0, a1, a2, rest, source FROM facts"
     ):
         claimed.setdefault(source, []).append((rid, *_unpack(arities[rid], a0, a1, a2, rest)))
-    conn.execute(EXPLICIT_TABLE)
+    for statement in EXPLICIT_TABLE.split(";"):  # (not executescript: it would commit)
+        conn.execute(statement)
     insert_claims(conn, claimed)
     conn.execute("DROP INDEX IF EXISTS facts_by_source")
     conn.execute("DROP TABLE facts")
