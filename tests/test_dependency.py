@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from agent.engine import Reasoner, RuleError, StratificationError
 from agent.engine.dependency import (
+    HyperGraph,
     _sinks_only,
     build_hyper_graph,
     changed_hyper_graph,
@@ -190,21 +191,45 @@ def programs_with_leaves(draw):
     return draw(st.permutations(list(dict.fromkeys(rules))))
 
 
+def derived(graph: HyperGraph) -> tuple:
+    """What a graph computes about itself and a graph changed in place takes over: the
+    adjacency lists, the rule total, the relation counts and the producers."""
+    indexes = range(len(graph.nodes))
+    return (
+        [graph.successors(i) for i in indexes],
+        [graph.predecessors(i) for i in indexes],
+        graph.rule_total,
+        graph.relation_counts,
+        graph.producers,
+    )
+
+
+def same_graph(changed: HyperGraph, rules: list[Rule]) -> None:
+    fresh = build_hyper_graph(rules)
+    assert shape(changed) == shape(fresh)
+    assert derived(changed) == derived(fresh)
+
+
 @settings(max_examples=300)
 @given(programs_with_leaves(), st.data())
 def test_a_changed_graph_is_the_graph_built_afresh(rules, data):
     """Rules appended or removed (sinks or not): the graph changed from the old one is the one
-    built from the new rules, node for node (order and fields) and edge for edge."""
+    built from the new rules, node for node (order and fields), edge for edge, and in what it
+    computes about itself (taken over from the old graph when sinks change: asked of the old
+    graph first or not, and changed twice in a row)."""
     cut = data.draw(st.integers(0, len(rules)))
     old = rules[:cut]
-    assert shape(changed_hyper_graph(build_hyper_graph(old), old, rules)) == shape(
-        build_hyper_graph(rules)
-    )
+    before = build_hyper_graph(old)
+    if data.draw(st.booleans()):
+        derived(before)
+    grown = changed_hyper_graph(before, old, rules)
+    same_graph(grown, rules)
     removed = data.draw(st.sets(st.sampled_from(rules))) if rules else set()
     kept = [rule for rule in rules if rule not in removed]
-    assert shape(changed_hyper_graph(build_hyper_graph(rules), rules, kept)) == shape(
-        build_hyper_graph(kept)
-    )
+    same_graph(changed_hyper_graph(build_hyper_graph(rules), rules, kept), kept)
+    same_graph(changed_hyper_graph(grown, rules, kept), kept)  # (from a changed graph)
+    last = [rule for rule in rules if rule not in set(rules[cut:])]  # (the appended, again)
+    same_graph(changed_hyper_graph(grown, rules, last), last)
 
 
 def test_a_leaf_rule_changes_the_graph_in_place_and_a_merging_rule_does_not():

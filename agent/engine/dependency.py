@@ -88,6 +88,49 @@ class HyperGraph:
             adjacency = self._adjacency = (after, before)
         return adjacency
 
+    # What a graph changed in place (sink rules added or removed: ``changed_hyper_graph``)
+    # takes over from the graph it came from, changed by the sinks only, instead of a pass over
+    # every rule: a program of thousands of rules pays for them at every such update otherwise.
+    @cached_property
+    def rule_total(self) -> int:
+        return sum(len(node.rules) for node in self.nodes)
+
+    @cached_property
+    def relation_counts(self) -> tuple[dict[RelationKey, int], dict[RelationKey, int]]:
+        """Per relation, how many rules read it and how many derive it."""
+        readers: dict[RelationKey, int] = {}
+        derivers: dict[RelationKey, int] = {}
+        for node in self.nodes:
+            for rule in node.rules:
+                _count_rule(rule, readers, derivers, 1)
+        return readers, derivers
+
+    @cached_property
+    def producers(self) -> dict[RelationKey, list[int]]:
+        """Per relation, the hyper-nodes deriving it, in order."""
+        found: dict[RelationKey, list[int]] = {}
+        for index, node in enumerate(self.nodes):
+            for relation in node.heads:
+                found.setdefault(relation, []).append(index)
+        return found
+
+
+def _count_rule(
+    rule: Rule, readers: dict[RelationKey, int], derivers: dict[RelationKey, int], step: int
+) -> None:
+    """Count ``rule`` into (``step`` 1) or out of (-1) the relation counts (a count reaching
+    0 is dropped, so counts taken over agree with counts made afresh)."""
+    for counts, relations in (
+        (readers, {relation for relation, _ in rule.body_relations()}),
+        (derivers, [head.relation for head in rule.heads]),
+    ):
+        for relation in relations:
+            count = counts.get(relation, 0) + step
+            if count:
+                counts[relation] = count
+            else:
+                del counts[relation]
+
 
 def rule_edges(rules: Sequence[Rule]) -> list[RuleEdge]:
     """The RDG's edges (Ep and En; aggregate reads are kept apart but count as negative)."""
@@ -270,49 +313,54 @@ def changed_hyper_graph(
 def _sinks_only(
     previous: HyperGraph, old_rules: Sequence[Rule], new_rules: Sequence[Rule]
 ) -> HyperGraph | None:
-    if sum(len(node.rules) for node in previous.nodes) != len(old_rules):
+    if previous.rule_total != len(old_rules):
         return None  # (not the graph of these rules)
-    if any(rule.more_heads for rule in new_rules) or any(rule.more_heads for rule in old_rules):
-        return None  # (their parts sit elsewhere in the graph's rule order)
     old_keys = [rule.key for rule in old_rules]
     new_keys = [rule.key for rule in new_rules]
     if len(new_keys) > len(old_keys) and new_keys[: len(old_keys)] == old_keys:
         added = list(new_rules[len(old_keys) :])
-        return _with_sinks(previous, added) if _all_sinks(added, new_rules) else None
+        return _with_sinks(previous, added) if _all_sinks(added, previous, True) else None
     removed_keys = set(old_keys) - set(new_keys)
     if len(new_keys) < len(old_keys) and [k for k in old_keys if k not in removed_keys] == new_keys:
         removed = [rule for rule in old_rules if rule.key in removed_keys]
-        return _without_sinks(previous, removed_keys) if _all_sinks(removed, old_rules) else None
+        if not _all_sinks(removed, previous, False):
+            return None
+        return _without_sinks(previous, removed_keys, removed)
     return None
 
 
-def _all_sinks(changed: Sequence[Rule], program: Sequence[Rule]) -> bool:
-    """Whether no rule of ``program`` reads the head of a ``changed`` rule and no other rule
-    derives it."""
+def _all_sinks(changed: Sequence[Rule], previous: HyperGraph, added: bool) -> bool:
+    """Whether each ``changed`` rule (``added`` to the program of ``previous``, or taken from
+    it) has one head, which no rule of the program with it reads and no other rule derives.
+    (A rule with several heads is never one: its parts sit elsewhere in the rules' order.)"""
+    if any(rule.more_heads for rule in changed):
+        return False
     heads = {rule.head.relation for rule in changed}
     if len(heads) < len(changed):
         return False
-    for rule in program:
-        if any(relation in heads for relation, _ in rule.body_relations()):
+    readers, derivers = previous.relation_counts
+    if added:
+        if any(readers.get(head) or derivers.get(head) for head in heads):
             return False
-    derived = [rule.head.relation for rule in program if rule.head.relation in heads]
-    return len(derived) == len(heads)
+        return not any(
+            relation in heads for rule in changed for relation, _ in rule.body_relations()
+        )
+    return not any(readers.get(head) or derivers.get(head) != 1 for head in heads)
 
 
 def _with_sinks(previous: HyperGraph, added: list[Rule]) -> HyperGraph:
-    producers: dict[RelationKey, list[int]] = {}
-    for index, node in enumerate(previous.nodes):
-        for relation in node.heads:
-            producers.setdefault(relation, []).append(index)
+    producers = previous.producers
     nodes = list(previous.nodes)
     positive, negative = set(previous.positive), set(previous.negative)
-    first = sum(len(node.rules) for node in nodes)
+    first = previous.rule_total
+    new_edges: set[tuple[int, int]] = set()
     for offset, rule in enumerate(added):
         target = len(nodes)
         reads = rule.body_relations()
         for relation, kind in reads:
             for source in producers.get(relation, ()):
                 (positive if kind == POSITIVE else negative).add((source, target))
+                new_edges.add((source, target))
         nodes.append(
             HyperNode(
                 rules=(rule,),
@@ -322,14 +370,38 @@ def _with_sinks(previous: HyperGraph, added: list[Rule]) -> HyperGraph:
                 reads=frozenset(relation for relation, _ in reads),
             )
         )
-    return HyperGraph(nodes=nodes, positive=positive, negative=negative)
+    graph = HyperGraph(nodes=nodes, positive=positive, negative=negative)
+    # What it takes over (see HyperGraph): copies, the previous graph's are left as they were.
+    readers, derivers = (dict(counts) for counts in previous.relation_counts)
+    found = dict(producers)
+    for offset, rule in enumerate(added):
+        _count_rule(rule, readers, derivers, 1)
+        found[rule.head.relation] = [len(previous.nodes) + offset]
+    graph.__dict__.update(
+        rule_total=first + len(added), relation_counts=(readers, derivers), producers=found
+    )
+    if previous._adjacency is not None:
+        after, before = (dict(lists) for lists in previous._adjacency)
+        for source, target in sorted(new_edges):  # (targets ascending: lists stay sorted)
+            after[source] = [*after.get(source, ()), target]
+            before.setdefault(target, []).append(source)
+        graph._adjacency = (after, before)
+    return graph
 
 
-def _without_sinks(previous: HyperGraph, removed_keys: set[str]) -> HyperGraph:
-    gone = {i for i, node in enumerate(previous.nodes) if node.rule_keys <= removed_keys}
+def _without_sinks(
+    previous: HyperGraph, removed_keys: set[str], removed: Sequence[Rule]
+) -> HyperGraph:
+    producers = previous.producers
+    gone = {producers[rule.head.relation][0] for rule in removed}  # (a sink: its own node)
+    removed_positions = sorted(previous.nodes[i].order for i in gone)
+    count, total = len(previous.nodes), previous.rule_total
+    if sorted(gone) == list(range(count - len(gone), count)) and removed_positions == list(
+        range(total - len(gone), total)
+    ):  # the last nodes and the last rules (the commonest case: the sinks added last)
+        return _without_last(previous, removed)
     # A node's order is its first rule's position in the program: it moves back by the
     # removed rules before it.
-    removed_positions = sorted(previous.nodes[i].order for i in gone)
     position: dict[int, int] = {}
     nodes: list[HyperNode] = []
     for index, node in enumerate(previous.nodes):
@@ -343,6 +415,38 @@ def _without_sinks(previous: HyperGraph, removed_keys: set[str]) -> HyperGraph:
         positive={(position[a], position[b]) for a, b in previous.positive if b not in gone},
         negative={(position[a], position[b]) for a, b in previous.negative if b not in gone},
     )
+
+
+def _without_last(previous: HyperGraph, removed: Sequence[Rule]) -> HyperGraph:
+    """``previous`` less its last ``len(removed)`` hyper-nodes, which are the sinks of the
+    ``removed`` rules and hold the program's last rules: no other node moves or changes."""
+    cut = len(previous.nodes) - len(removed)
+    graph = HyperGraph(
+        nodes=previous.nodes[:cut],
+        positive={edge for edge in previous.positive if edge[1] < cut},
+        negative={edge for edge in previous.negative if edge[1] < cut},
+    )
+    readers, derivers = (dict(counts) for counts in previous.relation_counts)
+    producers = dict(previous.producers)
+    for rule in removed:
+        _count_rule(rule, readers, derivers, -1)
+        del producers[rule.head.relation]
+    graph.__dict__.update(
+        rule_total=previous.rule_total - len(removed),
+        relation_counts=(readers, derivers),
+        producers=producers,
+    )
+    if previous._adjacency is not None:
+        after, before = (dict(lists) for lists in previous._adjacency)
+        sources = {i for target in range(cut, len(previous.nodes)) for i in before.pop(target, ())}
+        for source in sources:
+            kept = [j for j in after[source] if j < cut]
+            if kept:
+                after[source] = kept
+            else:
+                del after[source]
+        graph._adjacency = (after, before)
+    return graph
 
 
 def _check_aggregate_heads(rules: Sequence[Rule]) -> None:
