@@ -53,7 +53,8 @@ class ChunkTable:
         back; a bitmap left empty is dropped, and a chunk left empty deleted) in the chunks
         holding them; the chunks' other bitmaps are copied as they are. The changes must be
         net: a removed fact saved, an added one not; anything else means the caller and the
-        file disagree, and is raised as ``sqlite3.IntegrityError``."""
+        file disagree, and is raised as ``sqlite3.IntegrityError``, as is a chunk that no
+        longer matches its checksum (rewritten, its damage would get a fresh one)."""
         touched: dict[tuple[int, int], list[tuple[int, ...]]] = {}
         for key in gone.keys() | new.keys():  # (relation id, *prefix)
             touched.setdefault((key[0], chunk_of(key[1:])), []).append(key)
