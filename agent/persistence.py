@@ -414,8 +414,12 @@ class AgentState:
 
     def _migrate(self, version: int) -> None:
         """Bring an older state file to SCHEMA_VERSION, one step per version, all in one
-        transaction: a crash leaves the old version, which the next start migrates again."""
+        transaction: a crash leaves the old version, which the next start migrates again.
+        (Begun by hand: Python's sqlite3 begins one before a data change only, and the steps
+        start with schema changes, which would each be committed at once. The steps run
+        their statements one by one for the same reason: ``executescript`` commits first.)"""
         with self.conn:
+            self.conn.execute("BEGIN IMMEDIATE")
             while version != SCHEMA_VERSION:
                 version = MIGRATIONS[version](self.conn)
             self.conn.execute(
@@ -1105,14 +1109,11 @@ def _claims_per_source(conn: sqlite3.Connection) -> int:
     conn.execute("ALTER TABLE facts RENAME TO facts_v2")
     conn.execute("DROP INDEX IF EXISTS facts_by_source")
     conn.execute("ALTER TABLE rules RENAME TO rules_v2")
-    conn.executescript(
-        FACTS_V3
-        + ";"
-        + "\n".join(
-            statement + ";" for statement in SCHEMA.split(";") if "TABLE reading_times" in statement
-        )
-        + RULES_V3
-        + ";"
+    _execute_all(
+        conn,
+        FACTS_V3,
+        next(statement for statement in SCHEMA.split(";") if "TABLE reading_times" in statement),
+        RULES_V3,
     )
     conn.execute("INSERT INTO facts SELECT rel, a0, a1, a2, rest, source FROM facts_v2")
     conn.execute(
@@ -1155,7 +1156,7 @@ def _representatives(conn: sqlite3.Connection) -> int:
     """Version 4 -> 5: owl:sameAs by rewriting keeps each merged term's representative. A
     state with equalities saved before is recomputed at its first load (see ``_load``)."""
     statement = next(s for s in SCHEMA.split(";") if "TABLE representatives" in s)
-    conn.executescript(statement.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS") + ";")
+    conn.execute(statement.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
     return 5
 
 
@@ -1165,9 +1166,7 @@ def _derived_by_chunk(conn: sqlite3.Connection) -> int:
     copied as they are, so the first start after the upgrade still loads without
     recomputing."""
     conn.execute("ALTER TABLE derived RENAME TO derived_v5")
-    conn.executescript(
-        next(statement + ";" for statement in SCHEMA.split(";") if "TABLE derived" in statement)
-    )
+    conn.execute(next(statement for statement in SCHEMA.split(";") if "TABLE derived" in statement))
     arities = dict(conn.execute("SELECT id, arity FROM relations"))
     by_node: dict[int, list[tuple[tuple[int, ...], bytes]]] = {}
     for node, rid, a0, a1, a2, rest, blob in conn.execute(
@@ -1204,8 +1203,7 @@ def _explicit_by_chunk(conn: sqlite3.Connection) -> int:
         "SELECT rel, a0, a1, a2, rest, source FROM facts"
     ):
         claimed.setdefault(source, []).append((rid, *_unpack(arities[rid], a0, a1, a2, rest)))
-    for statement in EXPLICIT_TABLE.split(";"):  # (not executescript: it would commit)
-        conn.execute(statement)
+    _execute_all(conn, EXPLICIT_TABLE)
     insert_claims(conn, claimed)
     conn.execute("DROP INDEX IF EXISTS facts_by_source")
     conn.execute("DROP TABLE facts")
@@ -1225,6 +1223,15 @@ def _damaged_rows(conn: sqlite3.Connection, table: str) -> int:
         except ValueError:
             damaged += 1
     return damaged
+
+
+def _execute_all(conn: sqlite3.Connection, *scripts: str) -> None:
+    """Run each statement of the scripts in the open transaction (``executescript`` would
+    commit it first)."""
+    for script in scripts:
+        for statement in script.split(";"):
+            if statement.strip():
+                conn.execute(statement)
 
 
 def _as_tuples(facts: dict[RelationKey, SavedFacts]) -> dict[RelationKey, set]:

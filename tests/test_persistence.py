@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from agent import derived_rows
+from agent import derived_rows, persistence
 from agent.derived_rows import chunk_of, unpack
 from agent.engine import RDF_TYPE, Reasoner
 from agent.engine.errors import ParseError, StratificationError
@@ -488,6 +488,46 @@ def test_a_row_damaged_while_the_agent_runs_is_refused_at_its_next_write(tmp_pat
     state.close()
     with pytest.raises(StateError, match="damaged agent state"):
         AgentState(path)
+
+
+@pytest.mark.parametrize("version", [3, 5, 7])
+def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkeypatch, version):
+    """An upgrade is one transaction: when it stops half way (a crash, a full disk), the file
+    is the old version as it was, and the next start upgrades it. (Schema changes count:
+    SQLite's DDL is transactional, but Python's sqlite3 began no transaction before one, and
+    ``executescript`` commits whatever is pending first.)"""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=WIDE, add_facts=WIDE_FACTS)
+        expected = set(state.reasoner.facts())
+        saved = state.reasoner
+    conn = sqlite3.connect(path)
+    with conn:
+        facts_per_claim(conn)
+        if version < 7:
+            rules_without_forms(conn)
+        if version == 3:
+            derived_per_fact(conn, saved)
+        elif version == 5:
+            derived_by_prefix(conn)
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+    conn.close()
+    tables = sorted(sqlite3.connect(path).execute("SELECT name, sql FROM sqlite_master"))
+
+    last_step = persistence.MIGRATIONS[7]
+
+    def the_last_step_fails(conn):
+        last_step(conn)
+        raise OSError("no space left on device")
+
+    monkeypatch.setitem(persistence.MIGRATIONS, 7, the_last_step_fails)
+    with pytest.raises(OSError):
+        AgentState(path)
+    assert sorted(sqlite3.connect(path).execute("SELECT name, sql FROM sqlite_master")) == tables
+    monkeypatch.undo()
+    with AgentState(path) as state:
+        assert state.get_meta("schema_version") == str(SCHEMA_VERSION)
+        assert set(state.reasoner.facts()) == expected
 
 
 def test_a_version_7_file_gets_its_explicit_facts_packed(tmp_path):
