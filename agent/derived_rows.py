@@ -118,17 +118,21 @@ def pack(
     return PackedRow(size, high, top, checksum(size, high, top, blob), blob)
 
 
+class DamagedRow(ValueError):
+    """A packed row that is not as `pack` wrote it: a damaged state file."""
+
+
 def unpack(blob: bytes) -> Chunk:
-    """A row's chunk (its bitmaps left serialised). Raises ValueError for a blob that is not
+    """A row's chunk (its bitmaps left serialised). Raises DamagedRow for a blob that is not
     one (`verify` finds damage first: see the module docstring)."""
     if len(blob) < _HEADER.size:
-        raise ValueError("a packed row's blob is too short")
+        raise DamagedRow("a packed row's blob is too short")
     count, width = _HEADER.unpack_from(blob)
     start = _HEADER.size
     middle = start + 4 * count * width
     data = middle + 4 * count
     if data > len(blob):
-        raise ValueError("a packed row's blob is shorter than its header says")
+        raise DamagedRow("a packed row's blob is shorter than its header says")
     prefixes, ends = array("I"), array("I")
     prefixes.frombytes(blob[start:middle])
     ends.frombytes(blob[middle:data])
@@ -142,7 +146,7 @@ def unpack(blob: bytes) -> Chunk:
     else:
         keys = [tuple(prefixes[i : i + width]) for i in range(0, count * width, width)]
     if count and data + ends[-1] != len(blob):
-        raise ValueError("a packed row's bitmaps do not fill its blob")
+        raise DamagedRow("a packed row's bitmaps do not fill its blob")
     view = memoryview(blob)
     pieces = []
     begin = data
@@ -159,7 +163,7 @@ def checksum(size: int, high: int, top: int, blob: bytes) -> int:
 
 
 def verify(size: int, high: int, top: int, crc: int, blob: bytes) -> None:
-    """Raise ValueError unless the row is as `pack` wrote it (its bitmaps are not read: the
+    """Raise DamagedRow unless the row is as `pack` wrote it (its bitmaps are not read: the
     restart leaves them serialised, and this check is what lets it)."""
     if checksum(size, high, top, blob) != crc:
-        raise ValueError("a packed row does not match its checksum")
+        raise DamagedRow("a packed row does not match its checksum")

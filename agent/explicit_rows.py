@@ -91,7 +91,8 @@ def subjects_of(blobs: list[bytes]) -> dict[int, BitMap]:
 class ClaimReader:
     """The sources claiming explicit facts, read from the file a chunk at a time: the chunk
     holding a fact, with every source's row of it, is read once per reader (one change, whose
-    facts often share chunks) and its bitmaps deserialised when first asked."""
+    facts often share chunks), checked against its checksum (DamagedRow), and its bitmaps
+    deserialised when first asked."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -103,13 +104,15 @@ class ClaimReader:
         place = (rid, chunk_of(prefix))
         chunks = self._chunks.get(place)
         if chunks is None:
-            chunks = self._chunks[place] = {
-                source: dict(zip(*_prefixes_and_pieces(blob), strict=True))
-                for source, blob in self.conn.execute(
-                    "SELECT source, CAST(packed AS BLOB) FROM explicit WHERE rel = ? AND chunk = ?",
-                    place,
-                )
-            }
+            chunks = self._chunks[place] = {}
+            for source, size, high, top, crc, blob in self.conn.execute(
+                "SELECT source, size, high, top, crc, CAST(packed AS BLOB) FROM explicit "
+                "WHERE rel = ? AND chunk = ?",
+                place,
+            ):
+                verify(size, high, top, crc, blob)  # (DamagedRow: claims read from damage)
+                chunk = unpack(blob)
+                chunks[source] = dict(zip(chunk.prefixes, chunk.pieces, strict=True))
         found = set()
         for source, pieces in chunks.items():
             ids = pieces.get(prefix)
@@ -120,11 +123,6 @@ class ClaimReader:
             if last in ids:
                 found.add(source)
         return found
-
-
-def _prefixes_and_pieces(blob: bytes) -> tuple[list[tuple[int, ...]], list[bytes]]:
-    chunk = unpack(blob)
-    return chunk.prefixes, chunk.pieces
 
 
 def write_claims(conn: sqlite3.Connection, released: Claimed, claimed: Claimed) -> None:

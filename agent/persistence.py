@@ -51,7 +51,7 @@ from pyroaring import BitMap
 
 from agent.chunk_tables import DERIVED, group_last
 from agent.claims import ClaimChange, RuleClaims, plan_change
-from agent.derived_rows import unpack, verify
+from agent.derived_rows import DamagedRow, unpack, verify
 from agent.dictionary_checksums import META_KEY, DictionaryChecksums
 from agent.engine.budget import Budget
 from agent.engine.errors import ZodiacError
@@ -539,8 +539,13 @@ class AgentState:
         try:
             self.load_report = self._load(created=False)
         except DAMAGE_SIGNS as error:
-            self._damaged = f"{self.path}: damaged agent state ({clip(str(error))}); {REBUILD}"
-            raise StateError(self._damaged) from None
+            raise self._damage_found(error) from None
+
+    def _damage_found(self, error: BaseException) -> StateError:
+        """The file found damaged while the agent runs: remembered, so that every later
+        change is refused (see ``reload``), and said."""
+        self._damaged = f"{self.path}: damaged agent state ({clip(str(error))}); {REBUILD}"
+        return StateError(self._damaged)
 
     # ------------------------------------------------------------------ reading
     def applied_versions(self) -> dict[str, int]:
@@ -644,17 +649,20 @@ class AgentState:
         if isinstance(add_rules, Program):  # ground facts written in rule text come along
             add_facts = [*(add_facts or ()), *(atom_fact(atom) for atom in add_rules.facts)]
             add_rules = add_rules.rules
-        change = plan_change(
-            source,
-            add_rules=list(add_rules or ()),
-            delete_rules=list(delete_rules),
-            add_facts=[tuple(f) for f in add_facts or ()],
-            delete_facts=[tuple(f) for f in delete_facts or ()],
-            rule_claims=self._rule_claims,
-            fact_claims=partial(self._fact_claims, ClaimReader(self.conn)),
-            resolve_names=self.reasoner.resolve_rule_names,
-            superseded=superseded,
-        )
+        try:
+            change = plan_change(
+                source,
+                add_rules=list(add_rules or ()),
+                delete_rules=list(delete_rules),
+                add_facts=[tuple(f) for f in add_facts or ()],
+                delete_facts=[tuple(f) for f in delete_facts or ()],
+                rule_claims=self._rule_claims,
+                fact_claims=partial(self._fact_claims, ClaimReader(self.conn)),
+                resolve_names=self.reasoner.resolve_rule_names,
+                superseded=superseded,
+            )
+        except DamagedRow as error:  # (a claims row read for the plan: changed nothing yet)
+            raise self._damage_found(error) from None
         try:
             report = self.reasoner.update(
                 add_rules=change.add_rules,

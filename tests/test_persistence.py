@@ -473,16 +473,19 @@ def test_a_damaged_row_of_packed_facts_is_refused(tmp_path, table, damage):
 
 @pytest.mark.parametrize("table", ["derived", "explicit"])
 def test_a_row_damaged_while_the_agent_runs_is_refused_at_its_next_write(tmp_path, table):
-    """A write reads the chunk it changes: one that no longer matches its checksum is not
-    rewritten with a fresh one (which would make the damage look sound), the change is
-    refused as a damaged state, and so is every later one (memory may hold what the file
-    could not take); opening the file again refuses it too."""
+    """A write reads the chunk it changes, and a change's plan the claims on its facts: a row
+    that no longer matches its checksum is not rewritten with a fresh one (which would make
+    the damage look sound), the change is refused as a damaged state, and so is every later
+    one (memory may hold what the file could not take); opening the file again refuses it
+    too."""
     path = tmp_path / "a.db"
     state = AgentState(path)
     state.apply(add_rules=RS, add_facts=[("parent", "a", "b"), ("parent", "b", "c")])
     rewrite(path, f"UPDATE {table} SET size = size + 1")
     with pytest.raises(StateError, match="damaged agent state"):
-        state.apply(add_facts=[("parent", "a", "d")])
+        state.apply(add_facts=[("parent", "c", "a")])
+    if table == "explicit":  # (found by the claims read for the plan: nothing changed)
+        assert ("parent", "c", "a") not in set(state.reasoner.facts())
     with pytest.raises(StateError, match="damaged agent state"):
         state.apply(add_facts=[("unrelated", "x", "y")])
     state.close()
