@@ -12,10 +12,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from pyroaring import BitMap
 
 from agent.derived_rows import checksum, chunk_of, pack, unpack
+from agent.engine.language import RelationKey
+from agent.engine.store import SavedFacts, SavedSubjects
 
 Entries = Iterable[tuple[tuple[int, ...], BitMap | bytes]]  # ((relation id, *prefix), ids)
 
@@ -134,3 +137,36 @@ def group_last(facts: Iterable[tuple[int, ...]]) -> dict[tuple[int, ...], list[i
         else:
             found.append(fact[-1])
     return groups
+
+
+def saved_facts(key: RelationKey, blobs: list[bytes], count: int | None) -> SavedFacts:
+    """A relation's rows (checked already) as the engine takes them back: a binary relation
+    as subject -> objects, left serialised until a reader first uses it when its fact count
+    is known (``count``: the rows hold no fact twice), else united now; any other arity as a
+    set of tuples."""
+    if key[1] != 2:
+        return {
+            (*prefix, last)
+            for blob in blobs
+            for prefix, ids in unpack(blob).items()
+            for last in ids
+        }
+    if count is not None:
+        return SavedSubjects(count, partial(subjects_of, blobs))
+    return subjects_of(blobs)
+
+
+def subjects_of(blobs: list[bytes]) -> dict[int, BitMap]:
+    """A binary relation's rows as subject -> objects, united where several rows hold one
+    subject (several sources claim facts of it)."""
+    subjects: dict[int, BitMap] = {}
+    deserialize = BitMap.deserialize
+    for blob in blobs:
+        chunk = unpack(blob)
+        for (subject,), piece in zip(chunk.prefixes, chunk.pieces, strict=True):
+            known = subjects.get(subject)
+            if known is None:
+                subjects[subject] = deserialize(piece)
+            else:
+                known |= deserialize(piece)
+    return subjects

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from functools import partial
 
 from pyroaring import BitMap
 
-from agent.chunk_tables import EXPLICIT, group_last
+from agent.chunk_tables import EXPLICIT, group_last, saved_facts
 from agent.derived_rows import chunk_of, unpack, verify
 from agent.engine.language import RelationKey
-from agent.engine.store import SavedFacts, SavedSubjects
+from agent.engine.store import SavedFacts
 
 EXPLICIT_TABLE = """CREATE TABLE explicit (
     source TEXT NOT NULL, rel INTEGER NOT NULL, chunk INTEGER NOT NULL,
@@ -55,37 +54,10 @@ def load_explicit(
         rows.setdefault(rid, []).append((source, size, blob))
     found: dict[RelationKey, SavedFacts] = {}
     for rid, saved in rows.items():
-        key = relations[rid]
-        blobs = [blob for _, _, blob in saved]
-        if key[1] != 2:
-            found[key] = {
-                (*prefix, last)
-                for blob in blobs
-                for prefix, ids in unpack(blob).items()
-                for last in ids
-            }
-        elif len({source for source, _, _ in saved}) == 1:
-            count = sum(size for _, size, _ in saved)
-            found[key] = SavedSubjects(count, partial(subjects_of, blobs))
-        else:
-            found[key] = subjects_of(blobs)
+        one_source = len({source for source, _, _ in saved}) == 1
+        count = sum(size for _, size, _ in saved) if one_source else None
+        found[relations[rid]] = saved_facts(relations[rid], [blob for *_, blob in saved], count)
     return found
-
-
-def subjects_of(blobs: list[bytes]) -> dict[int, BitMap]:
-    """A binary relation's rows as subject -> objects, united where several rows hold one
-    subject (several sources claim facts of it)."""
-    subjects: dict[int, BitMap] = {}
-    deserialize = BitMap.deserialize
-    for blob in blobs:
-        chunk = unpack(blob)
-        for (subject,), piece in zip(chunk.prefixes, chunk.pieces, strict=True):
-            known = subjects.get(subject)
-            if known is None:
-                subjects[subject] = deserialize(piece)
-            else:
-                known |= deserialize(piece)
-    return subjects
 
 
 class ClaimReader:

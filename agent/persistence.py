@@ -49,9 +49,9 @@ from pathlib import Path
 import sqlite_utils
 from pyroaring import BitMap
 
-from agent.chunk_tables import DERIVED, group_last
+from agent.chunk_tables import DERIVED, group_last, saved_facts
 from agent.claims import ClaimChange, RuleClaims, plan_change
-from agent.derived_rows import DamagedRow, unpack, verify
+from agent.derived_rows import DamagedRow, verify
 from agent.dictionary_checksums import META_KEY, DictionaryChecksums
 from agent.engine.budget import Budget
 from agent.engine.errors import ZodiacError
@@ -76,7 +76,6 @@ from agent.explicit_rows import (
     facts_of_source,
     insert_claims,
     load_explicit,
-    subjects_of,
     write_claims,
 )
 from agent.saved_rules import form_of_text, parse_saved_rule, read_saved_rules
@@ -1044,16 +1043,7 @@ def _load_derived(
         counts[place] = counts.get(place, 0) + size
     found: dict[int, dict[RelationKey, SavedFacts]] = {}
     for (node, key), blobs in rows.items():
-        if key[1] == 2:
-            facts: SavedFacts = SavedSubjects(counts[node, key], partial(subjects_of, blobs))
-        else:
-            facts = {
-                prefix + (last,)
-                for blob in blobs
-                for prefix, objects in unpack(blob).items()
-                for last in objects
-            }
-        found.setdefault(node, {})[key] = facts
+        found.setdefault(node, {})[key] = saved_facts(key, blobs, counts[node, key])
     return found
 
 
