@@ -37,6 +37,7 @@ from pathlib import Path
 
 from agent.engine import Reasoner
 from agent.engine.compiler import code_of
+from agent.engine.reclaim import RECLAIMER
 from agent.persistence import AgentState
 from simulations.bench.datasets import ds1, ds2
 from simulations.bench.memory import Footprint, fact_count, footprint
@@ -48,8 +49,10 @@ def timed(action):
     """Seconds ``action`` takes, as in a process just started: Python's compilations of rule
     plans, shared by the reasoners of one process (``agent.engine.compiler.code_of``), are
     forgotten first, or a recompute after the first would skip them, which no restarted agent
-    can."""
+    can. What the other side dropped is freed first too: the engine's background reclaimer
+    (agent/engine/reclaim.py) would otherwise free it during this side's time."""
     code_of.cache_clear()
+    RECLAIMER.drain()
     gc.collect()
     started = time.perf_counter()
     result = action()
