@@ -12,9 +12,10 @@ compiled code can test ``X != Y`` as an int comparison. Booleans are kept apart 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
-from itertools import compress, repeat
-from operator import is_, itemgetter
+from itertools import compress, count, repeat
+from operator import is_, itemgetter, not_
 
 from .errors import NonFiniteError, RuleError, ZodiacError, check_text
 from .language import RDF_TYPE, Atom, Constant, Literal, RelationKey, Value
@@ -111,19 +112,29 @@ class TermDictionary:
 
     def load(self, values: list[Value]) -> None:
         """Append stored terms, which must get exactly the ids they had when saved (an empty
-        dictionary, values in id order)."""
+        dictionary, values in id order). ValueError for a term that would not get its id (a
+        duplicate) or that no dictionary holds (NaN, INF); the texts, checked when the terms
+        were first encoded, are not checked again.
+
+        Why by whole columns: a restart loads every term, and a state of sensor readings holds
+        about as many terms as facts. The IRIs (most terms) go into their map in one C-level
+        pass; the other values take a step each."""
         start = len(self.values)
         if start + len(values) > self.limit:
             self._full(values[max(0, self.limit - start)])
-        iris, add = self._iris, self.values.append
-        for expected, value in enumerate(values, start=start):
-            if value.__class__ is str:  # (most terms: inline, a restart loads them all)
-                if value in iris:
-                    raise ValueError(f"term {expected} ({value!r}) duplicates an earlier term")
-                iris[value] = expected  # type: ignore[index]
-                add(value)
-            elif self.encode(value) != expected:
-                raise ValueError(f"term {expected} ({value!r}) duplicates an earlier term")
+        iris, ids = self._iris, self._ids
+        is_iri = [value.__class__ is str for value in values]
+        expected_iris = len(iris) + sum(is_iri)
+        iris.update(zip(compress(values, is_iri), compress(count(start), is_iri), strict=True))  # type: ignore[arg-type]
+        if len(iris) != expected_iris:
+            repeated = next(v for v, n in Counter(compress(values, is_iri)).items() if n > 1)
+            raise ValueError(f"term {repeated!r} is saved twice (or was known already)")
+        for expected, value in compress(enumerate(values, start), map(not_, is_iri)):
+            key = term_key(value)
+            if key[0] == "i" or key in ids or key[0] == "n" and not math.isfinite(value):  # type: ignore[arg-type]
+                raise ValueError(f"term {expected} ({value!r}) duplicates another or is no term")
+            ids[key] = expected
+        self.values.extend(values)
 
     def encode_fact(self, fact: tuple | Atom) -> tuple[tuple[str, int], tuple[int, ...]]:
         """A fact as ``Reasoner.add_facts`` takes it -> ``(relation, ids)``, encoding its
