@@ -1,4 +1,5 @@
-"""Checksums of an agent state's dictionaries: its terms and its relations.
+"""Checksums of an agent state's dictionaries: its relations, and in files before schema
+version 9 its terms (since then, each chunk of terms has its own: agent/term_rows.py).
 
 Why: SQLite checks a file's structure, not what its cells say, and the packed rows of facts
 carry a CRC of their own (agent/derived_rows.py). A byte changed in a term's text (``windTurbine11``
@@ -44,24 +45,25 @@ def _extended(crcs: list[int], rows: Sequence[Row]) -> list[int]:
 
 @dataclass
 class DictionaryChecksums:
-    """Running CRC-32s: one per column of the terms table, one per column of relations."""
+    """Running CRC-32s: one per column of relations and, for a file before version 9, one
+    per column of the terms table (``terms`` None: not kept, as since version 9)."""
 
-    terms: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    terms: list[int] | None = None
     relations: list[int] = field(default_factory=lambda: [0, 0, 0])
-
-    def add_terms(self, rows: Sequence[Row]) -> None:
-        self.terms = _extended(self.terms, rows)
 
     def add_relations(self, rows: Sequence[Row]) -> None:
         self.relations = _extended(self.relations, rows)
 
     def to_text(self) -> str:
-        return json.dumps({"terms": self.terms, "relations": self.relations})
+        saved: dict[str, list[int]] = {"relations": self.relations}
+        if self.terms is not None:
+            saved["terms"] = self.terms
+        return json.dumps(saved)
 
     @classmethod
-    def of(cls, terms: Sequence[Row], relations: Sequence[Row]) -> DictionaryChecksums:
-        found = cls()
-        found.add_terms(terms)
+    def of(cls, terms: Sequence[Row] | None, relations: Sequence[Row]) -> DictionaryChecksums:
+        """The checksums of these rows (``terms`` None: of the relations only)."""
+        found = cls(terms=None if terms is None else _extended([0, 0, 0, 0], terms))
         found.add_relations(relations)
         return found
 
@@ -69,24 +71,22 @@ class DictionaryChecksums:
     def from_text(cls, text: str) -> DictionaryChecksums:
         """The saved checksums; ValueError when the note itself is damaged."""
         saved = json.loads(text)
-        terms, relations = saved["terms"], saved["relations"]
+        terms, relations = saved.get("terms"), saved["relations"]
         if not (
-            isinstance(terms, list)
-            and isinstance(relations, list)
-            and len(terms) == 4
+            isinstance(relations, list)
             and len(relations) == 3
-            and all(isinstance(crc, int) for crc in [*terms, *relations])
+            and (terms is None or isinstance(terms, list) and len(terms) == 4)
+            and all(isinstance(crc, int) for crc in [*(terms or ()), *relations])
         ):
             raise ValueError(f"not dictionary checksums: {text[:80]!r}")
         return cls(terms, relations)
 
-    def differences(self, other: DictionaryChecksums) -> list[str]:
-        """Which dictionaries differ: ``terms``, ``relations``, both or none."""
-        return [
-            name
-            for name, mine, theirs in (
-                ("terms", self.terms, other.terms),
-                ("relations", self.relations, other.relations),
-            )
-            if mine != theirs
-        ]
+    def differences(self, saved: DictionaryChecksums) -> list[str]:
+        """Which of the dictionaries these checksums cover differ from ``saved``: ``terms``,
+        ``relations``, both or none (terms saved but not covered here are not compared)."""
+        differing = []
+        if self.terms is not None and self.terms != saved.terms:
+            differing.append("terms")
+        if self.relations != saved.relations:
+            differing.append("relations")
+        return differing

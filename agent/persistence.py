@@ -79,9 +79,10 @@ from agent.explicit_rows import (
     write_claims,
 )
 from agent.saved_rules import form_of_text, parse_saved_rule, read_saved_rules
+from agent.term_rows import TERMS_TABLE, load_terms, write_terms
 
 FORMAT = "zodiac-edge agent state"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 EXPECTED_TABLES = {
     "meta",
@@ -106,9 +107,7 @@ EQUALITY_MODULE = "equality"
 
 SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE terms (
-    id INTEGER PRIMARY KEY, kind TEXT NOT NULL, value, datatype TEXT, language TEXT
-);
+{TERMS_TABLE};  -- the term dictionary, packed by chunks of ids: agent/term_rows.py
 CREATE TABLE relations (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, arity INTEGER NOT NULL, UNIQUE (name, arity)
 );
@@ -140,6 +139,10 @@ CREATE TABLE derived (
     PRIMARY KEY (node, rel, chunk)
 );  -- one row per (hyper-node, relation, chunk of prefixes): agent/derived_rows.py
 """
+# The terms table of schema versions 1 to 8: one row per term.
+TERMS_V1 = """CREATE TABLE terms (
+    id INTEGER PRIMARY KEY, kind TEXT NOT NULL, value, datatype TEXT, language TEXT
+)"""
 # The facts table of schema versions 3 to 7: one row per (fact, source claiming it).
 FACTS_V3 = """CREATE TABLE facts (
     rel INTEGER NOT NULL, a0 INTEGER NOT NULL, a1 INTEGER NOT NULL, a2 INTEGER NOT NULL,
@@ -262,9 +265,10 @@ class AgentState:
         self._node_rows: dict[str, int] = {}  # hyper-node name -> its row id in ``nodes``
         self._saved_terms = 0
         self._parsed_rules: dict[tuple[str, str], Rule] = {}  # (see check_integrity)
-        # The term and relation rows check_integrity read, for the load that follows, and the
-        # dictionaries' running checksums (agent/dictionary_checksums.py).
-        self._dictionary_rows: tuple[list, list] | None = None
+        # The terms and relation rows check_integrity read, for the load that follows, and the
+        # relations' running checksums (agent/dictionary_checksums.py).
+        self._terms: list[Value] | None = None
+        self._relation_rows: list[tuple[int, str, int]] | None = None
         self._checksums = DictionaryChecksums()
         self._checksums_saved = False
         self._damaged: str | None = None  # found damaged while running: see ``reload``
@@ -298,24 +302,19 @@ class AgentState:
 
     def _integrity_problems(self, checksums: bool) -> list[str]:
         conn = self.conn
-        problems = []
         self._parsed_rules = {}
-        count, low, high = conn.execute("SELECT count(*), min(id), max(id) FROM terms").fetchone()
-        if count and (low != 0 or high != count - 1):
-            problems.append(f"term ids are not 0..{count - 1} (found {low}..{high})")
-        kinds = [k for (k,) in conn.execute("SELECT DISTINCT kind FROM terms")]
-        unknown = sorted(set(kinds) - set(TERM_KINDS))
-        if unknown:
-            problems.append(f"terms of unknown kind {clip(unknown)}")
-        for term_id, value in conn.execute("SELECT id, value FROM terms WHERE kind = 'z'"):
-            if not isinstance(value, str) or not INTEGER_TEXT.fullmatch(value):
-                problems.append(f"term {term_id} is an integer whose value {clip(value)} is not")
-                break
-        bad_floats = conn.execute(
-            "SELECT id FROM terms WHERE kind = 'f' AND typeof(value) NOT IN ('real', 'integer')"
-        ).fetchone()
-        if bad_floats:
-            problems.append(f"term {bad_floats[0]} is a float whose value is not a number")
+        self._terms = None
+        term_rows = None  # (a file before version 9: its term rows, for their checksums)
+        if self._file_version == SCHEMA_VERSION:
+            try:
+                self._terms = load_terms(conn)
+                count, problems = len(self._terms), []
+            except DamagedRow as error:
+                count = conn.execute("SELECT COALESCE(SUM(count), 0) FROM terms").fetchone()[0]
+                problems = [str(error)]
+        else:  # (read as it is by a health check)
+            term_rows, problems = _legacy_term_problems(conn)
+            count = len(term_rows)
         packed = "high >= ?1 OR high < 0 OR top >= ?1 OR top < 0"
         tables = set(self.db.table_names())
         explicit = (  # (a file before version 8, read as it is by a health check: a row per fact)
@@ -350,19 +349,17 @@ class AgentState:
         if damage:
             name, reason = damage
             problems.append(f"saved rule {clip(name)} is damaged: {clip(reason)}")
-        problems += self._check_dictionaries()
+        problems += self._check_dictionaries(term_rows)
         return problems
 
-    def _check_dictionaries(self) -> list[str]:
-        """Terms and relations against their saved checksums (none saved yet: nothing to say;
-        the load that follows saves them)."""
-        term_rows = self.conn.execute(
-            "SELECT kind, value, datatype, language FROM terms ORDER BY id"
-        ).fetchall()
+    def _check_dictionaries(self, term_rows: list[tuple] | None = None) -> list[str]:
+        """Relations, and the rows of a file's terms before version 9 (``term_rows``), against
+        their saved checksums (none saved yet: nothing to say; the load that follows saves
+        them). Since version 9 each chunk of terms has its own (agent/term_rows.py)."""
         relation_rows = self.conn.execute(
             "SELECT id, name, arity FROM relations ORDER BY id"
         ).fetchall()
-        self._dictionary_rows = (term_rows, relation_rows)
+        self._relation_rows = relation_rows
         found = DictionaryChecksums.of(term_rows, relation_rows)
         saved = self.conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()
         self._checksums, self._checksums_saved = found, saved is not None
@@ -397,6 +394,7 @@ class AgentState:
                 f"{self.path}: damaged agent state: schema version "
                 f"{clip(meta.get('schema_version'))} is not a number; {REBUILD}"
             ) from None
+        self._file_version = version
         if version != SCHEMA_VERSION:
             if version not in MIGRATIONS:
                 raise StateError(
@@ -405,7 +403,11 @@ class AgentState:
                 )
             if not migrate:
                 return  # read as it is (a health check): its tables are the old version's
-            self._migrate(version)
+            try:
+                self._migrate(version)
+            except StateError as error:  # (damage the upgrade found: nothing was changed)
+                raise StateError(f"{self.path}: {error}") from None
+            self._file_version = SCHEMA_VERSION
             tables = set(self.db.table_names())
         missing = EXPECTED_TABLES - tables
         if missing:
@@ -439,15 +441,15 @@ class AgentState:
         """Rebuild the reasoner from the file, without recomputing (see Reasoner.restore)."""
         started = time.perf_counter()
         conn = self.conn
-        if self._dictionary_rows is None:  # (a reload after a failed write: the file is right)
-            self._check_dictionaries()
-        term_rows, relation_rows = self._dictionary_rows  # type: ignore[misc]
-        self._dictionary_rows = None
-        terms = [
-            value if kind == "i" else _term_value(kind, value, datatype, language)
-            for kind, value, datatype, language in term_rows
-        ]
-        relations = {rid: (name, arity) for rid, name, arity in relation_rows}
+        terms, relation_rows = self._terms, self._relation_rows
+        if terms is None or relation_rows is None:  # (a reload after a failed write)
+            terms = load_terms(conn)
+            damage = self._check_dictionaries()
+            if damage:
+                raise DamagedRow(damage[0])
+            relation_rows = self._relation_rows
+        self._terms = self._relation_rows = None
+        relations = {rid: (name, arity) for rid, name, arity in relation_rows}  # type: ignore[union-attr]
         self._rel_ids = {key: rid for rid, key in relations.items()}
         edb = load_explicit(conn, relations)
         rules: dict[str, Rule] = {}
@@ -760,14 +762,7 @@ class AgentState:
     # ------------------------------------------------------------------ writing
     def _write_terms(self) -> None:
         values = self.reasoner.terms.values
-        if len(values) > self._saved_terms:
-            rows = [_term_row(values[i]) for i in range(self._saved_terms, len(values))]
-            self.conn.executemany(
-                "INSERT INTO terms (id, kind, value, datatype, language) VALUES (?, ?, ?, ?, ?)",
-                ((term_id, *row) for term_id, row in enumerate(rows, start=self._saved_terms)),
-            )
-            self._checksums.add_terms(rows)
-            self._save_checksums()
+        write_terms(self.conn, values, self._saved_terms)
         self._saved_terms = len(values)
 
     def _rel_id(self, key: RelationKey) -> int:
@@ -1047,17 +1042,31 @@ def _load_derived(
     return found
 
 
-def _term_row(value: Value) -> tuple[str, object, str | None, str | None]:
-    """(kind, value, datatype, language): integers as text, since SQLite's are 64-bit."""
-    if isinstance(value, bool):
-        return "b", int(value), None, None
-    if isinstance(value, int):
-        return "z", str(value), None, None
-    if isinstance(value, float):
-        return "f", value, None, None
-    if isinstance(value, Literal):
-        return "l", value.lexical, value.datatype, value.language
-    return "i", value, None, None
+def _legacy_term_problems(conn: sqlite3.Connection) -> tuple[list[tuple], list[str]]:
+    """The term rows of a file before version 9 (a row per term: kind, value, datatype,
+    language, by id) and what is wrong with them: ids with gaps, unknown kinds, integers or
+    floats whose values are not."""
+    problems = []
+    rows = conn.execute(
+        "SELECT id, kind, value, datatype, language FROM terms ORDER BY id"
+    ).fetchall()
+    ids, *columns = zip(*rows, strict=True) if rows else ((), (), (), (), ())
+    count = len(ids)
+    if count and (ids[0] != 0 or ids[-1] != count - 1):
+        problems.append(f"term ids are not 0..{count - 1} (found {ids[0]}..{ids[-1]})")
+    kinds, values = columns[0], columns[1]
+    unknown = sorted(set(kinds) - set(TERM_KINDS))
+    if unknown:
+        problems.append(f"terms of unknown kind {clip(unknown)}")
+    for term_id, kind, value in zip(ids, kinds, values, strict=True):
+        if kind == "z" and (not isinstance(value, str) or not INTEGER_TEXT.fullmatch(value)):
+            problems.append(f"term {term_id} is an integer whose value {clip(value)} is not")
+            break
+    for term_id, kind, value in zip(ids, kinds, values, strict=True):
+        if kind == "f" and not isinstance(value, (int, float)):
+            problems.append(f"term {term_id} is a float whose value is not a number")
+            break
+    return list(zip(*columns, strict=True)), problems
 
 
 def _term_value(kind: str, value: object, datatype: str | None, language: str | None) -> Value:
@@ -1208,6 +1217,35 @@ def _explicit_by_chunk(conn: sqlite3.Connection) -> int:
     return 8
 
 
+def _terms_by_chunk(conn: sqlite3.Connection) -> int:
+    """Version 8 -> 9: terms were saved one row per term, covered by running checksums in
+    ``meta``; now they are packed by chunks of ids, each with its own checksum
+    (agent/term_rows.py). The rows are checked first (ids, kinds, values, their checksums):
+    packing damaged terms would give them checksums that vouch for them."""
+    term_rows, problems = _legacy_term_problems(conn)
+    relation_rows = conn.execute("SELECT id, name, arity FROM relations ORDER BY id").fetchall()
+    found = DictionaryChecksums.of(term_rows, relation_rows)
+    saved = conn.execute("SELECT value FROM meta WHERE key = ?", (META_KEY,)).fetchone()
+    if saved is not None:
+        try:
+            differing = DictionaryChecksums.from_text(saved[0]).differences(found)
+        except (ValueError, KeyError, TypeError):
+            differing = ["dictionaries' checksums (unreadable)"]
+        problems += [f"the {name} do not match their checksums" for name in differing]
+    if problems:
+        raise StateError(f"damaged agent state: {problems[0]}; {REBUILD}")
+    values = [_term_value(*row) for row in term_rows]
+    conn.execute("DROP TABLE terms")
+    conn.execute(TERMS_TABLE)
+    write_terms(conn, values, 0)
+    if saved is not None:  # (the relations' checksums stay; the terms' are the chunks' now)
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = ?",
+            (DictionaryChecksums(relations=found.relations).to_text(), META_KEY),
+        )
+    return 9
+
+
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {column for _, column, *_ in conn.execute(f"PRAGMA table_info({table})")}
 
@@ -1254,4 +1292,5 @@ MIGRATIONS = {
     5: _derived_by_chunk,
     6: _rules_with_forms,
     7: _explicit_by_chunk,
+    8: _terms_by_chunk,
 }

@@ -5,9 +5,11 @@ from __future__ import annotations
 import sqlite3
 
 from agent.derived_rows import unpack
-from agent.engine.language import RelationKey
+from agent.dictionary_checksums import META_KEY, DictionaryChecksums
+from agent.engine.language import Literal, RelationKey, Value
 from agent.engine.reasoner import Reasoner
-from agent.persistence import DERIVED_V4, FACTS_V3
+from agent.persistence import DERIVED_V4, FACTS_V3, TERMS_V1
+from agent.term_rows import load_terms
 
 # The derived table of schema versions 1 to 3: one row per derived fact.
 DERIVED_PER_FACT = (
@@ -33,6 +35,39 @@ def derived_per_fact(conn: sqlite3.Connection, reasoner: Reasoner) -> int:
                 rest = ",".join(map(str, fact[3:]))
                 rows.append((node_ids[node.name], relation_ids[key], *padded, rest))
     conn.executemany("INSERT INTO derived VALUES (?, ?, ?, ?, ?, ?)", rows)
+    return len(rows)
+
+
+def term_row(value: Value) -> tuple[str, object, str | None, str | None]:
+    """A term as a row of the terms table of schema versions 1 to 8: (kind, value, datatype,
+    language), integers as text, since SQLite's are 64-bit."""
+    if isinstance(value, bool):
+        return "b", int(value), None, None
+    if isinstance(value, int):
+        return "z", str(value), None, None
+    if isinstance(value, float):
+        return "f", value, None, None
+    if isinstance(value, Literal):
+        return "l", value.lexical, value.datatype, value.language
+    return "i", value, None, None
+
+
+def terms_per_row(conn: sqlite3.Connection) -> int:
+    """Replace the terms table by that of schema versions 1 to 8, one row per term, and the
+    dictionaries' checksums (when the file has them) by version 8's, which covered the terms'
+    rows too. Returns the number of rows written."""
+    rows = [term_row(value) for value in load_terms(conn)]
+    conn.execute("DROP TABLE terms")
+    conn.execute(TERMS_V1)
+    conn.executemany(
+        "INSERT INTO terms (id, kind, value, datatype, language) VALUES (?, ?, ?, ?, ?)",
+        ((term_id, *row) for term_id, row in enumerate(rows)),
+    )
+    relations = conn.execute("SELECT id, name, arity FROM relations ORDER BY id").fetchall()
+    conn.execute(
+        "UPDATE meta SET value = ? WHERE key = ?",
+        (DictionaryChecksums.of(rows, relations).to_text(), META_KEY),
+    )
     return len(rows)
 
 

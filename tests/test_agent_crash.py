@@ -27,6 +27,7 @@ from agent.engine.language import Program
 from agent.engine.parser import parse_program
 from agent.persistence import AgentState
 from agent.service import APPLYING, POISON_ATTEMPTS
+from agent.term_rows import load_terms
 from tests.agent_harness import AgentProcess, Cloud, StatusWatcher, readings_payload, write_config
 from tests.broker import TestClient
 
@@ -186,10 +187,10 @@ def committed_prefix(database) -> tuple[int, int | None]:
     with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as conn:
         version = conn.execute("SELECT version FROM streams WHERE stream = 'base'").fetchone()
         seq = conn.execute(  # (one seq fact: its chunk's largest object is its value's id)
-            "SELECT t.value FROM explicit e JOIN relations r ON r.id = e.rel "
-            "JOIN terms t ON t.id = e.high WHERE r.name = 'seq'"
+            "SELECT e.high FROM explicit e JOIN relations r ON r.id = e.rel WHERE r.name = 'seq'"
         ).fetchone()
-    return (version[0] if version else 0), (int(seq[0]) if seq else None)
+        terms = load_terms(conn) if seq else []
+    return (version[0] if version else 0), (int(terms[seq[0]]) if seq else None)
 
 
 def wait_until(condition, timeout: float) -> None:

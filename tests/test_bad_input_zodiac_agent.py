@@ -5,8 +5,10 @@ and no traceback (an exception escaping ``main`` is one); a damaged state is rep
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
+import zlib
 from contextlib import closing
 
 import pytest
@@ -104,8 +106,11 @@ def test_a_broken_configuration_is_a_clear_refusal(tmp_path, capsys, cloud, case
     assert names in text
 
 
-def damage_terms_kind(conn):
-    conn.execute("UPDATE terms SET kind = 'q' WHERE id = 0")
+def damage_term_not_a_term(conn):  # (checksum kept consistent: what it holds is wrong)
+    values, literals = json.loads(conn.execute("SELECT packed FROM terms").fetchone()[0])
+    values[0] = {"not": "a term"}
+    packed = json.dumps([values, literals]).encode()
+    conn.execute("UPDATE terms SET packed = ?, crc = ?", (packed, zlib.crc32(packed)))
 
 
 def damage_schema_version(conn):
@@ -123,12 +128,12 @@ def damage_explicit_fact_bytes(conn):  # a fact's bytes changed: its checksum no
     conn.execute("UPDATE explicit SET packed = substr(packed, 1, length(packed) - 1) || x'07'")
 
 
-def damage_integer_iri(conn):
-    conn.execute("INSERT INTO terms (id, kind, value) SELECT max(id) + 1, 'z', 'twelve' FROM terms")
+def damage_term_count(conn):
+    conn.execute("UPDATE terms SET count = count + 1")
 
 
-def damage_term_gap(conn):
-    conn.execute("DELETE FROM terms WHERE id = (SELECT min(id) FROM terms)")
+def damage_term_gap(conn):  # the ids of the terms would all shift
+    conn.execute("UPDATE terms SET chunk = chunk + 1")
 
 
 def damage_rule_form(conn):
@@ -148,11 +153,11 @@ def damage_rule_text_without_form(conn):  # (a rule whose text did not parse whe
 
 
 DAMAGES = [
-    damage_terms_kind,
+    damage_term_not_a_term,
     damage_schema_version,
     damage_missing_term,
     damage_explicit_fact_bytes,
-    damage_integer_iri,
+    damage_term_count,
     damage_term_gap,
     damage_rule_form,
     damage_rule_form_operator,

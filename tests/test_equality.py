@@ -20,7 +20,12 @@ from agent.engine.sameas.facts import PatternRule
 from agent.engine.sameas.rewriting import EqualityComponent
 from agent.engine.terms import TermDictionary
 from agent.persistence import AgentState
-from tests.old_states import derived_by_prefix, facts_per_claim, rules_without_forms
+from tests.old_states import (
+    derived_by_prefix,
+    facts_per_claim,
+    rules_without_forms,
+    terms_per_row,
+)
 from tests.reference import OWL_SAME_AS, evaluate, from_external
 
 PREFIX = "@prefix owl: <http://www.w3.org/2002/07/owl#> .\n"
@@ -344,6 +349,7 @@ def test_a_state_saved_before_equality_was_rewriting_is_recomputed_once(tmp_path
         derived_by_prefix(conn)
         facts_per_claim(conn)
         rules_without_forms(conn)
+        terms_per_row(conn)
         conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     conn.close()
     with AgentState(path) as state:

@@ -27,11 +27,13 @@ from agent.engine.language import Literal, Program
 from agent.engine.parser import parse_program
 from agent.engine.store import is_unread
 from agent.persistence import SCHEMA_VERSION, AgentState, StateError, StreamVersion
+from agent.term_rows import TERMS_PER_CHUNK
 from tests.old_states import (
     derived_by_prefix,
     derived_per_fact,
     facts_per_claim,
     rules_without_forms,
+    terms_per_row,
 )
 from tests.strategies import closure_pools, incremental_programs, pool_facts
 
@@ -137,26 +139,63 @@ r3: kids(X, N) :- aggregate(parent(X, Y)) on X with count(Y) as N .
 """
 
 
+TERMS_OF_EVERY_KIND = [
+    "http://ex/a",
+    "http://ex/é\u2028",
+    7,
+    2**80,
+    -(2**70),
+    -3,
+    2.5,
+    1e300,
+    -0.125,
+    True,
+    False,
+    Literal("hi", language="en"),
+    Literal("x", datatype="http://ex/dt"),
+    Literal("plain"),
+    Literal('quote " and \\ backslash\nnewline'),
+]
+
+
+def typed(values) -> list[tuple[str, str]]:
+    """Values told apart by type too (``True == 1`` and ``1 == 1.0`` in a set)."""
+    return [(type(value).__name__, repr(value)) for value in values]
+
+
 def test_terms_of_every_kind_round_trip(tmp_path):
     path = tmp_path / "a.db"
-    values = [
-        "http://ex/a",
-        7,
-        2**80,
-        -3,
-        2.5,
-        True,
-        False,
-        Literal("hi", language="en"),
-        Literal("x", datatype="http://ex/dt"),
-        Literal("plain"),
-    ]
     with AgentState(path) as state:
-        state.apply(add_facts=[("v", "s", value) for value in values])
+        state.apply(add_facts=[("v", "s", value) for value in TERMS_OF_EVERY_KIND])
         expected = set(state.reasoner.facts())
+        terms = typed(state.reasoner.terms.values)
     with AgentState(path) as state:
         assert set(state.reasoner.facts()) == expected
-        assert {f[2] for f in state.reasoner.facts("v")} == set(values)
+        assert sorted(typed(f[2] for f in state.reasoner.facts("v"))) == sorted(
+            typed(TERMS_OF_EVERY_KIND)
+        )
+        assert typed(state.reasoner.terms.values) == terms
+
+
+def test_terms_are_saved_by_chunks_across_commits(tmp_path):
+    """Terms are packed by chunks of ids (agent/term_rows.py): a commit adding terms rewrites
+    the last chunk when partly filled and adds new ones; every reopening gives each term its
+    id again, whatever the chunk boundaries the commits crossed."""
+    path = tmp_path / "a.db"
+    batches = [1, TERMS_PER_CHUNK - 3, 1, 2, 1, 2 * TERMS_PER_CHUNK + 5, TERMS_PER_CHUNK, 7]
+    number = 0
+    for size in batches:
+        with AgentState(path) as state:
+            facts = [("v", f"s{number + i}", (number + i) * 0.5) for i in range(size)]
+            state.apply(add_facts=facts)
+            number += size
+            terms = typed(state.reasoner.terms.values)
+        with AgentState(path) as state:
+            assert typed(state.reasoner.terms.values) == terms
+            counts = [count for (count,) in state.conn.execute("SELECT count FROM terms")]
+            assert sum(counts) == len(terms)
+            assert all(count == TERMS_PER_CHUNK for count in counts[:-1])
+            assert state.check_integrity() == []
 
 
 def test_rules_streams_and_versions_are_saved(tmp_path):
@@ -368,6 +407,7 @@ def test_an_older_state_file_is_migrated_without_recomputing(tmp_path, version):
             assert derived_by_prefix(conn) > 10 * chunks
         facts_per_claim(conn)
         rules_without_forms(conn)
+        terms_per_row(conn)
         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
     conn.close()
     with AgentState(path) as state:
@@ -403,6 +443,17 @@ def test_a_restart_reads_the_rules_saved_forms_without_parsing(tmp_path, monkeyp
         assert set(state.reasoner.facts()) == expected
 
 
+def opened_after_upgrade(path: Path) -> AgentState:
+    """The state of an older version's file at ``path``: a health check reads it as it is and
+    finds nothing wrong, and opening it upgrades it and loads what it saved, not recomputing."""
+    with AgentState(path, load=False) as state:
+        assert state.check_integrity() == []
+    state = AgentState(path)
+    assert state.get_meta("schema_version") == str(SCHEMA_VERSION)
+    assert state.load_report.how == "loaded"
+    return state
+
+
 def test_a_version_6_file_gets_its_rules_forms(tmp_path):
     """Version 6 saved rules as text only: the upgrade gives each its form (from its text),
     the first start after it loads without recomputing, and the next reads the forms. A
@@ -416,19 +467,17 @@ def test_a_version_6_file_gets_its_rules_forms(tmp_path):
     with conn:
         facts_per_claim(conn)
         rules_without_forms(conn)
+        terms_per_row(conn)
         conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
     conn.close()
-    with AgentState(path, load=False) as state:  # a health check: read as it is
-        assert state.check_integrity() == []
-    with AgentState(path) as state:
-        assert state.get_meta("schema_version") == str(SCHEMA_VERSION)
-        assert state.load_report.how == "loaded"
+    with opened_after_upgrade(path) as state:
         assert set(state.reasoner.facts()) == expected
         assert dict(state.conn.execute("SELECT name, form FROM rules")) == forms
     conn = sqlite3.connect(path)
     with conn:
         facts_per_claim(conn)
         rules_without_forms(conn)
+        terms_per_row(conn)
         conn.execute("UPDATE rules SET text = 'r3: kids(X :- .' WHERE name = 'r3'")
         conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
     conn.close()
@@ -493,7 +542,7 @@ def test_a_row_damaged_while_the_agent_runs_is_refused_at_its_next_write(tmp_pat
         AgentState(path)
 
 
-@pytest.mark.parametrize("version", [3, 5, 7])
+@pytest.mark.parametrize("version", [3, 5, 7, 8])
 def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkeypatch, version):
     """An upgrade is one transaction: when it stops half way (a crash, a full disk), the file
     is the old version as it was, and the next start upgrades it. (Schema changes count:
@@ -506,7 +555,9 @@ def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkey
         saved = state.reasoner
     conn = sqlite3.connect(path)
     with conn:
-        facts_per_claim(conn)
+        if version < 8:
+            facts_per_claim(conn)
+        terms_per_row(conn)
         if version < 7:
             rules_without_forms(conn)
         if version == 3:
@@ -517,13 +568,13 @@ def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkey
     conn.close()
     tables = sorted(sqlite3.connect(path).execute("SELECT name, sql FROM sqlite_master"))
 
-    last_step = persistence.MIGRATIONS[7]
+    last_step = persistence.MIGRATIONS[SCHEMA_VERSION - 1]
 
     def the_last_step_fails(conn):
         last_step(conn)
         raise OSError("no space left on device")
 
-    monkeypatch.setitem(persistence.MIGRATIONS, 7, the_last_step_fails)
+    monkeypatch.setitem(persistence.MIGRATIONS, SCHEMA_VERSION - 1, the_last_step_fails)
     with pytest.raises(OSError):
         AgentState(path)
     assert sorted(sqlite3.connect(path).execute("SELECT name, sql FROM sqlite_master")) == tables
@@ -551,6 +602,7 @@ def test_a_version_7_file_gets_its_explicit_facts_packed(tmp_path):
     conn = sqlite3.connect(path)
     with conn:
         assert facts_per_claim(conn) == len(WIDE_FACTS) + 5
+        terms_per_row(conn)
         conn.execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'")
     conn.close()
     with AgentState(path, load=False) as state:  # a health check: read as it is
@@ -572,6 +624,79 @@ def test_a_version_7_file_gets_its_explicit_facts_packed(tmp_path):
         assert set(state.reasoner.facts()) == expected
 
 
+def test_a_version_8_file_gets_its_terms_packed(tmp_path):
+    """Version 8 saved a row per term, covered by running checksums: the upgrade checks them,
+    packs the terms by chunks (agent/term_rows.py), each keeping its id, and the first start
+    after it loads without recomputing. A health check reads the old file as it is."""
+    path = tmp_path / "a.db"
+    many = [("v", f"s{i}", i * 0.25) for i in range(TERMS_PER_CHUNK + 10)]
+    with AgentState(path) as state:
+        state.apply(add_rules=RS, add_facts=[("parent", "a", "b"), *many])
+        state.apply(add_facts=[("v", "t", value) for value in TERMS_OF_EVERY_KIND])
+        expected = set(state.reasoner.facts())
+        terms = typed(state.reasoner.terms.values)
+    conn = sqlite3.connect(path)
+    with conn:
+        assert terms_per_row(conn) == len(terms)
+        conn.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
+    conn.close()
+    with opened_after_upgrade(path) as state:
+        assert typed(state.reasoner.terms.values) == terms
+        assert set(state.reasoner.facts()) == expected
+        assert state.check_integrity() == []
+        state.apply(add_facts=[("parent", "b", "new")])
+        expected = set(state.reasoner.facts())
+    with AgentState(path) as state:
+        assert state.load_report.how == "loaded"
+        assert set(state.reasoner.facts()) == expected
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "UPDATE terms SET value = 'B' WHERE value = 'b'",
+        "UPDATE terms SET kind = 'q' WHERE value = 'b'",
+        "DELETE FROM terms WHERE value = 'b'",
+    ],
+    ids=["a term's text", "a term's kind", "a term gone"],
+)
+def test_a_version_8_file_with_damaged_terms_is_refused_and_left_as_it_was(tmp_path, damage):
+    """Packing damaged terms would give them checksums that vouch for them: the upgrade
+    checks them first, and refuses the file without changing a byte of it."""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=RS, add_facts=[("parent", "a", "b"), ("parent", "b", "c")])
+    conn = sqlite3.connect(path)
+    with conn:
+        terms_per_row(conn)
+        conn.execute("UPDATE meta SET value = '8' WHERE key = 'schema_version'")
+    with conn:
+        conn.execute(damage)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(StateError, match="damaged agent state: (the terms|term)"):
+        AgentState(path)
+    assert path.read_bytes() == before
+
+
+def test_a_term_chunk_damaged_while_the_agent_runs_is_refused_at_its_next_write(tmp_path):
+    """A commit that adds terms rewrites the last chunk of terms: one that no longer matches
+    its checksum is not rewritten with a fresh one; the change is refused as a damaged state,
+    and so is every later one."""
+    path = tmp_path / "a.db"
+    state = AgentState(path)
+    state.apply(add_rules=RS, add_facts=[("parent", "a", "b")])
+    rewrite(path, "UPDATE terms SET packed = CAST(replace(CAST(packed AS TEXT), 'a', 'A') AS BLOB)")
+    with pytest.raises(StateError, match="damaged agent state"):
+        state.apply(add_facts=[("parent", "b", "new")])
+    with pytest.raises(StateError, match="damaged agent state"):
+        state.apply(add_facts=[("unrelated", "x", "y")])
+    state.close()
+    with pytest.raises(StateError, match="term chunk 0 does not match its checksum"):
+        AgentState(path)
+
+
 @pytest.mark.parametrize(
     "damage",
     [
@@ -581,7 +706,7 @@ def test_a_version_7_file_gets_its_explicit_facts_packed(tmp_path):
         # a derived relation renamed: its saved facts are then a relation no rule derives
         "UPDATE relations SET name = 'kidz' WHERE name = 'kids'",
         # a term's text, an explicit relation's name: only the dictionaries' checksums tell
-        "UPDATE terms SET value = 'B' WHERE value = 'b'",
+        "UPDATE terms SET packed = CAST(replace(CAST(packed AS TEXT), '\"b\"', '\"B\"') AS BLOB)",
         "UPDATE relations SET name = 'parenT' WHERE name = 'parent'",
         "UPDATE meta SET value = '{\"terms\": 1}' WHERE key = 'dictionary_checksums'",
     ],
@@ -603,9 +728,10 @@ def test_damage_sql_cannot_see_is_refused(tmp_path, damage):
 
 
 def test_a_file_without_dictionary_checksums_gets_them_at_its_first_load(tmp_path):
-    """Files written before the checksums existed (any schema version) are trusted as they
-    are once, and checked from then on; the checksums follow every commit that adds terms or
-    relations, and a reopened state still matches them."""
+    """Files written before the relations' checksums existed (any schema version) are trusted
+    as they are once, and checked from then on; the checksums follow every commit that adds
+    relations, and a reopened state still matches them. (Terms have had a checksum per chunk
+    since version 9, written with them.)"""
     path = tmp_path / "a.db"
     with AgentState(path) as state:
         state.apply(add_rules=RS, add_facts=[("parent", "a", "b")])
@@ -616,8 +742,8 @@ def test_a_file_without_dictionary_checksums_gets_them_at_its_first_load(tmp_pat
         state.apply(add_facts=[("parent", "b", "c"), ("age", "c", 7)])  # new terms, relation
     with AgentState(path) as state:
         assert ("anc", "a", "c") in set(state.reasoner.facts())
-    rewrite(path, "UPDATE terms SET value = 'C' WHERE value = 'c'")
-    with pytest.raises(StateError, match="the terms do not match their checksums"):
+    rewrite(path, "UPDATE relations SET name = 'agE' WHERE name = 'age'")
+    with pytest.raises(StateError, match="the relations do not match their checksums"):
         AgentState(path)
 
 

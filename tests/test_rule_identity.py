@@ -21,7 +21,7 @@ from agent.engine.language import Atom, Negation, Program, Rule, Variable
 from agent.engine.parser import parse_program
 from agent.messages import AddRules, DeleteRules, RuleSpec
 from agent.persistence import SCHEMA_VERSION, AgentState
-from tests.old_states import derived_per_fact, facts_per_claim
+from tests.old_states import derived_per_fact, facts_per_claim, terms_per_row
 from tests.reference import evaluate, from_external
 from tests.test_service import make_agent
 
@@ -262,6 +262,7 @@ def test_a_state_file_of_schema_version_1_is_migrated(tmp_path):
         )
         conn.execute("UPDATE nodes SET rules = '[\"r1\"]'")
         conn.execute("DROP TABLE reading_times")  # version 3's
+        terms_per_row(conn)
         facts_per_claim(conn)  # versions 3-7's facts table, then 1's
         conn.execute("ALTER TABLE facts RENAME TO facts_v3")
         conn.execute("DROP INDEX facts_by_source")
