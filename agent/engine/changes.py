@@ -270,9 +270,9 @@ class NodeJournal:
 @dataclass
 class Journal:
     """What one update changed, for whoever keeps a copy of the state (the agent's SQLite
-    file): ``edb`` holds the net explicit-fact changes, ``nodes`` every hyper-node after the
-    update by its stable name. A hyper-node of before that is neither in ``nodes`` nor the
-    ``previous`` of one was dropped."""
+    file): ``edb`` holds the net explicit-fact changes, ``nodes`` the hyper-nodes the update
+    walked (its plan) by their stable names; a hyper-node not listed is as it was. A hyper-node
+    of before that is neither a hyper-node now nor the ``previous`` of one was dropped."""
 
     edb: StoreChanges = field(default_factory=StoreChanges)
     nodes: dict[str, NodeJournal] = field(default_factory=dict)

@@ -106,6 +106,16 @@ class HyperGraph:
         return readers, derivers
 
     @cached_property
+    def readers(self) -> dict[RelationKey, list[int]]:
+        """Per relation, the hyper-nodes reading it, in order (asked by updates of facts
+        alone, which keep the graph: listed once per graph, not once per update)."""
+        found: dict[RelationKey, list[int]] = {}
+        for index, node in enumerate(self.nodes):
+            for relation in node.reads:
+                found.setdefault(relation, []).append(index)
+        return found
+
+    @cached_property
     def producers(self) -> dict[RelationKey, list[int]]:
         """Per relation, the hyper-nodes deriving it, in order."""
         found: dict[RelationKey, list[int]] = {}

@@ -123,6 +123,10 @@ class Reasoner:
         self.rules: dict[str, Rule] = {}
         # The program itself: one rule per content key (see ``Rule.key``), in insertion order.
         self.program: dict[str, Rule] = {}
+        # ``rules`` by content key: the program the user gave (``program`` is the engine's,
+        # rewritten under owl:sameAs), kept so that an update of facts alone makes no pass
+        # over the rules.
+        self._given_program: dict[str, Rule] = {}
         self.graph = HyperGraph([], set(), set())
         self.nodes: list[NodeState] = []
         self.executor = Executor(self.terms)
@@ -194,7 +198,8 @@ class Reasoner:
             reasoner.edb.relation(key).fill(facts)
         reasoner.graph = graph
         reasoner.rules = {rule.id: rule for rule in rules}
-        reasoner.program = engine_program
+        reasoner._given_program = program
+        reasoner.program = engine_program  # (``program`` itself, but under owl:sameAs)
         for index, logical in enumerate(graph.nodes):
             name, facts = nodes[logical.rule_keys]
             reasoner._node_names[logical.rule_keys] = name
@@ -281,22 +286,23 @@ class Reasoner:
         started = time.perf_counter()
         program = load_program(add_rules) if add_rules is not None else Program()
         deleted_names = self.resolve_rule_names(delete_rules)
-        names = {name: rule for name, rule in self.rules.items() if name not in deleted_names}
-        added_names: list[str] = []
-        for rule in program.rules:
-            existing = names.get(rule.id)
-            if existing is not None and existing.key != rule.key:
-                raise RuleError(
-                    f"label {rule.id} is already used by a different rule: {existing}; "
-                    "delete it in the same update to replace it",
-                    rule=str(rule),
-                )
-            if existing is None:
-                names[rule.id] = rule
-                added_names.append(rule.id)
-        # The program changes by content: a replaced body is a deleted key and a new one; a
-        # second name for a rule already present changes nothing.
-        rules = by_key(names.values())
+        names, added_names, rules = self.rules, [], self._given_program
+        if program.rules or deleted_names:
+            names = {name: rule for name, rule in names.items() if name not in deleted_names}
+            for rule in program.rules:
+                existing = names.get(rule.id)
+                if existing is not None and existing.key != rule.key:
+                    raise RuleError(
+                        f"label {rule.id} is already used by a different rule: {existing}; "
+                        "delete it in the same update to replace it",
+                        rule=str(rule),
+                    )
+                if existing is None:
+                    names[rule.id] = rule
+                    added_names.append(rule.id)
+            # The program changes by content: a replaced body is a deleted key and a new one;
+            # a second name for a rule already present changes nothing.
+            rules = by_key(names.values())
         given = program.facts if add_facts is None else [*program.facts, *load_facts(add_facts)]
         additions, addition_count = self.terms.encode_facts(given)
         deletions = (
@@ -327,7 +333,7 @@ class Reasoner:
             self.equality = layer
             added, removed = plan.facts_added, plan.facts_deleted
             driven["equality"] = {"maintenance": layer.maintenance, "clashes": layer.clashes()}
-        self.rules = names
+        self.rules, self._given_program = names, rules
         report = {
             "operation": _describe_operation(added_names, deleted_names, added, removed),
             "rules_added": added_names,
@@ -376,8 +382,11 @@ class Reasoner:
         """The engine's part of an update: ``rules`` is its whole program by content key,
         the other two the changes to its explicit facts. Returns the driver's report, with
         ``edb_counts``: how many explicit facts the engine added and removed."""
-        deleted_keys = {key for key in self.program if key not in rules}
-        new_rules = [rule for key, rule in rules.items() if key not in self.program]
+        if rules is self.program:  # (facts alone: no pass over the rules)
+            deleted_keys, new_rules = set(), []
+        else:
+            deleted_keys = {key for key in self.program if key not in rules}
+            new_rules = [rule for key, rule in rules.items() if key not in self.program]
         structural = bool(deleted_keys or new_rules)
         if structural:
             for rule in new_rules:  # each new rule once; parsed ones were checked already
@@ -396,6 +405,7 @@ class Reasoner:
             self.progress,
             self.use_modules,
             self.costs,
+            same_graph=not structural,
         )
         added, removed = driver.apply_edb(edb_added, edb_removed)
         # The previous journal (and the facts it removed) and dropped hyper-nodes are freed
