@@ -773,6 +773,23 @@ def test_a_file_with_random_bytes_damaged_loads_or_is_refused(tmp_path_factory, 
         assert ("anc", "x", "y") in set(state.reasoner.facts())
 
 
+def test_a_state_that_cannot_be_written_is_refused_at_the_start(tmp_path):
+    """A file SQLite reads but will not write (here its header's write version says a newer
+    SQLite, as one damaged byte can; file permissions and a read-only disk do the same) would
+    load and then fail every change: it is refused when opened, and left as it is. (Found by
+    the random-bytes test above: byte 18 set to 3.)"""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=RS, add_facts=[("parent", "a", "b")])
+        state.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = bytearray(path.read_bytes())
+    raw[18] = 3
+    path.write_bytes(bytes(raw))
+    with pytest.raises(StateError, match="cannot be written"):
+        AgentState(path)
+    assert path.read_bytes() == bytes(raw)
+
+
 @pytest.mark.parametrize(
     "damage",
     [
