@@ -70,6 +70,10 @@ class HyperGraph:
     _adjacency: tuple[dict[int, list[int]], dict[int, list[int]]] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+    # A graph changed in place from another (``changed_hyper_graph``): how many of its first
+    # nodes are that graph's own, with the same edges between them; the rest are sinks it
+    # added (or the other graph had sinks more). None: built afresh.
+    kept_from_previous: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def successors(self, index: int) -> list[int]:
         return self._lists()[0].get(index, [])
@@ -381,6 +385,7 @@ def _with_sinks(previous: HyperGraph, added: list[Rule]) -> HyperGraph:
             )
         )
     graph = HyperGraph(nodes=nodes, positive=positive, negative=negative)
+    graph.kept_from_previous = len(previous.nodes)
     # What it takes over (see HyperGraph): copies, the previous graph's are left as they were.
     readers, derivers = (dict(counts) for counts in previous.relation_counts)
     found = dict(producers)
@@ -436,6 +441,7 @@ def _without_last(previous: HyperGraph, removed: Sequence[Rule]) -> HyperGraph:
         positive={edge for edge in previous.positive if edge[1] < cut},
         negative={edge for edge in previous.negative if edge[1] < cut},
     )
+    graph.kept_from_previous = cut
     readers, derivers = (dict(counts) for counts in previous.relation_counts)
     producers = dict(previous.producers)
     for rule in removed:

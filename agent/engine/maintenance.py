@@ -21,6 +21,7 @@ Every hyper-node's transition, strategy, counts and time are in ``Reasoner.stats
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from .changes import ChangeLog, InputChanges, Journal, NodeJournal, StoreChanges
 from .changes import visible_difference as union_difference
@@ -28,6 +29,7 @@ from .costs import DEFAULT_COSTS, CostPolicy
 from .dependency import HyperGraph, HyperNode, execution_plan
 from .estimates import recompute_reason, surely_large_deletion
 from .executor import Executor
+from .language import Rule
 from .modules import Module, NodeState, choose_module
 from .modules.base import Maintained
 from .store import DataStore, DataStoreBag, RelationKey
@@ -88,12 +90,13 @@ class UpdateDriver:
         progress=None,
         use_modules: bool = True,
         costs: CostPolicy = DEFAULT_COSTS,
-        same_graph: bool = False,
+        old_graph: HyperGraph | None = None,
     ) -> None:
         self.use_modules = use_modules
-        # ``graph`` is the old nodes' own (no rule changed): every hyper-node is kept as it
-        # is, and the update reaches only the readers of what changed (see ``run``).
-        self.same_graph = same_graph
+        # The graph of ``old_nodes`` (they are its nodes, in its order), when known: a new
+        # ``graph`` that is the same (no rule changed) or changed from it by sinks alone is
+        # walked without a step per hyper-node (see ``run``).
+        self.old_graph = old_graph
         self.costs = costs
         self.progress = progress
         self.edb = edb
@@ -160,17 +163,18 @@ class UpdateDriver:
         return changes.counts()
 
     # ------------------------------------------------------------------ the walk
-    def run(self, deleted: set[str], extend_merges: bool) -> list[NodeState]:
-        """Walk the plan. ``deleted`` holds the content keys of the deleted rules;
-        ``extend_merges`` (a pure rule insertion) lets merged hyper-nodes start from their
-        parts' IDBs instead of being recomputed."""
+    def run(self, deleted: dict[str, Rule], extend_merges: bool) -> list[NodeState]:
+        """Walk the plan. ``deleted``: the deleted rules by content key; ``extend_merges`` (a
+        pure rule insertion) lets merged hyper-nodes start from their parts' IDBs instead of
+        being recomputed."""
         started = time.perf_counter()
-        self.drop_indexes_read_by(deleted)
-        if self.same_graph:
-            transitions, plan = self.kept_as_they_are()
+        self.drop_indexes_read_by(deleted.values())
+        kept = self.kept_from_old_graph()
+        if kept is not None:
+            transitions, plan = self.sinks_changed(kept)
             nodes = self.nodes
         else:
-            transitions = classify(self.old_nodes, self.graph, deleted)
+            transitions = classify(self.old_nodes, self.graph, set(deleted))
             nodes = self.nodes = self.build_nodes(transitions, extend_merges)
             reused = {node.idb for node in nodes}
             self.dropped = [n for n in self.old_nodes if n.idb not in reused]
@@ -196,22 +200,53 @@ class UpdateDriver:
         self.report["seconds"] = time.perf_counter() - started
         return nodes
 
-    def kept_as_they_are(self) -> tuple[dict[int, Transition], list[int]]:
-        """The walk of an update that changes no rule: the hyper-nodes stay as they are, and
-        the plan is the readers of the explicit facts that changed and everything reachable
-        from them (`HyperGraph.readers`). Why not `classify` and `build_nodes`: each takes a
-        step per hyper-node, which in a program of thousands of rules cost a sensor reading
-        many times what evaluating it does. Returns the transitions of the plan's hyper-nodes
-        (all kept) and the plan."""
-        nodes = self.nodes = list(self.old_nodes)
-        readers = self.graph.readers
-        impacted = {i for key in self.edb_changed() for i in readers.get(key, ())}
-        plan = execution_plan(self.graph, impacted)
-        transitions = {}
+    def kept_from_old_graph(self) -> int | None:
+        """How many of the old hyper-nodes the new graph keeps as they are, first in its
+        order, when the rest of both are sinks (no rule changed: all of them; sink rules
+        added or removed, `dependency.changed_hyper_graph`); None: the graphs must be
+        compared (`classify`)."""
+        if self.old_graph is None or len(self.old_graph.nodes) != len(self.old_nodes):
+            return None
+        if self.graph is self.old_graph:
+            return len(self.old_nodes)
+        return self.graph.kept_from_previous
+
+    def sinks_changed(self, kept: int) -> tuple[dict[int, Transition], list[int]]:
+        """The walk of an update whose new graph keeps the first ``kept`` old hyper-nodes as
+        they are: the old ones after them were sinks, dropped with their IDBs; the new ones
+        after them are sinks, materialised. The plan is the new sinks, the readers of the
+        explicit facts that changed (`HyperGraph.readers`) and everything reachable from
+        them. Why not `classify` and `build_nodes`: each takes a step per hyper-node, which in
+        a program of thousands of rules cost a sensor reading, or a diagnosis rule arriving,
+        many times what evaluating it does. Returns the plan's transitions and the plan."""
+        graph = self.graph
+        nodes = self.nodes = self.old_nodes[:kept]
+        self.dropped = self.old_nodes[kept:]
+        self.log.dropped.update(node.idb for node in self.dropped)
+        transitions: dict[int, Transition] = {}
+        for index in range(kept, len(graph.nodes)):
+            logical = graph.nodes[index]
+            name = self.name_of(logical)
+            idb = DataStore(name)
+            self.log.created.add(idb)
+            predecessors = [nodes[i].idb for i in graph.predecessors(index)]
+            nodes.append(
+                new_node_state(
+                    name, logical, idb, self.edb, predecessors, None, self.use_modules, self.costs
+                )
+            )
+            transitions[index] = Transition(NEW, logical, [], list(logical.rules))
+        impacted = set(transitions)
+        changed = self.edb_changed()  # (a dropped sink's relations: read by no one)
+        if changed:
+            readers = graph.readers
+            impacted |= {i for key in changed for i in readers.get(key, ())}
+        plan = execution_plan(graph, impacted)
         for index in plan:
-            node = nodes[index]
-            node.view.refresh()  # (as a reused node's, see ``reusable``)
-            transitions[index] = Transition(KEPT, node.logical, [node])
+            if index not in transitions:
+                node = nodes[index]
+                node.view.refresh()  # (as a reused node's, see ``reusable``)
+                transitions[index] = Transition(KEPT, node.logical, [node])
         return transitions, plan
 
     def edb_changed(self) -> set[RelationKey]:
@@ -380,7 +415,7 @@ class UpdateDriver:
         return union_difference(node.logical.reads, old_lower, node.lower_stores(), self.log)
 
     # ------------------------------------------------------------------ around the walk
-    def drop_indexes_read_by(self, deleted: set[str]) -> None:
+    def drop_indexes_read_by(self, deleted: Iterable[Rule]) -> None:
         """Forget the indexes of every relation a deleted rule read, in every store.
 
         Why: an index is kept up to date on every insertion and deletion for as long as it
@@ -389,16 +424,16 @@ class UpdateDriver:
         for the index, fact by fact. Which of the indexes other rules still use is decided by
         their plans at run time, so all of the relation's indexes go: a remaining reader
         rebuilds the one it needs, once, in a single pass over the facts, when it next runs."""
-        if not deleted:
+        keys = {key for rule in deleted for key, _ in rule.body_relations()}
+        if not keys:
             return
-        keys = {
-            key
-            for node in self.old_nodes
-            for rule in node.rules
-            if rule.key in deleted
-            for key, _ in rule.body_relations()
-        }
-        for store in [self.edb, *(node.idb for node in self.old_nodes)]:
+        if self.old_graph is not None and len(self.old_graph.nodes) == len(self.old_nodes):
+            producers = self.old_graph.producers  # (the stores that can hold them)
+            holders = {i for key in keys for i in producers.get(key, ())}
+            stores = [self.edb, *(self.old_nodes[i].idb for i in sorted(holders))]
+        else:
+            stores = [self.edb, *(node.idb for node in self.old_nodes)]
+        for store in stores:
             for key in keys:
                 relation = store.get(key)
                 if relation is not None:

@@ -405,7 +405,7 @@ class Reasoner:
             self.progress,
             self.use_modules,
             self.costs,
-            same_graph=not structural,
+            old_graph=self.graph,
         )
         added, removed = driver.apply_edb(edb_added, edb_removed)
         # The previous journal (and the facts it removed) and dropped hyper-nodes are freed
@@ -416,7 +416,8 @@ class Reasoner:
             pure_insertion = not (deleted_keys or added or removed)
             self.executor.guard = guard.start(lambda: sum(n.idb.size() for n in driver.nodes))
             try:
-                self.nodes = driver.run(deleted_keys, extend_merges=pure_insertion)
+                deleted = {key: self.program[key] for key in deleted_keys}
+                self.nodes = driver.run(deleted, extend_merges=pure_insertion)
             except BaseException:
                 # Over budget, or a failure half way: back to the state before the update.
                 # The rollback is not part of the update: it runs outside its guard, so that
