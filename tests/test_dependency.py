@@ -193,7 +193,7 @@ def programs_with_leaves(draw):
 
 def derived(graph: HyperGraph) -> tuple:
     """What a graph computes about itself and a graph changed in place takes over: the
-    adjacency lists, the rule total, the relation counts and the producers."""
+    adjacency lists, the rule total, the relation counts, the producers and the readers."""
     indexes = range(len(graph.nodes))
     return (
         [graph.successors(i) for i in indexes],
@@ -201,13 +201,26 @@ def derived(graph: HyperGraph) -> tuple:
         graph.rule_total,
         graph.relation_counts,
         graph.producers,
+        graph.readers,
     )
 
 
-def same_graph(changed: HyperGraph, rules: list[Rule]) -> None:
+def same_graph(changed: HyperGraph, rules: list[Rule], previous: HyperGraph) -> None:
+    """``changed`` (from ``previous``) is the graph of ``rules``; the nodes it says it kept
+    are ``previous``'s own, with the same edges between them (the update driver keeps their
+    states as they are)."""
     fresh = build_hyper_graph(rules)
     assert shape(changed) == shape(fresh)
     assert derived(changed) == derived(fresh)
+    kept = changed.kept_from_previous
+    if kept is not None:
+        assert all(a is b for a, b in zip(changed.nodes[:kept], previous.nodes, strict=False))
+        assert len(previous.nodes) >= kept
+        for edges, before in (
+            (changed.positive, previous.positive),
+            (changed.negative, previous.negative),
+        ):
+            assert {e for e in edges if e[1] < kept} == {e for e in before if e[1] < kept}
 
 
 @settings(max_examples=300)
@@ -223,13 +236,14 @@ def test_a_changed_graph_is_the_graph_built_afresh(rules, data):
     if data.draw(st.booleans()):
         derived(before)
     grown = changed_hyper_graph(before, old, rules)
-    same_graph(grown, rules)
+    same_graph(grown, rules, before)
     removed = data.draw(st.sets(st.sampled_from(rules))) if rules else set()
     kept = [rule for rule in rules if rule not in removed]
-    same_graph(changed_hyper_graph(build_hyper_graph(rules), rules, kept), kept)
-    same_graph(changed_hyper_graph(grown, rules, kept), kept)  # (from a changed graph)
+    full = build_hyper_graph(rules)
+    same_graph(changed_hyper_graph(full, rules, kept), kept, full)
+    same_graph(changed_hyper_graph(grown, rules, kept), kept, grown)  # (from a changed graph)
     last = [rule for rule in rules if rule not in set(rules[cut:])]  # (the appended, again)
-    same_graph(changed_hyper_graph(grown, rules, last), last)
+    same_graph(changed_hyper_graph(grown, rules, last), last, grown)
 
 
 def test_a_leaf_rule_changes_the_graph_in_place_and_a_merging_rule_does_not():

@@ -395,6 +395,12 @@ def _with_sinks(previous: HyperGraph, added: list[Rule]) -> HyperGraph:
     graph.__dict__.update(
         rule_total=first + len(added), relation_counts=(readers, derivers), producers=found
     )
+    if "readers" in previous.__dict__:  # (asked by every update of facts alone)
+        readers_of = dict(previous.readers)
+        for index in range(len(previous.nodes), len(nodes)):
+            for relation in nodes[index].reads:
+                readers_of[relation] = [*readers_of.get(relation, ()), index]
+        graph.__dict__["readers"] = readers_of
     if previous._adjacency is not None:
         after, before = (dict(lists) for lists in previous._adjacency)
         for source, target in sorted(new_edges):  # (targets ascending: lists stay sorted)
@@ -452,6 +458,16 @@ def _without_last(previous: HyperGraph, removed: Sequence[Rule]) -> HyperGraph:
         relation_counts=(readers, derivers),
         producers=producers,
     )
+    if "readers" in previous.__dict__:
+        readers_of = dict(previous.readers)
+        for node in previous.nodes[cut:]:
+            for relation in node.reads:
+                left = [i for i in readers_of.get(relation, ()) if i < cut]
+                if left:
+                    readers_of[relation] = left
+                else:
+                    readers_of.pop(relation, None)
+        graph.__dict__["readers"] = readers_of
     if previous._adjacency is not None:
         after, before = (dict(lists) for lists in previous._adjacency)
         sources = {i for target in range(cut, len(previous.nodes)) for i in before.pop(target, ())}
