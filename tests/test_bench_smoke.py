@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from simulations.bench import incremental
+from simulations.bench import incremental, program_size
 
 
 def quick_row_count(groups: list[str]) -> int:
@@ -179,6 +179,21 @@ def test_peer_benchmark_runs_both_engines_and_they_agree(capsys):
 
 
 # ------------------------------------------------------ memory in .incremental and .modules
+def test_program_size_benchmark_prints_every_column_for_every_size(capsys):
+    assert program_size.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["rules", "hyper-nodes"]
+    for column in program_size.COLUMNS:
+        assert f"{column} ms" in lines[0]
+    sizes = [line.split() for line in lines[1:3]]
+    assert [row[0] for row in sizes] == ["10", "40"]
+    assert all(len(row) == 2 + len(program_size.COLUMNS) for row in sizes)
+    assert "Ratio to 10 rules" in out
+    ratios = lines[-1].split()
+    assert ratios[0] == "40" and len(ratios) == 1 + len(program_size.COLUMNS), out
+
+
 def test_incremental_benchmark_prints_peak_memory_per_row(capsys):
     assert incremental.main(["--quick", "--only", "rs3", "--memory"]) == 0
     out = capsys.readouterr().out
