@@ -55,6 +55,7 @@ from agent.claims import ClaimChange, RuleClaims, plan_change
 from agent.derived_rows import DamagedRow, verify
 from agent.dictionary_checksums import META_KEY, DictionaryChecksums
 from agent.engine.budget import Budget
+from agent.engine.changes import NodeJournal
 from agent.engine.errors import ZodiacError
 from agent.engine.language import Literal, Program, Rule, Value, atom_fact
 from agent.engine.parser import parse_program
@@ -807,40 +808,79 @@ class AgentState:
         self._checksums_saved = True
 
     def _write_nodes(self) -> None:
-        """Derived facts per hyper-node, by name, from the engine's journal: a hyper-node
-        created in the update is written in full, any other one gets its net changes (under its
-        new name, when it kept its IDB under another); rows of hyper-nodes gone are deleted."""
+        """Derived facts per hyper-node, by name, from the engine's journal, which lists the
+        hyper-nodes the update walked and those it dropped: one created in the update is
+        written in full, any other one gets its net changes (under its new name, when it kept
+        its IDB under another); the rows of those dropped are deleted. The others are as they
+        were and are not looked at: a commit's cost follows its update, not the program (a
+        sensor reading's commit took a statement per hyper-node before)."""
         journal = self.reasoner.journal
         rows = self._node_rows
-        kept: dict[str, int] = {}
-        for node in self.reasoner.view().nodes:
-            entry = journal.nodes.get(node.name)
-            previous = entry.previous if entry is not None else None
-            row = rows.get(previous or node.name)
-            if row is not None and not (entry is not None and entry.created):
-                if not self._node_row_says(row, node):
-                    saved = self._node_saved[row] = SavedNode.of(node)
-                    self.conn.execute(
-                        "UPDATE nodes SET name = ?, rules = ?, module = ? WHERE id = ?",
-                        (node.name, saved.rules_text(), node.module, row),
-                    )
-                if entry is not None and (entry.changes.removed or entry.changes.added):
-                    self._update_derived(row, entry.changes.removed, entry.changes.added)
-                kept[node.name] = row
-                continue
+        for name in journal.dropped:
+            self._delete_node_row(rows.pop(name, None))
+        moving = {
+            entry.previous: rows.pop(entry.previous, None)
+            for entry in journal.nodes.values()
+            if entry.previous
+        }
+        views = self.reasoner.node_views(journal.nodes)
+        for name, entry in journal.nodes.items():
+            row = moving.pop(entry.previous, None) if entry.previous else rows.pop(name, None)
+            rows[name] = self._write_node(views[name], entry, row)
+        for row in moving.values():  # (none: a moved IDB is its new hyper-node's)
+            self._delete_node_row(row)
+        if len(rows) != len(self.reasoner.nodes):  # (a journal that does not cover the file)
+            self._write_every_node()
+
+    def _write_node(self, node: NodeView, entry: NodeJournal | None, row: int | None) -> int:
+        """One hyper-node's row and derived facts (``row``: the row it had, if any); returns
+        its row."""
+        if row is not None and entry is not None and entry.created:  # (a new IDB: rewritten)
+            self._delete_node_row(row)
+            row = None
+        if row is None:
             saved = SavedNode.of(node)
             cursor = self.conn.execute(
                 "INSERT INTO nodes (name, rules, module) VALUES (?, ?, ?)",
                 (node.name, saved.rules_text(), node.module),
             )
-            row = kept[node.name] = int(cursor.lastrowid)  # type: ignore[arg-type]
+            row = int(cursor.lastrowid)  # type: ignore[arg-type]
             self._node_saved[row] = saved
             self._write_derived(row, node.store.relations)
+            return row
+        if not self._node_row_says(row, node):
+            saved = self._node_saved[row] = SavedNode.of(node)
+            self.conn.execute(
+                "UPDATE nodes SET name = ?, rules = ?, module = ? WHERE id = ?",
+                (node.name, saved.rules_text(), node.module, row),
+            )
+        if entry is not None and (entry.changes.removed or entry.changes.added):
+            self._update_derived(row, entry.changes.removed, entry.changes.added)
+        return row
+
+    def _write_every_node(self) -> None:
+        """Every hyper-node's row made what the reasoner holds (``_write_nodes`` when the
+        journal does not say it all: the file and memory disagree on which hyper-nodes exist)."""
+        journal = self.reasoner.journal
+        rows = self._node_rows
+        kept: dict[str, int] = {}
+        for node in self.reasoner.view().nodes:
+            entry = journal.nodes.get(node.name)
+            row = rows.get(node.name)
+            if entry is not None and row is not None:  # (written by _write_nodes already)
+                kept[node.name] = row
+                continue
+            kept[node.name] = self._write_node(node, None, row)
         for gone in set(rows.values()) - set(kept.values()):
-            self.conn.execute("DELETE FROM derived WHERE node = ?", (gone,))
-            self.conn.execute("DELETE FROM nodes WHERE id = ?", (gone,))
-            self._node_saved.pop(gone, None)
+            self._delete_node_row(gone)
         self._node_rows = kept
+
+    def _delete_node_row(self, row: int | None) -> None:
+        if row is None:
+            return
+        self.conn.execute("DELETE FROM derived WHERE node = ?", (row,))
+        self.conn.execute("DELETE FROM nodes WHERE id = ?", (row,))
+        self._node_saved.pop(row, None)
 
     def _node_row_says(self, row: int, node: NodeView) -> bool:
         """Whether the ``nodes`` row already says what ``node`` is (name, rules, module): a

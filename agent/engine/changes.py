@@ -271,11 +271,13 @@ class NodeJournal:
 class Journal:
     """What one update changed, for whoever keeps a copy of the state (the agent's SQLite
     file): ``edb`` holds the net explicit-fact changes, ``nodes`` the hyper-nodes the update
-    walked (its plan) by their stable names; a hyper-node not listed is as it was. A hyper-node
-    of before that is neither a hyper-node now nor the ``previous`` of one was dropped."""
+    walked (its plan) by their stable names; a hyper-node not listed is as it was.
+    ``dropped`` names the hyper-nodes of before that are gone with their IDBs (one that lost
+    rules and kept its IDB under a new name is the ``previous`` of a listed one instead)."""
 
     edb: StoreChanges = field(default_factory=StoreChanges)
     nodes: dict[str, NodeJournal] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)
 
 
 def visible_difference(

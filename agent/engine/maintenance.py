@@ -139,7 +139,11 @@ class UpdateDriver:
             )
             for node in walked
         }
-        return Journal(edb=self.log.of(self.edb) or StoreChanges(), nodes=nodes)
+        return Journal(
+            edb=self.log.of(self.edb) or StoreChanges(),
+            nodes=nodes,
+            dropped=[node.name for node in self.dropped],
+        )
 
     # ------------------------------------------------------------------ facts
     def apply_edb(
@@ -220,7 +224,8 @@ class UpdateDriver:
         a program of thousands of rules cost a sensor reading, or a diagnosis rule arriving,
         many times what evaluating it does. Returns the plan's transitions and the plan."""
         graph = self.graph
-        nodes = self.nodes = self.old_nodes[:kept]
+        unchanged = kept == len(self.old_nodes) == len(graph.nodes)
+        nodes = self.nodes = self.old_nodes if unchanged else self.old_nodes[:kept]
         self.dropped = self.old_nodes[kept:]
         self.log.dropped.update(node.idb for node in self.dropped)
         transitions: dict[int, Transition] = {}

@@ -129,6 +129,8 @@ class Reasoner:
         self._given_program: dict[str, Rule] = {}
         self.graph = HyperGraph([], set(), set())
         self.nodes: list[NodeState] = []
+        # ``nodes`` by name, and the list they were taken from (see ``node_views``).
+        self._nodes_by_name: tuple[list[NodeState] | None, dict[str, NodeState]] = (None, {})
         self.executor = Executor(self.terms)
         self.progress = progress
         self.restored = ""  # how restore() rebuilt the state ("" for a fresh reasoner)
@@ -465,24 +467,20 @@ class Reasoner:
     def view(self) -> MaterialisedView:
         """A read-only view of the materialisation (what every reader below uses). With
         owl:sameAs it reads the expanded model (sameas/expansion.py)."""
-        view = MaterialisedView(
-            self.terms,
-            self.edb,
-            [
-                NodeView(
-                    node.name,
-                    node.rules,
-                    node.module.describe() if node.module else "",
-                    node.logical.recursive,
-                    node.idb,
-                )
-                for node in self.nodes
-            ],
-        )
+        view = MaterialisedView(self.terms, self.edb, [_node_view(node) for node in self.nodes])
         if self.equality is None:
             return view
         layer = self.equality
         return ExpandedView(view, layer.classes, layer.explicit_facts, layer.is_explicit)
+
+    def node_views(self, names: Iterable[str]) -> dict[str, NodeView]:
+        """Some hyper-nodes' views, by name (those ``view().nodes`` holds), without a view of
+        every hyper-node: a commit asks for the few the last update walked."""
+        listed, by_name = self._nodes_by_name
+        if listed is not self.nodes:  # (a new node list: a rule changed)
+            by_name = {node.name: node for node in self.nodes}
+            self._nodes_by_name = (self.nodes, by_name)
+        return {name: _node_view(by_name[name]) for name in names}
 
     def facts(self, predicate: str | None = None) -> Iterator[tuple]:
         """Every fact (explicit and derived) as ``(predicate, *arguments)`` of Python values;
@@ -614,6 +612,16 @@ def decomposition_mode(setting: bool | str) -> str:
     if setting in ("auto", "always", "off"):
         return setting
     raise ValueError(f"decompositions must be True, False or 'always', not {setting!r}")
+
+
+def _node_view(node: NodeState) -> NodeView:
+    return NodeView(
+        node.name,
+        node.rules,
+        node.module.describe() if node.module else "",
+        node.logical.recursive,
+        node.idb,
+    )
 
 
 def by_key(rules: Iterable[Rule]) -> dict[str, Rule]:
