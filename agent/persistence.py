@@ -430,6 +430,8 @@ class AgentState:
         except _RolledBack:
             pass
         except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
+                return  # (busy, say: another process is writing it, so it can be written)
             raise StateError(
                 f"{self.path}: the agent state cannot be written ({error}); check the file's "
                 "permissions and its disk"
