@@ -6,7 +6,10 @@ as a single change (a rule bundle carries all four):
 1. The explicit facts change (deletions first): ``apply_edb``.
 2. The new hyper-node graph is compared with the old one (``transitions.classify``: kept,
    reduced, merged, split, new; old hyper-nodes no new one takes its IDB from are dropped
-   without reasoning).
+   without reasoning). When no rule changed, or only sink rules were added or removed (a
+   graph changed in place, ``HyperGraph.kept_from_previous``), there is nothing to compare:
+   the old hyper-nodes are kept as they are, sinks dropped or added (``sinks_changed``), so
+   the everyday updates (a reading, a diagnosis rule) take no step per hyper-node.
 3. The execution plan is the directly impacted hyper-nodes (every one not kept, plus those
    reading changed explicit facts or a dropped node's relations) and everything reachable from
    them, in topological order (ZodiacEdge Alg. 4).
