@@ -101,6 +101,8 @@ def is_acyclic(edges: Sequence[frozenset[Variable]]) -> bool:
     """GYO reduction: repeatedly drop variables that occur in one edge only and edges contained
     in another; the hypergraph is acyclic when at most one edge is left."""
     remaining = [set(edge) for edge in edges if edge]
+    if len(remaining) <= 2:  # (two edges always reduce to one: most rules, decided at once)
+        return True
     changed = True
     while changed and len(remaining) > 1:
         changed = False
