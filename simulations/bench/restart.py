@@ -2,7 +2,9 @@
 
     python -m simulations.bench.restart [--quick]
 
-For each (rule set, data set), in one run:
+For each (rule set, data set), in one run (RS1-RS3 over DS1(400)/DS2(200), and a state of
+sensor readings: 20,000 turbines, each with a reading, a neighbour and a label, one rule; its
+56,000-odd distinct terms show what a restart costs per term):
 
 * ``recompute``: a fresh Reasoner loads the rules and explicit facts and materialises (what a
   restart would cost without saved derived facts);
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import random
 import sys
 import tempfile
 import time
@@ -59,10 +62,31 @@ def timed(action):
     return time.perf_counter() - started, result
 
 
+# A state of sensor readings: about as many distinct terms (the readings' values, the
+# turbines, their labels) as facts, where RS1-RS3 over DS1/DS2 have a few hundred terms. What a
+# restart costs per term shows here.
+READINGS_RULES = "hot: <hot>(X) :- <reading>(X, T) and Comp(T, >, 30) ."
+
+
+def readings(turbines: int, seed: int = 0) -> list[tuple]:
+    """Each turbine's reading (a distinct value), its neighbour and its label."""
+    rng = random.Random(seed)
+    facts: list[tuple] = []
+    for i in range(turbines):
+        facts.append(("reading", f"t{i}", round(rng.uniform(-10, 40), 3) + i * 1e-6))
+        facts.append(("near", f"t{i}", f"t{(i + 1) % turbines}"))
+        facts.append(("label", f"t{i}", f"turbine {i}"))
+    return facts
+
+
+def rules_of(rule_file: str) -> str:
+    return READINGS_RULES if rule_file == "readings" else (RULES / rule_file).read_text()
+
+
 def run_case(
     rule_file: str, data_name: str, facts: list, measure_memory: bool = True, repeat: int = 3
 ) -> dict:
-    rules = (RULES / rule_file).read_text()
+    rules = rules_of(rule_file)
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "agent.db"
         state = AgentState(path)
@@ -92,7 +116,7 @@ def run_case(
             memory["recompute"] = footprint(_materialise, fact_count, rules, facts)
             memory["restart"] = footprint(_restarted, fact_count, path)
     return {
-        "case": f"{rule_file[:-6].upper()} {data_name}",
+        "case": f"{rule_file.removesuffix('.rules').upper()} {data_name}",
         "facts": reasoner.count(),
         "recompute": recompute,
         "save": save,
@@ -139,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             ("rs1.rules", "DS1(400)", ds1(400)),
             ("rs2.rules", "DS2(200)", ds2(200)),
             ("rs3.rules", "DS2(200)", ds2(200)),
+            ("readings", "20000", readings(20000)),
         ]
     header = (
         f"{'case':<14}{'facts':>9}{'recompute s':>13}{'first save s':>14}{'restart s':>11}"
