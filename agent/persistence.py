@@ -45,7 +45,6 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
 
 import sqlite_utils
 from pyroaring import BitMap
@@ -268,7 +267,6 @@ class AgentState:
         self._rel_ids: dict[RelationKey, int] = {}
         self._rule_claims: RuleClaims = {}  # rule name -> {source: content key}
         self._node_rows: dict[str, int] = {}  # hyper-node name -> its row id in ``nodes``
-        self._node_saved: dict[int, SavedNode] = {}  # row id -> what the row says
         # Commits whose journal did not cover the file, so that every hyper-node's row was
         # looked at (``_write_nodes``): 0 unless the engine's journal has a bug, which would
         # show only as slowness otherwise (the differential tests assert it stays 0).
@@ -529,14 +527,13 @@ class AgentState:
         )
         self.reasoner.budget = self.budget
         self._saved_terms = len(terms)
-        self._node_rows, self._node_saved = {}, {}
         if self.reasoner.restored == "loaded":
-            saved_rows = {node_id: (name, module) for node_id, name, _, module in node_rows}
-            for node in self.reasoner.view().nodes:
-                keys = frozenset(r.key for r in node.rules)
-                row = self._node_rows[node.name] = row_of[keys]
-                self._node_saved[row] = SavedNode(*saved_rows[row], node.rules, keys)
+            self._node_rows = {
+                node.name: row_of[frozenset(r.key for r in node.rules)]
+                for node in self.reasoner.view().nodes
+            }
         else:  # recomputed: rewrite every node from the fresh materialisation
+            self._node_rows = {}
             self._equality_row = None
             with self.conn:
                 self.conn.execute("DELETE FROM derived")
@@ -845,22 +842,19 @@ class AgentState:
         if row is not None and entry is not None and entry.created:  # (a new IDB: rewritten)
             self._delete_node_row(row)
             row = None
+        rules = json.dumps(sorted(r.key for r in node.rules))
         if row is None:
-            saved = SavedNode.of(node)
             cursor = self.conn.execute(
                 "INSERT INTO nodes (name, rules, module) VALUES (?, ?, ?)",
-                (node.name, saved.rules_text(), node.module),
+                (node.name, rules, node.module),
             )
             row = int(cursor.lastrowid)  # type: ignore[arg-type]
-            self._node_saved[row] = saved
             self._write_derived(row, node.store.relations)
             return row
-        if not self._node_row_says(row, node):
-            saved = self._node_saved[row] = SavedNode.of(node)
-            self.conn.execute(
-                "UPDATE nodes SET name = ?, rules = ?, module = ? WHERE id = ?",
-                (node.name, saved.rules_text(), node.module, row),
-            )
+        self.conn.execute(
+            "UPDATE nodes SET name = ?, rules = ?, module = ? WHERE id = ?",
+            (node.name, rules, node.module, row),
+        )
         if entry is not None and (entry.changes.removed or entry.changes.added):
             self._update_derived(row, entry.changes.removed, entry.changes.added)
         return row
@@ -887,21 +881,6 @@ class AgentState:
             return
         self.conn.execute("DELETE FROM derived WHERE node = ?", (row,))
         self.conn.execute("DELETE FROM nodes WHERE id = ?", (row,))
-        self._node_saved.pop(row, None)
-
-    def _node_row_says(self, row: int, node: NodeView) -> bool:
-        """Whether the ``nodes`` row already says what ``node`` is (name, rules, module): a
-        commit then leaves it alone. Why: every commit used to rewrite every row, which made a
-        sensor reading cost a statement per hyper-node (14 of 23 ms in a program of 2,000
-        rules). The rules are compared by identity first (a kept hyper-node keeps its tuple)."""
-        saved = self._node_saved.get(row)
-        if saved is None or saved.name != node.name or saved.module != node.module:
-            return False
-        if saved.rules is not node.rules:
-            if saved.keys != frozenset(rule.key for rule in node.rules):
-                return False
-            self._node_saved[row] = saved._replace(rules=node.rules)
-        return True
 
     def _write_equality(self) -> None:
         """The equality component's facts (one ``nodes`` row, module ``equality``, written
@@ -1006,24 +985,6 @@ class AgentState:
 # ---------------------------------------------------------------------- encoding helpers
 class _RolledBack(Exception):
     """Ends a transaction that must change nothing (``with conn`` then rolls it back)."""
-
-
-class SavedNode(NamedTuple):
-    """What a row of ``nodes`` says: the hyper-node's name and module, and the content keys
-    of its rules (``rules``: the tuple of rules they were last compared with)."""
-
-    name: str
-    module: str
-    rules: tuple[Rule, ...]
-    keys: frozenset[str]
-
-    @classmethod
-    def of(cls, node: NodeView) -> SavedNode:
-        return cls(node.name, node.module, node.rules, frozenset(r.key for r in node.rules))
-
-    def rules_text(self) -> str:
-        """The row's ``rules``: a JSON list of the content keys, sorted."""
-        return json.dumps(sorted(self.keys))
 
 
 def _has_content(path: Path) -> bool:

@@ -99,7 +99,8 @@ class UpdateDriver:
         # The graph of ``old_nodes`` (they are its nodes, in its order), when known: a new
         # ``graph`` that is the same (no rule changed) or changed from it by sinks alone is
         # walked without a step per hyper-node (see ``run``).
-        self.old_graph = old_graph
+        matches = old_graph is not None and len(old_graph.nodes) == len(old_nodes)
+        self.old_graph = old_graph if matches else None
         self.costs = costs
         self.progress = progress
         self.edb = edb
@@ -212,7 +213,7 @@ class UpdateDriver:
         order, when the rest of both are sinks (no rule changed: all of them; sink rules
         added or removed, `dependency.changed_hyper_graph`); None: the graphs must be
         compared (`classify`)."""
-        if self.old_graph is None or len(self.old_graph.nodes) != len(self.old_nodes):
+        if self.old_graph is None:
             return None
         if self.graph is self.old_graph:
             return len(self.old_nodes)
@@ -435,7 +436,7 @@ class UpdateDriver:
         keys = {key for rule in deleted for key, _ in rule.body_relations()}
         if not keys:
             return
-        if self.old_graph is not None and len(self.old_graph.nodes) == len(self.old_nodes):
+        if self.old_graph is not None:
             producers = self.old_graph.producers  # (the stores that can hold them)
             holders = {i for key in keys for i in producers.get(key, ())}
             stores = [self.edb, *(self.old_nodes[i].idb for i in sorted(holders))]

@@ -79,14 +79,19 @@ def readings(turbines: int, seed: int = 0) -> list[tuple]:
     return facts
 
 
-def rules_of(rule_file: str) -> str:
-    return READINGS_RULES if rule_file == "readings" else (RULES / rule_file).read_text()
+def rule_set(name: str) -> tuple[str, str]:
+    """A benchmark rule set's name and text (rules/benchmarks/NAME.rules)."""
+    return name.upper(), (RULES / f"{name}.rules").read_text()
 
 
 def run_case(
-    rule_file: str, data_name: str, facts: list, measure_memory: bool = True, repeat: int = 3
+    program: tuple[str, str],
+    data_name: str,
+    facts: list,
+    measure_memory: bool = True,
+    repeat: int = 3,
 ) -> dict:
-    rules = rules_of(rule_file)
+    rules_name, rules = program  # (its name, its text)
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "agent.db"
         state = AgentState(path)
@@ -116,7 +121,7 @@ def run_case(
             memory["recompute"] = footprint(_materialise, fact_count, rules, facts)
             memory["restart"] = footprint(_restarted, fact_count, path)
     return {
-        "case": f"{rule_file.removesuffix('.rules').upper()} {data_name}",
+        "case": f"{rules_name} {data_name}",
         "facts": reasoner.count(),
         "recompute": recompute,
         "save": save,
@@ -157,13 +162,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per side (best kept)")
     args = parser.parse_args(argv)
     if args.quick:
-        cases = [("rs1.rules", "DS1(50)", ds1(50)), ("rs2.rules", "DS2(50)", ds2(50))]
+        cases = [(rule_set("rs1"), "DS1(50)", ds1(50)), (rule_set("rs2"), "DS2(50)", ds2(50))]
     else:
         cases = [
-            ("rs1.rules", "DS1(400)", ds1(400)),
-            ("rs2.rules", "DS2(200)", ds2(200)),
-            ("rs3.rules", "DS2(200)", ds2(200)),
-            ("readings", "20000", readings(20000)),
+            (rule_set("rs1"), "DS1(400)", ds1(400)),
+            (rule_set("rs2"), "DS2(200)", ds2(200)),
+            (rule_set("rs3"), "DS2(200)", ds2(200)),
+            (("READINGS", READINGS_RULES), "20000", readings(20000)),
         ]
     header = (
         f"{'case':<14}{'facts':>9}{'recompute s':>13}{'first save s':>14}{'restart s':>11}"
@@ -172,10 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(header)
     results = []
-    for rule_file, data_name, facts in cases:
-        r = run_case(
-            rule_file, data_name, facts, measure_memory=not args.no_memory, repeat=args.repeat
-        )
+    for rules, data_name, facts in cases:
+        r = run_case(rules, data_name, facts, measure_memory=not args.no_memory, repeat=args.repeat)
         results.append(r)
         print(
             f"{r['case']:<14}{r['facts']:>9}{r['recompute']:>13.3f}{r['save']:>14.3f}"
