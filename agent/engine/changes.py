@@ -193,6 +193,18 @@ class ChangeLog:
         mine = self.changes.get(store)
         return mine is not None and bool(mine.added.get(key) or mine.removed.get(key))
 
+    def unchanged_below(self, stores: list[DataStore], keys: Iterable[RelationKey]) -> bool:
+        """Whether no store of ``stores`` was created or dropped in this update, nor gained or
+        lost a fact of ``keys``: then a node that kept them as its lower stores reads exactly
+        what it read before."""
+        for store in stores:
+            if store in self.created or store in self.dropped:
+                return False
+            mine = self.changes.get(store)
+            if mine is not None and any(mine.added.get(k) or mine.removed.get(k) for k in keys):
+                return False
+        return True
+
     def release(self) -> list:
         """Hand over the per-update caches (tuples built for membership tests, visible
         differences) and forget them: the caller frees them off the update's path."""
@@ -294,13 +306,19 @@ def visible_difference(
     and after is decided with set operations, store by store. The common case skips all that:
     when one store alone changed a relation and stayed below the node, its net changes are the
     difference (the copies cost far less than the membership tests)."""
-    before, after = set(old_lower), set(new_lower)
-    everyone = list(dict.fromkeys([*old_lower, *new_lower]))
     # Stores below the node before and after, neither created nor dropped: the others count
     # whole (every fact they hold appeared or disappeared for this node).
-    staying = [s for s in old_lower if log.in_place(s, before, after)]
+    if old_lower == new_lower:  # (the usual case: the same stores below, in the same order)
+        everyone = old_lower
+        staying = [s for s in old_lower if s not in log.created and s not in log.dropped]
+        ids = tuple(map(id, old_lower))
+        signature = (ids, ids)
+    else:
+        before, after = set(old_lower), set(new_lower)
+        everyone = list(dict.fromkeys([*old_lower, *new_lower]))
+        staying = [s for s in old_lower if log.in_place(s, before, after)]
+        signature = (tuple(map(id, old_lower)), tuple(map(id, new_lower)))
     changes = InputChanges()
-    signature = (tuple(map(id, old_lower)), tuple(map(id, new_lower)))
     for key in reads:
         known = log._visible.get((key, *signature))
         if known is None:

@@ -53,6 +53,14 @@ class HyperNode:
         rules never change, and every update looks every node up by it."""
         return frozenset(r.key for r in self.rules)
 
+    @cached_property
+    def not_positive_reads(self) -> frozenset[RelationKey]:
+        """The relations its rules read under a negation or inside an aggregate: new facts
+        of these retract derivations, as deletions do (the update driver's estimates)."""
+        return frozenset(
+            key for rule in self.rules for key, how in rule.body_relations() if how != "positive"
+        )
+
     def __repr__(self) -> str:
         return f"HyperNode({self.name or '?'}: {', '.join(r.id for r in self.rules)})"
 

@@ -29,19 +29,23 @@ def recompute_reason(
     module = node.module
     if module is not None and not transition.removed_rules and module.handles(inputs):
         return None
-    reads = input_size(node)
-    # New facts of a negated or aggregated relation retract derivations (a blocked instance, a
-    # group's old value) as deletions do.
-    negated = {rel for r in node.rules for rel, how in r.body_relations() if how != "positive"}
-    lost = sum(len(rows) for key, rows in inputs.minus.items())
-    retracting = sum(len(rows) for key, rows in inputs.plus.items() if key in negated)
-    if lost + retracting > policy.deletion_recompute_share * max(1, reads):
-        if not retracting:
-            return f"{lost} input facts lost of {reads}"
-        return (
-            f"{lost} input facts lost and {retracting} added under a negation or an "
-            f"aggregate, of {reads}"
-        )
+    lost = sum(len(rows) for rows in inputs.minus.values())
+    retracting = 0
+    if inputs.plus:
+        negated = node.logical.not_positive_reads
+        retracting = sum(len(rows) for key, rows in inputs.plus.items() if key in negated)
+    if lost + retracting:
+        # (the size is only summed as far as it can matter: an agent's one-fact change stops
+        # at the first relation)
+        share = policy.deletion_recompute_share
+        reads = input_size(node, stop_above=(lost + retracting) / share)
+        if lost + retracting > share * max(1, reads):
+            if not retracting:
+                return f"{lost} input facts lost of {reads}"
+            return (
+                f"{lost} input facts lost and {retracting} added under a negation or an "
+                f"aggregate, of {reads}"
+            )
     growth = join_growth(node, inputs)
     if growth > policy.insertion_recompute_growth:
         return f"inputs of its joins grew by {growth:.0%}"
@@ -88,8 +92,21 @@ def surely_large_deletion(
     facts removed from the only store holding a relation) calls for recomputing."""
     if set(old_lower) != set(node.lower_stores()):
         return None
+    reads_keys = node.logical.reads
+    # An upper bound first, from the log alone: the facts the lower stores lost. The usual
+    # update loses a few facts of relations holding many, and ends here.
+    removed_at_most = 0
+    for store in old_lower:
+        mine = log.of(store)
+        if mine is not None and mine.removed and store not in log.created:
+            removed_at_most += sum(len(mine.removed.get(key, ())) for key in reads_keys)
+    threshold = 2 * policy.deletion_recompute_share
+    if not removed_at_most:
+        return None
+    if removed_at_most <= threshold * max(1, input_size(node, removed_at_most / threshold)):
+        return None
     lost = 0
-    for key in node.logical.reads:
+    for key in reads_keys:
         holders = [s for s in old_lower if key in s.relations]
         sizes = [len(s.relations[key]) for s in holders]
         best = 0
@@ -102,13 +119,22 @@ def surely_large_deletion(
             best = max(best, len(mine.removed.get(key, ())) - others)
         lost += best
     reads = input_size(node)
-    if lost > 2 * policy.deletion_recompute_share * max(1, reads):
+    if lost > threshold * max(1, reads):
         return f"{lost} input facts lost of {reads}"
     return None
 
 
-def input_size(node: NodeState) -> int:
-    return sum(visible_size(node, key) for key in node.logical.reads)
+def input_size(node: NodeState, stop_above: float | None = None) -> int:
+    """The facts the node reads from below (`visible_size` summed); with ``stop_above``, the
+    sum may stop as soon as it exceeds that bound (the caller only compares it with one)."""
+    if stop_above is None:
+        return sum(visible_size(node, key) for key in node.logical.reads)
+    total = 0
+    for key in node.logical.reads:
+        total += visible_size(node, key)
+        if total > stop_above:
+            break
+    return total
 
 
 def visible_size(node: NodeState, key: RelationKey) -> int:

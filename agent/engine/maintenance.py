@@ -402,6 +402,13 @@ class UpdateDriver:
             if old_view is not None
             else node.lower_stores()
         )
+        if (
+            transition.kind == KEPT
+            and not transition.module_changed
+            and old_lower == node.lower_stores()
+            and self.log.unchanged_below(old_lower, node.logical.reads)
+        ):
+            return None  # (the usual case below a change that stopped early)
         reason = "module changed" if transition.module_changed else None
         if not reason and not module.cheap_deletions:
             reason = surely_large_deletion(self.costs, node, old_lower, self.log)
