@@ -97,7 +97,7 @@ class AggregateModule(Module):
             if shape is not None:
                 reader = GroupReader(shape, node.view, executor, aggregate.function, None)
                 alone, shared = reader.partition()
-                self.kept = KeptPartition(alone, shared)
+                self.kept = KeptPartition(shape, alone, shared)
                 rows = {(x, result) for x, result in reader.rows(alone, shared).items()}
             else:
                 variables = substitution_variables(aggregate)
@@ -160,13 +160,11 @@ class AggregateModule(Module):
         rule = node.rules[0]
         aggregate = rule.aggregate()
         assert aggregate is not None
-        shape = subject_shape(aggregate)
         width = len(aggregate.group_by)
         result = Maintained(strategy="groups")
-        if shape is not None:
-            assert self.kept is not None  # (materialise keeps one for such an aggregate)
+        if self.kept is not None:  # (materialise keeps one for a subject-shaped aggregate)
             # The kept partition tells which groups, read set by set.
-            reader = GroupReader(shape, node.view, executor, aggregate.function, None)
+            reader = GroupReader(self.kept.shape, node.view, executor, aggregate.function, None)
             found = self.kept.changed_rows(reader, changes)
             news = {(x,): None if row is None else (x, row) for x, row in found.items()}
             result.strategy = "groups (partition kept)"

@@ -50,7 +50,8 @@ class KeptPartition:
       changed for and new subjects are partitioned afresh, and a new one whose member set is
       a kept set's joins it."""
 
-    def __init__(self, alone: list[int], shared: list[SharedSet]) -> None:
+    def __init__(self, shape: SubjectShape, alone: list[int], shared: list[SharedSet]) -> None:
+        self.shape = shape  # (the aggregate's, found once: the rule never changes)
         self.alone = set(alone)
         self.shared = shared
         self.set_of = {x: one for one in shared for x in one.xs}
