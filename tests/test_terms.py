@@ -5,6 +5,9 @@ by predicate and arity and encodes them a column at a time. Whatever the batch h
 predicates and arities, rdf:type facts, ground atoms, numbers, literals, booleans, IRIs seen
 before and new ones), it must give the facts ``encode_fact`` gives one by one: the same
 relations and, decoded, the same values; and a bad fact must raise what ``encode_fact`` raises.
+
+Small batches (an agent's reading) go fact by fact (``COLUMNS_FROM``): every test here runs
+twice, once with the column path taken from the first fact on.
 """
 
 from __future__ import annotations
@@ -13,9 +16,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent.engine import terms as terms_module
 from agent.engine.errors import NonFiniteError, ZodiacError
 from agent.engine.language import RDF_TYPE, Atom, Constant, Literal
 from agent.engine.terms import TermDictionary
+
+
+@pytest.fixture(autouse=True, scope="module", params=["by columns from one fact", "as shipped"])
+def column_threshold(request):
+    """The tests once with every batch taken a column at a time, once as the engine ships."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param != "as shipped":
+            patch.setattr(terms_module, "COLUMNS_FROM", (1, 1))
+        yield
+
 
 values = st.one_of(
     st.sampled_from(["a", "b", "c", "http://x/d"]),

@@ -180,7 +180,7 @@ class TermDictionary:
         sit in several columns (which of two equal numbers, ``5`` and ``5.0``, is seen first,
         and so decoded, depends on the order facts are encoded), goes fact by fact."""
         facts = facts if isinstance(facts, list) else list(facts)
-        shaped = _by_relation(facts)
+        shaped = _by_relation(facts) if len(facts) >= COLUMNS_FROM[0] else None
         if shaped is not None:
             keys = list(shaped)
             try:
@@ -274,7 +274,7 @@ class TermDictionary:
         bulk shapes of `encode_facts` a column at a time (looked up in C; numbers and
         literals one by one), else fact by fact."""
         facts = facts if isinstance(facts, list) else list(facts)
-        shaped = _by_relation(facts)
+        shaped = _by_relation(facts) if len(facts) >= COLUMNS_FROM[1] else None
         found: list[tuple[RelationKey, tuple[int, ...]]] = []
         if shaped is None:
             for fact in facts:
@@ -305,6 +305,12 @@ class TermDictionary:
 
     def decode(self, term_id: int) -> Value:
         return self.values[term_id]
+
+
+# Batches from this many facts on (encoding, looking up) go a column at a time: below, the
+# set-up of the column passes costs more than the facts one by one (a device's reading is
+# one fact).
+COLUMNS_FROM = (12, 3)
 
 
 def _by_relation(facts: list) -> dict[RelationKey, list[list]] | None:
