@@ -80,9 +80,38 @@ class AggregateModule(Module):
         self.stale = False  # IDB loaded from saved state: groups unknown until recomputed
 
     def adopt(self, node: NodeState) -> None:
-        """Group bookkeeping is not saved: the first change recomputes this node (an
-        aggregate node is one rule, usually cheap next to the whole materialisation)."""
+        """Group bookkeeping is not saved: the first change rebuilds it (`restore`), or
+        recomputes the node where it cannot be read back from the IDB."""
         self.stale = True
+
+    def restore(self, node: NodeState, executor: Executor) -> bool:
+        """Rebuild the group bookkeeping of an IDB loaded from saved state, without computing
+        a group: possible when the head is the row itself (each saved head fact is its group's
+        row, as `materialise` stored it). A subject-shaped aggregate partitions its groups
+        again, with no result known (its first read of a shared set gives every group of the
+        set, which `replace_rows` compares with the saved rows). Why: recomputing every group
+        at the first change after a restart cost about what recomputing the program does
+        (RS1's count and median over a farm's neighbourhoods). False: it cannot."""
+        if len(node.rules) != 1:
+            return False
+        rule = node.rules[0]
+        aggregate = rule.aggregate()
+        if aggregate is None or not heads_are_rows(rule, aggregate):
+            return False
+        width = len(aggregate.group_by)
+        saved = node.idb.get(rule.head.relation)
+        self.rows = {row[:width]: row for row in saved} if saved is not None else {}
+        self.direct = True
+        self.group_heads.clear()
+        self.head_groups.clear()
+        self.kept = None
+        shape = subject_shape(aggregate)
+        if shape is not None:
+            reader = GroupReader(shape, node.view, executor, aggregate.function, None)
+            alone, shared = reader.partition()
+            self.kept = KeptPartition(shape, alone, shared)
+        self.stale = False
+        return True
 
     def materialise(self, node: NodeState, executor: Executor) -> None:
         started = time.perf_counter()
@@ -155,7 +184,7 @@ class AggregateModule(Module):
         removed_rules: Sequence[Rule] = (),
         old_view: DataStoreBag | None = None,
     ) -> Maintained:
-        if self.stale:
+        if self.stale and not self.restore(node, executor):
             return self.recompute(node, executor, "recompute (group state not restored)")
         rule = node.rules[0]
         aggregate = rule.aggregate()
