@@ -16,7 +16,7 @@ from functools import partial
 
 from pyroaring import BitMap
 
-from agent.derived_rows import checksum, chunk_of, pack, unpack
+from agent.derived_rows import checksum, chunk_of, pack, single_ids, unpack
 from agent.engine.language import RelationKey
 from agent.engine.store import SavedFacts, SavedSubjects
 
@@ -162,6 +162,14 @@ def subjects_of(blobs: list[bytes]) -> dict[int, BitMap]:
     subjects: dict[int, BitMap] = {}
     deserialize = BitMap.deserialize
     for blob in blobs:
+        singles = single_ids(blob)
+        if singles is not None:  # (every subject of the row holds one id)
+            for subject, found in zip(*singles, strict=True):
+                known = subjects.get(subject)
+                if known is None:
+                    subjects[subject] = known = BitMap()
+                known.add(found)
+            continue
         chunk = unpack(blob)
         for (subject,), piece in zip(chunk.prefixes, chunk.pieces, strict=True):
             known = subjects.get(subject)
