@@ -106,6 +106,16 @@ class Variable:
     def __str__(self) -> str:
         return self.name
 
+    # (written out: planning and compiling a rule hash and compare variables thousands of
+    # times, and the generated methods build a tuple of the fields for each)
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is Variable:
+            return self.name == other.name  # type: ignore[attr-defined]
+        return NotImplemented
+
 
 @dataclass(frozen=True, slots=True)
 class Constant:

@@ -111,11 +111,28 @@ def plan_rule(
     ``initially_bound`` are variables bound before the plan starts (none for ordinary rules).
     """
     items = list(rule.body if body is None else body)
-    sizes = size_of or (lambda position: 0)
+    measured: dict[int, int] = {}  # (each atom's size asked once: the estimate sums stores)
+
+    def sizes(position: int) -> int:
+        size = measured.get(position)
+        if size is None:
+            size = measured[position] = size_of(position) if size_of is not None else 0
+        return size
+
     bound: set[Variable] = set(initially_bound)
     pending_atoms = [i for i, item in enumerate(items) if isinstance(item, Atom)]
     pending_other = [i for i, item in enumerate(items) if not isinstance(item, Atom)]
     occurrences = _variable_occurrences(items)
+    # What each non-atom item needs bound before it can run (found once, tested each round).
+    needs: dict[int, set[Variable]] = {}
+    for i in pending_other:
+        item = items[i]
+        if isinstance(item, Comparison):
+            needs[i] = item.variables()
+        elif isinstance(item, Bind):
+            needs[i] = expr_variables(item.expr)
+        elif isinstance(item, Negation):
+            needs[i] = {v for v in item.atom.variables() if occurrences[v] > 1}
     steps: list[Step] = []
 
     def drain() -> None:
@@ -124,19 +141,17 @@ def plan_rule(
         while progress:
             progress = False
             for i in list(pending_other):
+                needed = needs.get(i)
+                if needed is None or not needed <= bound:
+                    continue
                 item = items[i]
-                if isinstance(item, Comparison) and item.variables() <= bound:
+                if isinstance(item, Comparison):
                     steps.append(FilterStep(item))
-                elif isinstance(item, Bind) and expr_variables(item.expr) <= bound:
+                elif isinstance(item, Bind):
                     steps.append(BindStep(item))
                     bound.add(item.variable)
-                elif isinstance(item, Negation):
-                    needed = {v for v in item.atom.variables() if occurrences[v] > 1}
-                    if not needed <= bound:
-                        continue
-                    steps.append(NegationStep(i, item.atom, _bound_columns(item.atom, bound)))
                 else:
-                    continue
+                    steps.append(NegationStep(i, item.atom, _bound_columns(item.atom, bound)))
                 pending_other.remove(i)
                 progress = True
 
