@@ -80,11 +80,17 @@ from agent.explicit_rows import (
     load_explicit,
     write_claims,
 )
-from agent.saved_rules import form_of_text, parse_saved_rule, read_saved_rules
+from agent.saved_rules import (
+    form_of_text,
+    parse_saved_rule,
+    read_saved_rules,
+    row_checksum,
+)
 from agent.term_rows import TERMS_TABLE, load_terms, write_terms
 
 FORMAT = "zodiac-edge agent state"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
+TERMS_BY_CHUNK = 9  # the first version with the terms packed by chunks (agent/term_rows.py)
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 EXPECTED_TABLES = {
     "meta",
@@ -116,8 +122,9 @@ CREATE TABLE relations (
 {EXPLICIT_TABLE};  -- the facts each source claims (agent/claims.py), packed: agent/explicit_rows.py
 CREATE TABLE rules (
     name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,
-    bundle_id TEXT, position INTEGER NOT NULL, form TEXT, PRIMARY KEY (name, stream)
-);  -- one row per (rule name, source claiming it), form: agent/engine/rule_form.py
+    bundle_id TEXT, position INTEGER NOT NULL, form TEXT, crc INTEGER,
+    PRIMARY KEY (name, stream)
+);  -- one row per (rule name, source claiming it), form and crc: agent/saved_rules.py
 CREATE TABLE reading_times (
     source TEXT NOT NULL, sensor TEXT NOT NULL, at REAL NOT NULL, PRIMARY KEY (source, sensor)
 ) WITHOUT ROWID;  -- the time of the newest reading applied, per sensor of a source
@@ -313,14 +320,14 @@ class AgentState:
         self._parsed_rules = {}
         self._terms = None
         term_rows = None  # (a file before version 9: its term rows, for their checksums)
-        if self._file_version == SCHEMA_VERSION:
+        if self._file_version >= TERMS_BY_CHUNK:
             try:
                 self._terms = load_terms(conn)
                 count, problems = len(self._terms), []
             except DamagedRow as error:
                 count = conn.execute("SELECT COALESCE(SUM(count), 0) FROM terms").fetchone()[0]
                 problems = [str(error)]
-        else:  # (read as it is by a health check)
+        else:  # (a file before version 9, read as it is by a health check)
             term_rows, problems = _legacy_term_problems(conn)
             count = len(term_rows)
         packed = "high >= ?1 OR high < 0 OR top >= ?1 OR top < 0"
@@ -350,10 +357,7 @@ class AgentState:
             ).fetchone()[0]
             if dangling:
                 problems.append(f"{dangling} representative(s) name missing terms")
-        columns = _columns(conn, "rules")
-        form = "form" if "form" in columns else "NULL"  # (an older file: no forms yet)
-        saved = conn.execute(f"SELECT name, text, {form}, key FROM rules").fetchall()
-        self._parsed_rules, damage = read_saved_rules(saved)
+        self._parsed_rules, damage = read_saved_rules(_saved_rule_rows(conn))
         if damage:
             name, reason = damage
             problems.append(f"saved rule {clip(name)} is damaged: {clip(reason)}")
@@ -765,15 +769,14 @@ class AgentState:
         )
         if change.claimed_rules:
             start = self.conn.execute("SELECT COALESCE(MAX(position), 0) FROM rules").fetchone()[0]
+            rows = [
+                (rule.id, rule.key, str(rule), source, bundle_id, start + offset, rule_form(rule))
+                for offset, rule in enumerate(change.claimed_rules, start=1)
+            ]
             self.conn.executemany(
-                "INSERT INTO rules (name, key, text, stream, bundle_id, position, form) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    (rule.id, rule.key, str(rule), source, bundle_id, start + offset, form)
-                    for offset, (rule, form) in enumerate(
-                        ((rule, rule_form(rule)) for rule in change.claimed_rules), start=1
-                    )
-                ),
+                "INSERT INTO rules (name, key, text, stream, bundle_id, position, form, crc) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                ((*row, row_checksum(*row)) for row in rows),
             )
 
     def _claim_rules_in_memory(self, change: ClaimChange, source: str) -> None:
@@ -1315,6 +1318,37 @@ def _terms_by_chunk(conn: sqlite3.Connection) -> int:
     return 9
 
 
+def _rules_with_checksums(conn: sqlite3.Connection) -> int:
+    """Version 9 -> 10: each rule row gets a checksum of its columns, which lets a restart
+    take the rule as it was saved instead of validating it and computing its content key
+    again (agent/saved_rules.py). The rules are read back and checked first, as version 9
+    read them at every start: a checksum would vouch for a damaged row."""
+    conn.execute("ALTER TABLE rules ADD COLUMN crc INTEGER")
+    rows = _saved_rule_rows(conn)
+    _, damage = read_saved_rules(rows)
+    if damage:
+        name, reason = damage
+        raise StateError(
+            f"damaged agent state: saved rule {clip(name)} is damaged: {clip(reason)}; {REBUILD}"
+        )
+    conn.executemany(
+        "UPDATE rules SET crc = ? WHERE name = ? AND stream = ?",
+        ((row_checksum(*row[:7]), row[0], row[3]) for row in rows),
+    )
+    return 10
+
+
+def _saved_rule_rows(conn: sqlite3.Connection) -> list[tuple]:
+    """The rules table's rows as agent/saved_rules.py reads them, a column an older file
+    lacks read as NULL."""
+    columns = _columns(conn, "rules")
+    form = "form" if "form" in columns else "NULL"  # (before version 7: no forms)
+    crc = "crc" if "crc" in columns else "NULL"  # (before version 10: no checksums)
+    return conn.execute(
+        f"SELECT name, key, text, stream, bundle_id, position, {form}, {crc} FROM rules"
+    ).fetchall()
+
+
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {column for _, column, *_ in conn.execute(f"PRAGMA table_info({table})")}
 
@@ -1362,4 +1396,5 @@ MIGRATIONS = {
     6: _rules_with_forms,
     7: _explicit_by_chunk,
     8: _terms_by_chunk,
+    9: _rules_with_checksums,
 }

@@ -1,13 +1,22 @@
 """Reading back the rules an agent's state file saved, and finding the damaged ones.
 
 Since schema version 7 a saved rule has its syntax tree as JSON beside its text
-(``agent/engine/rule_form.py``): a restart builds the rule from that form and validates it
-(``check_rule``), which costs a fraction of parsing the text again. A row without a form (a
-file of an older version read as it is by a health check, or a rule whose text no longer
-parsed when its file was upgraded) is parsed from its text, as before version 7.
+(``agent/engine/rule_form.py``): a restart builds the rule from that form, which costs a
+fraction of parsing the text again. Since version 10 each row also has a CRC-32 of all its
+columns (`row_checksum`): a row that matches it holds the rule as it was validated and keyed
+when it was saved, so its saved content key is taken as it is and the rule is not validated
+again (together about two thirds of reading a rule back: a program of 2,000 rules restarts in
+a fraction of the time). The form reader still checks every field of the tree. A row without
+a checksum (a file of an older version read as it is by a health check, or upgraded) is
+validated and keyed afresh and compared with its saved key; a row without a form (the same,
+or a rule whose text no longer parsed when its file was upgraded to version 7) is parsed from
+its text.
 """
 
 from __future__ import annotations
+
+import json
+import zlib
 
 from agent.engine.errors import ZodiacError
 from agent.engine.language import Rule
@@ -15,31 +24,59 @@ from agent.engine.parser import parse_program
 from agent.engine.rule_form import rule_form, rule_from_form
 from agent.engine.validation import check_rule
 
-# A saved rule row: (name, text, form or None, content key).
-SavedRule = tuple[str, str, str | None, str]
+# A saved rule row, as the rules table's columns (agent/persistence.py): name, content key,
+# text, stream, bundle id, position, form (None before version 7), checksum (None before 10).
+SavedRule = tuple[str, str, str, str, str | None, int, str | None, int | None]
 # A damaged saved rule: (its name, what is wrong with it).
 Damage = tuple[str, str]
+
+
+def row_checksum(
+    name: str,
+    key: str,
+    text: str,
+    stream: str,
+    bundle_id: str | None,
+    position: int,
+    form: str | None,
+) -> int:
+    """The CRC-32 of a rule row's columns (all of them: a row is never changed once written,
+    only deleted). Texts are encoded as they are (surrogatepass: a damaged text must give a
+    mismatch, not an exception)."""
+    fields = json.dumps([name, key, text, stream, bundle_id, position, form], ensure_ascii=False)
+    return zlib.crc32(fields.encode("utf-8", "surrogatepass"))
 
 
 def read_saved_rules(rows: list[SavedRule]) -> tuple[dict[tuple[str, str], Rule], Damage | None]:
     """Each row's rule, keyed by ``(name, text)`` (a rule claimed by several sources has a row
     per source, read once), and the first damaged rule found with the reason, or None: one
-    that does not read back, fails validation, or whose content key is not the one saved with
-    it. After a damaged rule the rules found so far are returned."""
+    whose row does not match its checksum, that does not read back, fails validation, or
+    whose content key is not the one saved with it. After a damaged rule the rules found so
+    far are returned."""
     rules: dict[tuple[str, str], Rule] = {}
     unparsed: dict[tuple[str, str], None] = {}  # (in order, each row once)
-    keys = {(name, text): key for name, text, _, key in rows}
-    for name, text, form, _ in rows:
-        if (name, text) in rules:
+    keys: dict[tuple[str, str], str] = {}  # the saved keys left to compare
+    for name, key, text, stream, bundle_id, position, form, crc in rows:
+        if crc is not None and crc != row_checksum(
+            name, key, text, stream, bundle_id, position, form
+        ):
+            return rules, (name, "its row does not match its checksum")
+        vouched = crc is not None and form is not None
+        if (name, text) in rules or (name, text) in unparsed:
             continue
         if form is None:
             unparsed[name, text] = None
+            keys[name, text] = key
             continue
         try:
             rule = rule_from_form(form)
+            if vouched:
+                rule.mark_saved(key)
             if rule.id != name:
                 raise ValueError(f"its form is the rule {rule.id}")
-            check_rule(rule)
+            if not vouched:
+                check_rule(rule)
+                keys[name, text] = key
         except (ZodiacError, ValueError) as error:
             return rules, (name, _one_line(error))
         rules[name, text] = rule
@@ -48,9 +85,9 @@ def read_saved_rules(rows: list[SavedRule]) -> tuple[dict[tuple[str, str], Rule]
         rules.update(parsed)
         if problem:
             return rules, problem
-    for row, rule in rules.items():  # a form damaged into another valid rule, say
-        if rule.key != keys[row]:
-            return rules, (row[0], f"it reads back as content {rule.key}, saved as {keys[row]}")
+    for row, key in keys.items():  # a form damaged into another valid rule, say
+        if rules[row].key != key:
+            return rules, (row[0], f"it reads back as content {rules[row].key}, saved as {key}")
     return rules, None
 
 

@@ -87,8 +87,14 @@ def facts_per_claim(conn: sqlite3.Connection) -> int:
     return len(rows)
 
 
+def rules_without_checksums(conn: sqlite3.Connection) -> None:
+    """Drop the rule rows' checksums: the rules table of schema versions 7 to 9."""
+    conn.execute("ALTER TABLE rules DROP COLUMN crc")
+
+
 def rules_without_forms(conn: sqlite3.Connection) -> None:
-    """Drop the rules' saved forms: the rules table of schema versions 3 to 6."""
+    """Drop the rules' saved forms and checksums: the rules table of schema versions 3 to 6."""
+    rules_without_checksums(conn)
     conn.execute("ALTER TABLE rules DROP COLUMN form")
 
 

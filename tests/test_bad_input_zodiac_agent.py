@@ -152,6 +152,29 @@ def damage_rule_text_without_form(conn):  # (a rule whose text did not parse whe
     conn.execute("UPDATE rules SET text = 'q: <q>(X :- .', form = NULL")
 
 
+def _rule_rows_checksummed_again(conn):  # (what a row holds is wrong, its checksum agrees)
+    from agent.saved_rules import row_checksum
+
+    rows = conn.execute(
+        "SELECT name, key, text, stream, bundle_id, position, form FROM rules"
+    ).fetchall()
+    for row in rows:
+        conn.execute(
+            "UPDATE rules SET crc = ? WHERE name = ? AND stream = ?",
+            (row_checksum(*row), row[0], row[3]),
+        )
+
+
+def damage_rule_form_checksummed(conn):
+    damage_rule_form(conn)
+    _rule_rows_checksummed_again(conn)
+
+
+def damage_rule_form_operator_checksummed(conn):
+    damage_rule_form_operator(conn)
+    _rule_rows_checksummed_again(conn)
+
+
 DAMAGES = [
     damage_term_not_a_term,
     damage_schema_version,
@@ -163,6 +186,8 @@ DAMAGES = [
     damage_rule_form_operator,
     damage_rule_form_unsafe,
     damage_rule_text_without_form,
+    damage_rule_form_checksummed,
+    damage_rule_form_operator_checksummed,
 ]
 
 

@@ -330,6 +330,13 @@ class Rule:
         rule parsed from text is not checked again by the engine in the same update."""
         object.__setattr__(self, "_checked", True)
 
+    def mark_saved(self, key: str) -> None:
+        """A rule read back from a saved row that its checksum vouches for (the agent's state,
+        agent/saved_rules.py): the row holds the rule as it was validated and keyed when it
+        was saved, so its content key is the saved one and it is not validated again."""
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_checked", True)
+
     @property
     def checked(self) -> bool:
         return self._checked
