@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import partial
+from itertools import chain
 
 from pyroaring import BitMap
 
 from agent.derived_rows import checksum, chunk_of, pack, single_ids, unpack
 from agent.engine.language import RelationKey
-from agent.engine.store import SavedFacts, SavedSubjects
+from agent.engine.store import SavedFacts, SavedSubjects, grouped_by
 
 Entries = Iterable[tuple[tuple[int, ...], BitMap | bytes]]  # ((relation id, *prefix), ids)
 
@@ -139,11 +141,13 @@ def group_last(facts: Iterable[tuple[int, ...]]) -> dict[tuple[int, ...], list[i
     return groups
 
 
-def saved_facts(key: RelationKey, blobs: list[bytes], count: int | None) -> SavedFacts:
+def saved_facts(
+    key: RelationKey, blobs: list[bytes], count: int | None, *, plain: bool = False
+) -> SavedFacts:
     """A relation's rows (checked already) as the engine takes them back: a binary relation
     as subject -> objects, left serialised until a reader first uses it when its fact count
     is known (``count``: the rows hold no fact twice), else united now; any other arity as a
-    set of tuples."""
+    set of tuples. ``plain``: see `subjects_of`."""
     if key[1] != 2:
         return {
             (*prefix, last)
@@ -152,29 +156,36 @@ def saved_facts(key: RelationKey, blobs: list[bytes], count: int | None) -> Save
             for last in ids
         }
     if count is not None:
-        return SavedSubjects(count, partial(subjects_of, blobs))
-    return subjects_of(blobs)
+        return SavedSubjects(count, partial(subjects_of, blobs, plain=plain))
+    return subjects_of(blobs, plain=plain)
 
 
-def subjects_of(blobs: list[bytes]) -> dict[int, BitMap]:
+def subjects_of(blobs: list[bytes], *, plain: bool = False) -> dict[int, AbstractSet[int]]:
     """A binary relation's rows as subject -> objects, united where several rows hold one
-    subject (several sources claim facts of it)."""
-    subjects: dict[int, BitMap] = {}
+    subject (several sources claim facts of it): bitmaps, or, with ``plain`` and when every
+    subject of every row holds one id, Python sets. Why sets there: the engine keeps explicit
+    facts in Python sets, so a restarted agent's readings (one per sensor) are then stored as
+    a running agent's are, made for a fraction of a bitmap's cost each, and never converted
+    for a rule's plan."""
+    rows = [single_ids(blob) for blob in blobs]
+    if plain and all(row is not None for row in rows):
+        pairs = chain.from_iterable(zip(*row, strict=True) for row in rows)  # type: ignore[misc]
+        return grouped_by(pairs, 0)
+    bitmaps: dict[int, BitMap] = {}
     deserialize = BitMap.deserialize
-    for blob in blobs:
-        singles = single_ids(blob)
+    for blob, singles in zip(blobs, rows, strict=True):
         if singles is not None:  # (every subject of the row holds one id)
-            for subject, found in zip(*singles, strict=True):
-                known = subjects.get(subject)
+            for subject, one in zip(*singles, strict=True):
+                known = bitmaps.get(subject)
                 if known is None:
-                    subjects[subject] = known = BitMap()
-                known.add(found)
+                    bitmaps[subject] = known = BitMap()
+                known.add(one)
             continue
         chunk = unpack(blob)
         for (subject,), piece in zip(chunk.prefixes, chunk.pieces, strict=True):
-            known = subjects.get(subject)
+            known = bitmaps.get(subject)
             if known is None:
-                subjects[subject] = deserialize(piece)
+                bitmaps[subject] = deserialize(piece)
             else:
                 known |= deserialize(piece)
-    return subjects
+    return bitmaps

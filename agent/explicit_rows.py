@@ -42,10 +42,11 @@ def load_explicit(
 ) -> dict[RelationKey, SavedFacts]:
     """The explicit facts, the union of every source's, by relation: a binary relation that
     one source claims stays serialised until a reader first uses it (``SavedSubjects``, as
-    derived facts), one that several claim is united subject by subject, any other relation
-    is a set of tuples. A row whose checksum does not match raises ValueError, a relation id
-    the file does not have KeyError (a damaged state; ids naming no term are found before,
-    by the integrity check)."""
+    derived facts), one that several claim is united subject by subject (Python sets where
+    every subject holds one object, as the engine keeps explicit facts: `subjects_of`), any
+    other relation is a set of tuples. A row whose checksum does not match raises
+    ValueError, a relation id the file does not have KeyError (a damaged state; ids naming no
+    term are found before, by the integrity check)."""
     rows: dict[int, list[tuple[str, int, bytes]]] = {}
     for source, rid, size, high, top, crc, blob in conn.execute(
         "SELECT source, rel, size, high, top, crc, CAST(packed AS BLOB) FROM explicit"
@@ -56,7 +57,8 @@ def load_explicit(
     for rid, saved in rows.items():
         one_source = len({source for source, _, _ in saved}) == 1
         count = sum(size for _, size, _ in saved) if one_source else None
-        found[relations[rid]] = saved_facts(relations[rid], [blob for *_, blob in saved], count)
+        blobs = [blob for *_, blob in saved]
+        found[relations[rid]] = saved_facts(relations[rid], blobs, count, plain=True)
     return found
 
 

@@ -1,6 +1,7 @@
 """Packed rows of facts read back (agent/derived_rows.py, agent/chunk_tables.py): whatever
 bitmaps a row holds, reading it gives them back, by the general path or by the one for rows
-whose every subject holds one id."""
+whose every subject holds one id, and for explicit facts as Python sets where every subject
+holds one id."""
 
 from __future__ import annotations
 
@@ -54,6 +55,15 @@ def test_rows_read_back_as_the_bitmaps_they_were_packed_from(rows):
     got = subjects_of(blobs)
     assert got == expected
     assert all(objects.__class__ is BitMap for objects in got.values())
+    # Explicit facts: Python sets when every subject of every row holds one id (as a running
+    # engine keeps them), else bitmaps as above.
+    plain = subjects_of(blobs, plain=True)
+    assert {s: set(objects) for s, objects in plain.items()} == {
+        s: set(objects) for s, objects in expected.items()
+    }
+    singles = all(len(objects) == 1 for row in rows for objects in row.values())
+    kinds = {objects.__class__ for objects in plain.values()}
+    assert kinds == ({set} if singles else {BitMap})
 
 
 def test_a_row_of_one_id_per_subject_takes_the_short_path(monkeypatch):
