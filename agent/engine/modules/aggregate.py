@@ -89,7 +89,12 @@ class AggregateModule(Module):
         a group: possible when the head is the row itself (each saved head fact is its group's
         row, as `materialise` stored it). A subject-shaped aggregate partitions its groups
         again, with no result known (its first read of a shared set gives every group of the
-        set, which `replace_rows` compares with the saved rows). Why: recomputing every group
+        set, which `replace_rows` compares with the saved rows). The partition is of the new
+        state (this runs inside the first change, its lower stores changed already), which
+        `KeptPartition.follow_a` then brings "up to date" with the change's facts of A once
+        more: a set changed the same way for all its subjects is changed again to what it
+        is, any other touched set is partitioned afresh, and either way every group the
+        change touched is read again. Why: recomputing every group
         at the first change after a restart cost about what recomputing the program does
         (RS1's count and median over a farm's neighbourhoods). False: it cannot."""
         if len(node.rules) != 1:
