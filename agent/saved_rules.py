@@ -55,18 +55,19 @@ def read_saved_rules(rows: list[SavedRule]) -> tuple[dict[tuple[str, str], Rule]
     far are returned."""
     rules: dict[tuple[str, str], Rule] = {}
     unparsed: dict[tuple[str, str], None] = {}  # (in order, each row once)
-    keys: dict[tuple[str, str], str] = {}  # the saved keys left to compare
+    keys: list[tuple[tuple[str, str], str]] = []  # the saved keys left to compare, by row
     for name, key, text, stream, bundle_id, position, form, crc in rows:
         if crc is not None and crc != row_checksum(
             name, key, text, stream, bundle_id, position, form
         ):
             return rules, (name, "its row does not match its checksum")
         vouched = crc is not None and form is not None
+        if not vouched:
+            keys.append(((name, text), key))
         if (name, text) in rules or (name, text) in unparsed:
             continue
         if form is None:
             unparsed[name, text] = None
-            keys[name, text] = key
             continue
         try:
             rule = rule_from_form(form)
@@ -76,7 +77,6 @@ def read_saved_rules(rows: list[SavedRule]) -> tuple[dict[tuple[str, str], Rule]
                 raise ValueError(f"its form is the rule {rule.id}")
             if not vouched:
                 check_rule(rule)
-                keys[name, text] = key
         except (ZodiacError, ValueError) as error:
             return rules, (name, _one_line(error))
         rules[name, text] = rule
@@ -85,7 +85,7 @@ def read_saved_rules(rows: list[SavedRule]) -> tuple[dict[tuple[str, str], Rule]
         rules.update(parsed)
         if problem:
             return rules, problem
-    for row, key in keys.items():  # a form damaged into another valid rule, say
+    for row, key in keys:  # a form damaged into another valid rule, say
         if rules[row].key != key:
             return rules, (row[0], f"it reads back as content {rules[row].key}, saved as {key}")
     return rules, None
