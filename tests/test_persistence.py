@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from agent import derived_rows, persistence
 from agent.derived_rows import chunk_of, unpack
 from agent.engine import RDF_TYPE, Reasoner
-from agent.engine.errors import ParseError, StratificationError
+from agent.engine.errors import ParseError, StratificationError, UnsafeRuleError
 from agent.engine.language import Literal, Program
 from agent.engine.parser import parse_program
 from agent.engine.store import is_unread
@@ -544,8 +544,9 @@ def test_a_rule_row_that_does_not_match_its_checksum_is_refused(tmp_path, damage
 
 def test_a_rule_made_unsafe_under_a_forged_checksum_fails_its_first_update_unchanged(tmp_path):
     """The trust model of version 10: the checksums catch damage, not a forger who writes a
-    consistent one. A rule made unsafe that way loads, and the first update that evaluates it
-    fails and changes nothing, in memory or in the file."""
+    consistent one. A rule made unsafe that way loads; it is validated before its first
+    compilation, so the first update that evaluates it fails, naming it, and changes
+    nothing, in memory or in the file."""
     path = tmp_path / "a.db"
     with AgentState(path) as state:
         state.apply(add_rules="q: q(X) :- p(X, Y) .", add_facts=[("p", "a", "b")])
@@ -560,7 +561,7 @@ def test_a_rule_made_unsafe_under_a_forged_checksum_fails_its_first_update_uncha
     conn.close()
     with AgentState(path) as state:
         assert set(state.reasoner.facts()) == expected
-        with pytest.raises(Exception):  # noqa: B017 - an internal error, whichever it is
+        with pytest.raises(UnsafeRuleError, match="saved rule q: unsafe rule: variable Z"):
             state.apply(add_facts=[("p", "c", "d")])
         assert set(state.reasoner.facts()) == expected
     with AgentState(path) as state:

@@ -19,6 +19,7 @@ from .planner import Plan, plan_rule
 from .rewrites import Node, Shape
 from .store import DataStoreBag, Relation
 from .terms import TermDictionary
+from .validation import check_saved_rule
 
 
 class Variant(enum.Enum):
@@ -122,6 +123,9 @@ class Executor:
         key: CacheKey,
         exists: bool = False,
     ) -> CompiledEntry:
+        if rule.unverified:  # (read back from a saved state: see check_saved_rule)
+            check_saved_rule(rule)
+
         def size_of(position: int) -> int:
             return sum(len(r) for r in sources[position])
 

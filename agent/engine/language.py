@@ -307,6 +307,7 @@ class Rule:
     # Caches, derived from the fields above (a Rule is immutable, so they never go stale).
     _key: str | None = field(default=None, init=False, repr=False, compare=False, hash=False)
     _checked: bool = field(default=False, init=False, repr=False, compare=False, hash=False)
+    _unverified: bool = field(default=False, init=False, repr=False, compare=False, hash=False)
     _reads: tuple | None = field(default=None, init=False, repr=False, compare=False, hash=False)
 
     @property
@@ -333,9 +334,20 @@ class Rule:
     def mark_saved(self, key: str) -> None:
         """A rule read back from a saved row that its checksum vouches for (the agent's state,
         agent/saved_rules.py): the row holds the rule as it was validated and keyed when it
-        was saved, so its content key is the saved one and it is not validated again."""
+        was saved, so its content key is the saved one and a restart does not validate it.
+        It is validated once before it is first compiled (``unverified``): a checksum catches
+        damage, not one forged over a rule made unsafe."""
         object.__setattr__(self, "_key", key)
         object.__setattr__(self, "_checked", True)
+        object.__setattr__(self, "_unverified", True)
+
+    @property
+    def unverified(self) -> bool:
+        """Read back from a saved row and not validated since (`mark_saved`)."""
+        return self._unverified
+
+    def mark_verified(self) -> None:
+        object.__setattr__(self, "_unverified", False)
 
     @property
     def checked(self) -> bool:

@@ -37,6 +37,7 @@ from .modules import Module, NodeState, choose_module
 from .modules.base import Maintained
 from .store import DataStore, DataStoreBag, RelationKey
 from .transitions import KEPT, MERGED, NEW, REDUCED, Transition, classify
+from .validation import check_saved_rule
 
 
 def new_node_state(
@@ -194,6 +195,10 @@ class UpdateDriver:
         )
         self.report["plan"] = [nodes[i].name for i in plan]
         self.plan = plan
+        for index in plan:  # before any hyper-node changes: a rollback recomputes them
+            for rule in nodes[index].logical.rules:
+                if rule.unverified:
+                    check_saved_rule(rule)
         old_views = {id(s): s.view for i in plan for s in transitions[i].sources}
         guard = self.executor.guard
         for done, index in enumerate(plan, start=1):

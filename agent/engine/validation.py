@@ -73,15 +73,33 @@ def check_rule(rule: Rule, *, location: Location = None) -> None:
     if rule.checked:  # immutable, and checked once already (by the parser, say)
         return
     try:
-        _check_shape(rule)
-        aggregate = _single_aggregate(rule)
-        if aggregate is None:
-            _check_plain_rule(rule)
-        else:
-            _check_aggregate_rule(rule, aggregate)
+        _check(rule)
     except _Problem as problem:
         raise problem.error(_prefix(location) + problem.message, rule=str(rule)) from None
     rule.mark_checked()
+
+
+def check_saved_rule(rule: Rule) -> None:
+    """Validate, once, a rule a restart took from its saved row on the word of the row's
+    checksum (`Rule.mark_saved`), before it is first compiled: the checksum catches damage,
+    not one forged over a rule made unsafe, which would otherwise fail deep in the compiler.
+    The error names the saved rule."""
+    if not rule.unverified:
+        return
+    try:
+        _check(rule)
+    except _Problem as problem:
+        raise problem.error(f"saved rule {rule.id}: {problem.message}", rule=str(rule)) from None
+    rule.mark_verified()
+
+
+def _check(rule: Rule) -> None:
+    _check_shape(rule)
+    aggregate = _single_aggregate(rule)
+    if aggregate is None:
+        _check_plain_rule(rule)
+    else:
+        _check_aggregate_rule(rule, aggregate)
 
 
 def check_label(labels: dict[str, Rule], rule: Rule, *, location: Location = None) -> None:
