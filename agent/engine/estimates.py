@@ -86,11 +86,16 @@ def join_growth(node: NodeState, inputs: InputChanges) -> float:
 
 
 def surely_large_deletion(
-    policy: CostPolicy, node: NodeState, old_lower: list[DataStore], log: ChangeLog
+    policy: CostPolicy,
+    node: NodeState,
+    old_lower: list[DataStore],
+    new_lower: list[DataStore],
+    log: ChangeLog,
 ) -> str | None:
     """Skip computing the exact difference when even a lower bound of the facts lost (the
-    facts removed from the only store holding a relation) calls for recomputing."""
-    if set(old_lower) != set(node.lower_stores()):
+    facts removed from the only store holding a relation) calls for recomputing.
+    ``old_lower``, ``new_lower``: the node's lower stores before and after the update."""
+    if set(old_lower) != set(new_lower):
         return None
     reads_keys = node.logical.reads
     # An upper bound first, from the log alone: the facts the lower stores lost. The usual

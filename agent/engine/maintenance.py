@@ -402,22 +402,23 @@ class UpdateDriver:
         module: Module = node.module  # type: ignore[assignment]
         source = transition.sources[0] if transition.sources else None
         old_view = old_views.get(id(source)) if source is not None else None
+        new_lower = node.lower_stores()
         old_lower = (
             [s for s in old_view.stores if s is not source.idb]  # type: ignore[union-attr]
             if old_view is not None
-            else node.lower_stores()
+            else new_lower
         )
         if (
             transition.kind == KEPT
             and not transition.module_changed
-            and old_lower == node.lower_stores()
+            and old_lower == new_lower
             and self.log.unchanged_below(old_lower, node.logical.reads)
         ):
             return None  # (the usual case below a change that stopped early)
         reason = "module changed" if transition.module_changed else None
         if not reason and not module.cheap_deletions:
-            reason = surely_large_deletion(self.costs, node, old_lower, self.log)
-        inputs = InputChanges() if reason else self.inputs(node, old_lower)
+            reason = surely_large_deletion(self.costs, node, old_lower, new_lower, self.log)
+        inputs = InputChanges() if reason else self.inputs(node, old_lower, new_lower)
         if not reason and not inputs and transition.kind == KEPT:
             return None
         reason = reason or recompute_reason(self.costs, node, inputs, transition)
@@ -431,9 +432,17 @@ class UpdateDriver:
             changes.strategy = f"rule deletion: {changes.strategy}"
         return changes
 
-    def inputs(self, node: NodeState, old_lower: list[DataStore]) -> InputChanges:
-        """How what the node reads from below changed (``changes.visible_difference``)."""
-        return union_difference(node.logical.reads, old_lower, node.lower_stores(), self.log)
+    def inputs(
+        self,
+        node: NodeState,
+        old_lower: list[DataStore],
+        new_lower: list[DataStore] | None = None,
+    ) -> InputChanges:
+        """How what the node reads from below changed (``changes.visible_difference``);
+        ``new_lower``: its lower stores now, when the caller has them already."""
+        if new_lower is None:
+            new_lower = node.lower_stores()
+        return union_difference(node.logical.reads, old_lower, new_lower, self.log)
 
     # ------------------------------------------------------------------ around the walk
     def drop_indexes_read_by(self, deleted: Iterable[Rule]) -> None:

@@ -40,6 +40,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.engine import Reasoner
@@ -69,7 +70,8 @@ def timed(action):
 # A state of sensor readings: about as many distinct terms (the readings' values, the
 # turbines, their labels) as facts, where RS1-RS3 over DS1/DS2 have a few hundred terms. What a
 # restart costs per term shows here.
-READINGS_RULES = "hot: <hot>(X) :- <reading>(X, T) and Comp(T, >, 30) ."
+READ = "reading"  # (its predicate)
+READINGS_RULES = f"hot: <hot>(X) :- <{READ}>(X, T) and Comp(T, >, 30) ."
 
 
 def readings(turbines: int, seed: int = 0) -> list[tuple]:
@@ -77,7 +79,7 @@ def readings(turbines: int, seed: int = 0) -> list[tuple]:
     rng = random.Random(seed)
     facts: list[tuple] = []
     for i in range(turbines):
-        facts.append(("reading", f"t{i}", round(rng.uniform(-10, 40), 3) + i * 1e-6))
+        facts.append((READ, f"t{i}", round(rng.uniform(-10, 40), 3) + i * 1e-6))
         facts.append(("near", f"t{i}", f"t{(i + 1) % turbines}"))
         facts.append(("label", f"t{i}", f"turbine {i}"))
     return facts
@@ -88,32 +90,46 @@ def rule_set(name: str) -> tuple[str, str]:
     return name.upper(), (RULES / f"{name}.rules").read_text()
 
 
-def change_of(rules_name: str, facts: list) -> tuple[dict, dict]:
-    """A case's small change and its undoing, as ``AgentState.apply`` arguments: a turbine's
-    reading replaced (RS1, the readings), or the last edge of the p3 chain deleted (RS2, RS3:
-    its copies and their joins lose 16 facts; an edge of the p1 chain would take 80,000
-    with it, which is no small change)."""
-    if rules_name in ("RS1", "READINGS"):
-        predicate = "reading" if rules_name == "READINGS" else AIR_TEMPERATURE
-        old = next(f for f in reversed(facts) if f[0] == predicate)
-        new = (*old[:2], old[2] + 7.5)
-        return {"delete_facts": [old], "add_facts": [new]}, {
-            "delete_facts": [new],
-            "add_facts": [old],
-        }
-    edge = [f for f in facts if f[0] == "p3"][-1]
+Change = tuple[dict, dict]  # a small change and its undoing, as AgentState.apply arguments
+
+
+def reading_replaced(facts: list, predicate: str) -> Change:
+    """The last reading of ``predicate`` replaced by another value (an agent's everyday
+    update), and back."""
+    old = next(f for f in reversed(facts) if f[0] == predicate)
+    new = (*old[:2], old[2] + 7.5)
+    return {"delete_facts": [old], "add_facts": [new]}, {"delete_facts": [new], "add_facts": [old]}
+
+
+def edge_deleted(facts: list, predicate: str) -> Change:
+    """The last fact of ``predicate`` deleted, and added back. For RS2 and RS3 the last edge
+    of the p3 chain: its copies and their joins lose 16 facts (an edge of the p1 chain would
+    take 80,000 with it, which is no small change)."""
+    edge = [f for f in facts if f[0] == predicate][-1]
     return {"delete_facts": [edge]}, {"add_facts": [edge]}
+
+
+def case(
+    program: tuple[str, str],
+    data_name: str,
+    facts: list,
+    small_change: Callable[[list, str], Change],
+    predicate: str,
+) -> tuple[tuple[str, str], str, list, Change]:
+    """A benchmark case with its small change (``small_change`` of ``predicate``'s facts)."""
+    return program, data_name, facts, small_change(facts, predicate)
 
 
 def run_case(
     program: tuple[str, str],
     data_name: str,
     facts: list,
+    small_change: Change,
     measure_memory: bool = True,
     repeat: int = 3,
 ) -> dict:
     rules_name, rules = program  # (its name, its text)
-    change, undo = change_of(rules_name, facts)
+    change, undo = small_change
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "agent.db"
         state = AgentState(path)
@@ -187,13 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per side (best kept)")
     args = parser.parse_args(argv)
     if args.quick:
-        cases = [(rule_set("rs1"), "DS1(50)", ds1(50)), (rule_set("rs2"), "DS2(50)", ds2(50))]
+        cases = [
+            case(rule_set("rs1"), "DS1(50)", ds1(50), reading_replaced, AIR_TEMPERATURE),
+            case(rule_set("rs2"), "DS2(50)", ds2(50), edge_deleted, "p3"),
+        ]
     else:
         cases = [
-            (rule_set("rs1"), "DS1(400)", ds1(400)),
-            (rule_set("rs2"), "DS2(200)", ds2(200)),
-            (rule_set("rs3"), "DS2(200)", ds2(200)),
-            (("READINGS", READINGS_RULES), "20000", readings(20000)),
+            case(rule_set("rs1"), "DS1(400)", ds1(400), reading_replaced, AIR_TEMPERATURE),
+            case(rule_set("rs2"), "DS2(200)", ds2(200), edge_deleted, "p3"),
+            case(rule_set("rs3"), "DS2(200)", ds2(200), edge_deleted, "p3"),
+            case(("READINGS", READINGS_RULES), "20000", readings(20000), reading_replaced, READ),
         ]
     header = (
         f"{'case':<14}{'facts':>9}{'recompute s':>13}{'first save s':>14}{'restart s':>11}"
@@ -202,8 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(header)
     results = []
-    for rules, data_name, facts in cases:
-        r = run_case(rules, data_name, facts, measure_memory=not args.no_memory, repeat=args.repeat)
+    for rules, data_name, facts, small_change in cases:
+        r = run_case(
+            rules,
+            data_name,
+            facts,
+            small_change,
+            measure_memory=not args.no_memory,
+            repeat=args.repeat,
+        )
         results.append(r)
         print(
             f"{r['case']:<14}{r['facts']:>9}{r['recompute']:>13.3f}{r['save']:>14.3f}"
