@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import sqlite_utils
 from pyroaring import BitMap
 
 from agent.chunk_tables import DERIVED, group_last, saved_facts
@@ -249,7 +248,6 @@ class AgentState:
         if not existed:
             _create_atomically(self.path)
         self.conn = _connect(self.path)
-        self.db = sqlite_utils.Database(self.conn)
         try:
             # Before anything that writes, such as the WAL switch. A health check
             # (``load=False``) reads an older file as it is, without migrating it.
@@ -331,7 +329,7 @@ class AgentState:
             term_rows, problems = _legacy_term_problems(conn)
             count = len(term_rows)
         packed = "high >= ?1 OR high < 0 OR top >= ?1 OR top < 0"
-        tables = set(self.db.table_names())
+        tables = _table_names(self.conn)
         explicit = (  # (a file before version 8, read as it is by a health check: a row per fact)
             ("explicit", packed)
             if "explicit" in tables
@@ -390,7 +388,7 @@ class AgentState:
         check = self.conn.execute("PRAGMA quick_check").fetchone()
         if not check or check[0] != "ok":
             raise StateError(f"{self.path}: the database is corrupt ({check[0] if check else '?'})")
-        tables = set(self.db.table_names())
+        tables = _table_names(self.conn)
         if "meta" not in tables:
             raise StateError(
                 f"{self.path}: a SQLite database that is not a zodiac-edge agent state "
@@ -420,7 +418,7 @@ class AgentState:
             except StateError as error:  # (damage the upgrade found: nothing was changed)
                 raise StateError(f"{self.path}: {error}") from None
             self._file_version = SCHEMA_VERSION
-            tables = set(self.db.table_names())
+            tables = _table_names(self.conn)
         missing = EXPECTED_TABLES - tables
         if missing:
             raise StateError(f"{self.path}: damaged agent state, missing {sorted(missing)}")
@@ -617,7 +615,7 @@ class AgentState:
         counted = "COALESCE(SUM(size), 0)" if "size" in columns else "COUNT(*)"
         claims = (  # (one per fact and source claiming it; before version 8, a row each)
             "SELECT COALESCE(SUM(size), 0) FROM explicit"
-            if "explicit" in set(self.db.table_names())
+            if "explicit" in _table_names(self.conn)
             else "SELECT COUNT(*) FROM facts"
         )
         last_error = self.get_meta("last_error")
@@ -1048,6 +1046,14 @@ def _connect(path: Path) -> sqlite3.Connection:
         raise StateError(f"{path}: cannot open the agent state ({error})") from None
     conn.execute("PRAGMA busy_timeout=5000")
     return conn
+
+
+def _table_names(conn: sqlite3.Connection) -> set[str]:
+    """The file's tables, asked of SQLite directly. (This was the agent's one use of
+    sqlite-utils, whose ``Database`` wrapper scans every installed package's entry points for
+    plugins the first time it is made: in a new agent process that cost more than the rest of
+    opening its state, and it let any installed plugin hook the state's connection.)"""
+    return {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
 def _enable_wal(conn: sqlite3.Connection, path: Path) -> None:

@@ -29,8 +29,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlite_utils
-
 from agent.engine.errors import ZodiacError
 from agent.engine.parser import parse_file
 from agent.messages import (
@@ -99,6 +97,12 @@ def device_facts(
 # the version gap and gets a fresh full-state bundle; a captured bundle is useless after it.
 DEFAULT_TTL = 7 * 24 * 3600.0
 
+# What was last sent to each device on each stream (the table earlier publishers made too).
+SENT_TABLE = """CREATE TABLE IF NOT EXISTS sent (
+    device TEXT, stream TEXT, version INTEGER, target TEXT, at FLOAT,
+    PRIMARY KEY (device, stream)
+)"""
+
 
 class BundleCutter:
     """Turns per-device targets into versioned difference bundles (see module docstring).
@@ -113,25 +117,22 @@ class BundleCutter:
         self.ttl = ttl
         # Used from the publisher's MQTT thread too (always under the publisher's lock).
         try:
-            self.db = sqlite_utils.Database(sqlite3.connect(path, check_same_thread=False))
-            self.db.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn = sqlite3.connect(path, check_same_thread=False)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            with self.conn:
+                self.conn.execute(SENT_TABLE)
         except sqlite3.Error as error:
             raise ZodiacError(f"{path}: cannot open the publisher's state ({error})") from None
-        if "sent" not in self.db.table_names():
-            self.db["sent"].create(
-                {"device": str, "stream": str, "version": int, "target": str, "at": float},
-                pk=("device", "stream"),
-            )
 
     def version(self, device: str, stream: str) -> int:
         row = self._row(device, stream)
-        return row["version"] if row else 0
+        return row[0] if row else 0
 
     def last_target(self, device: str, stream: str) -> Target:
         row = self._row(device, stream)
         if row is None:
             return Target()
-        data = json.loads(row["target"])
+        data = json.loads(row[1])
         facts = {tuple(decode_term(t) for t in fact) for fact in data["facts"]}
         return Target(rules=data["rules"], facts=facts)
 
@@ -200,20 +201,17 @@ class BundleCutter:
             "rules": target.rules,
             "facts": [encode_fact(f) for f in sorted(target.facts, key=repr)],
         }
-        self.db["sent"].upsert(
-            {
-                "device": device,
-                "stream": stream,
-                "version": version,
-                "target": json.dumps(data),
-                "at": time.time(),
-            },
-            pk=("device", "stream"),
-        )
+        with self.conn:
+            self.conn.execute(
+                "INSERT INTO sent (device, stream, version, target, at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (device, stream) DO UPDATE SET version = excluded.version, "
+                "target = excluded.target, at = excluded.at",
+                (device, stream, version, json.dumps(data), time.time()),
+            )
         return bundle
 
-    def _row(self, device: str, stream: str) -> dict | None:
-        rows = list(
-            self.db.query("SELECT * FROM sent WHERE device = ? AND stream = ?", (device, stream))
-        )
-        return rows[0] if rows else None
+    def _row(self, device: str, stream: str) -> tuple[int, str] | None:
+        """The version and target (JSON) last sent to ``device`` on ``stream``."""
+        return self.conn.execute(
+            "SELECT version, target FROM sent WHERE device = ? AND stream = ?", (device, stream)
+        ).fetchone()
