@@ -143,11 +143,19 @@ def test_materialise_benchmark_prints_memory_per_fact(capsys):
 def test_restart_benchmark_prints_memory_after_recompute_and_restart(capsys):
     from simulations.bench import restart
 
-    assert restart.main(["--quick"]) == 0
-    rows = memory_rows(capsys.readouterr().out, "restart: kept B/fact")
+    assert restart.main(["--quick", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = memory_rows(out, "restart: kept B/fact")
     assert len(rows) == 2
     for row in rows:  # case (two words), facts, then kept and RSS per fact: recompute, restart
         assert int(row[2]) > 0 and float(row[3]) > 0 and float(row[5]) > 0
+    # The sides again, each run in a process of its own: every figure measured.
+    table = out.split("In new processes", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    assert [line.split()[:2] for line in table] == [["RS1", "DS1(50)"], ["RS2", "DS2(50)"]]
+    for line in table:
+        recompute, restart_s, ratio, first, back = line.split()[2:]
+        assert float(recompute) > 0 and float(restart_s) > 0 and float(first) > 0
+        assert ratio.endswith("x") and back.endswith("x")
 
 
 # ------------------------------------------------------------------ simulations.bench.bitmaps
