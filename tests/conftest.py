@@ -102,9 +102,10 @@ def spark() -> Iterator[object]:
     """The session's one SparkSession (local mode): a JVM and Python workers take seconds to
     start, so every test that needs Spark shares it. Fails (no skip) without pyspark.
 
-    One shuffle partition and no adaptive query execution: the tests' data is tiny, and every
-    Spark job's fixed cost (a task per partition, re-planning after each stage) is most of
-    their time. The job's own defaults (several partitions) run in the CLI tests and the
+    One shuffle partition, no adaptive query execution and no whole-stage code generation: the
+    tests' data is tiny, and every Spark job's fixed cost (a task per partition, re-planning
+    after each stage, compiling generated Java for each new plan) is most of their time. The
+    job's own defaults (several partitions, generated code) run in the CLI tests and the
     standalone cluster test."""
     try:
         from cloud.spark.session import local_session, require_pyspark
@@ -116,7 +117,7 @@ def spark() -> Iterator[object]:
         "local[2]",
         app_name="zodiac-cloud-tests",
         shuffle_partitions=1,
-        extra={"spark.sql.adaptive.enabled": "false"},
+        extra={"spark.sql.adaptive.enabled": "false", "spark.sql.codegen.wholeStage": "false"},
     )
     yield session
     session.stop()
