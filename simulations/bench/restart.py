@@ -100,6 +100,7 @@ def rule_set(name: str) -> tuple[str, str]:
 
 
 Change = tuple[dict, dict]  # a small change and its undoing, as AgentState.apply arguments
+Case = tuple[tuple[str, str], str, list, Change]  # (rule set, data name, facts, small change)
 
 
 def reading_replaced(facts: list, predicate: str) -> Change:
@@ -124,7 +125,7 @@ def case(
     facts: list,
     small_change: Callable[[list, str], Change],
     predicate: str,
-) -> tuple[tuple[str, str], str, list, Change]:
+) -> Case:
     """A benchmark case with its small change (``small_change`` of ``predicate``'s facts)."""
     return program, data_name, facts, small_change(facts, predicate)
 
@@ -199,7 +200,7 @@ def run_one(side: str, case_index: int, quick: bool, path: Path) -> dict:
     new: ``recompute`` materialises the case; ``restart`` opens the state saved at ``path``
     and then makes the case's small change (``first``), and undoes it untimed, leaving the
     file as it found it."""
-    (_, rules), _, facts, (change, undo) = cases(quick)[case_index]
+    (_, rules), _, facts, (change, undo) = cases(quick)[case_index]()
     if side == "recompute":
         return {"recompute": timed(lambda: _materialise(rules, facts))[0]}
     opened, state = timed(lambda: AgentState(path))
@@ -244,18 +245,21 @@ def _materialise(rules: str, facts: list) -> Reasoner:
     return reasoner
 
 
-def cases(quick: bool) -> list[tuple[tuple[str, str], str, list, Change]]:
-    """The benchmark's cases: (rule set, data name, facts, small change)."""
+def cases(quick: bool) -> list[Callable[[], Case]]:
+    """The benchmark's cases, each made when called (a new process of ``--run`` makes only
+    its own)."""
     if quick:
         return [
-            case(rule_set("rs1"), "DS1(50)", ds1(50), reading_replaced, AIR_TEMPERATURE),
-            case(rule_set("rs2"), "DS2(50)", ds2(50), edge_deleted, "p3"),
+            lambda: case(rule_set("rs1"), "DS1(50)", ds1(50), reading_replaced, AIR_TEMPERATURE),
+            lambda: case(rule_set("rs2"), "DS2(50)", ds2(50), edge_deleted, "p3"),
         ]
     return [
-        case(rule_set("rs1"), "DS1(400)", ds1(400), reading_replaced, AIR_TEMPERATURE),
-        case(rule_set("rs2"), "DS2(200)", ds2(200), edge_deleted, "p3"),
-        case(rule_set("rs3"), "DS2(200)", ds2(200), edge_deleted, "p3"),
-        case(("READINGS", READINGS_RULES), "20000", readings(20000), reading_replaced, READ),
+        lambda: case(rule_set("rs1"), "DS1(400)", ds1(400), reading_replaced, AIR_TEMPERATURE),
+        lambda: case(rule_set("rs2"), "DS2(200)", ds2(200), edge_deleted, "p3"),
+        lambda: case(rule_set("rs3"), "DS2(200)", ds2(200), edge_deleted, "p3"),
+        lambda: case(
+            ("READINGS", READINGS_RULES), "20000", readings(20000), reading_replaced, READ
+        ),
     ]
 
 
@@ -280,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(header)
     results = []
-    for index, (rules, data_name, facts, small_change) in enumerate(cases(args.quick)):
+    for index, made in enumerate(cases(args.quick)):
+        rules, data_name, facts, small_change = made()
         r = run_case(
             rules,
             data_name,
