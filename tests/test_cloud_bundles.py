@@ -3,6 +3,9 @@ checked by applying every cut bundle to a real agent state (no Spark, no broker)
 
 from __future__ import annotations
 
+import json
+import sqlite3
+
 from agent.signing import sign_bundle
 from cloud.bundles import BundleCutter, Target, device_facts, load_streams
 from tests.agent_harness import Cloud
@@ -59,6 +62,29 @@ def test_versions_continue_after_restart_and_full_state_recovers_a_gap(tmp_path)
     )
     assert agent.reasoner.rules == {} and set(agent.reasoner.facts("temp")) == set()
     agent.close()
+
+
+def test_a_ledger_written_by_earlier_publishers_is_read_and_continued(tmp_path):
+    """Earlier publishers kept their ledger through sqlite-utils: the table as it made it (its
+    DDL, a row at version 3) is read as it is, and the next bundle is version 4."""
+    path = tmp_path / "cutter.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE [sent] ([device] TEXT, [stream] TEXT, [version] INTEGER, [target] TEXT, "
+        "[at] FLOAT, PRIMARY KEY ([device], [stream]))"
+    )
+    target = {"rules": {"hot": RULES["hot"]}, "facts": []}
+    conn.execute("INSERT INTO sent VALUES ('t1', 'base', 3, ?, 1.0)", (json.dumps(target),))
+    conn.commit()
+    conn.close()
+    cutter = BundleCutter(path, "farm1")
+    assert cutter.version("t1", "base") == 3
+    assert cutter.last_target("t1", "base") == Target(rules={"hot": RULES["hot"]})
+    bundle = cutter.cut("t1", "base", Target(rules=dict(RULES)))
+    assert bundle is not None and bundle.version == 4
+    assert [type(operation).__name__ for operation in bundle.operations] == ["AddRules"]
+    assert BundleCutter(path, "farm1").version("t1", "base") == 4  # (saved)
+    assert cutter.version("t2", "base") == 0
 
 
 def test_streams_are_loaded_from_rule_files(tmp_path):
