@@ -194,7 +194,8 @@ def single_ids(blob: bytes) -> tuple[array, list[int]] | None:
     subjects.frombytes(blob[start:middle])
     if _SWAP:
         subjects.byteswap()
-    ids = [high << 16 | low for high, low in zip(words[4::9], words[8::9], strict=True)]
+    highs, lows = words[4::_ONE_ID_WORDS], words[8::_ONE_ID_WORDS]
+    ids = [high << 16 | low for high, low in zip(highs, lows, strict=True)]
     return subjects, ids
 
 

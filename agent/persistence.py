@@ -278,6 +278,7 @@ class AgentState:
         self.full_node_writes = 0
         self._saved_terms = 0
         self._parsed_rules: dict[tuple[str, str], Rule] = {}  # (see check_integrity)
+        self._rule_rows: list[tuple] | None = None  # (the rows they were read from)
         # The terms and relation rows check_integrity read, for the load that follows, and the
         # relations' running checksums (agent/dictionary_checksums.py).
         self._terms: list[Value] | None = None
@@ -355,7 +356,8 @@ class AgentState:
             ).fetchone()[0]
             if dangling:
                 problems.append(f"{dangling} representative(s) name missing terms")
-        self._parsed_rules, damage = read_saved_rules(_saved_rule_rows(conn))
+        self._rule_rows = _saved_rule_rows(conn)
+        self._parsed_rules, damage = read_saved_rules(self._rule_rows)
         if damage:
             name, reason = damage
             problems.append(f"saved rule {clip(name)} is damaged: {clip(reason)}")
@@ -482,9 +484,8 @@ class AgentState:
         edb = load_explicit(conn, relations)
         rules: dict[str, Rule] = {}
         self._rule_claims = {}
-        for name, text, stream in conn.execute(
-            "SELECT name, text, stream FROM rules ORDER BY position"
-        ):
+        rows, self._rule_rows = self._rule_rows, None  # (read by the integrity check)
+        for name, _, text, stream, *_ in rows if rows is not None else _saved_rule_rows(conn):
             rule = (
                 rules.get(name)
                 or self._parsed_rules.get((name, text))
@@ -1345,13 +1346,14 @@ def _rules_with_checksums(conn: sqlite3.Connection) -> int:
 
 
 def _saved_rule_rows(conn: sqlite3.Connection) -> list[tuple]:
-    """The rules table's rows as agent/saved_rules.py reads them, a column an older file
-    lacks read as NULL."""
+    """The rules table's rows as agent/saved_rules.py reads them, in the order the rules
+    were added (a load keeps it), a column an older file lacks read as NULL."""
     columns = _columns(conn, "rules")
     form = "form" if "form" in columns else "NULL"  # (before version 7: no forms)
     crc = "crc" if "crc" in columns else "NULL"  # (before version 10: no checksums)
     return conn.execute(
-        f"SELECT name, key, text, stream, bundle_id, position, {form}, {crc} FROM rules"
+        f"SELECT name, key, text, stream, bundle_id, position, {form}, {crc} FROM rules "
+        "ORDER BY position"
     ).fetchall()
 
 

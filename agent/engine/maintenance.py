@@ -387,7 +387,7 @@ class UpdateDriver:
                 if store not in own
             )
         )
-        inputs = self.inputs(node, old_lower)
+        inputs = self.inputs(node, old_lower, node.lower_stores())
         if inputs:
             changes.merge(module.maintain(node, self.executor, inputs))
         changes.merge(module.extend(node, self.executor, transition.new_rules))
@@ -436,12 +436,10 @@ class UpdateDriver:
         self,
         node: NodeState,
         old_lower: list[DataStore],
-        new_lower: list[DataStore] | None = None,
+        new_lower: list[DataStore],
     ) -> InputChanges:
-        """How what the node reads from below changed (``changes.visible_difference``);
-        ``new_lower``: its lower stores now, when the caller has them already."""
-        if new_lower is None:
-            new_lower = node.lower_stores()
+        """How what the node reads from below changed (``changes.visible_difference``), its
+        lower stores ``old_lower`` before the update and ``new_lower`` now."""
         return union_difference(node.logical.reads, old_lower, new_lower, self.log)
 
     # ------------------------------------------------------------------ around the walk

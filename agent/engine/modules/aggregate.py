@@ -34,6 +34,7 @@ from .base import Maintained, Module, NodeState
 from .kept_groups import KeptPartition
 from .subject_groups import (
     GroupReader,
+    SharedSet,
     group_rows,
     subject_shape,
 )
@@ -103,35 +104,44 @@ class AggregateModule(Module):
         aggregate = rule.aggregate()
         if aggregate is None or not heads_are_rows(rule, aggregate):
             return False
+        self._start_over()
         width = len(aggregate.group_by)
         saved = node.idb.get(rule.head.relation)
         self.rows = {row[:width]: row for row in saved} if saved is not None else {}
         self.direct = True
+        self._partition(aggregate, node, executor)
+        self.stale = False
+        return True
+
+    def _start_over(self) -> None:
+        """Forget the group bookkeeping (before it is built again)."""
         self.group_heads.clear()
         self.head_groups.clear()
         self.kept = None
+
+    def _partition(
+        self, aggregate: Aggregate, node: NodeState, executor: Executor
+    ) -> tuple[GroupReader, list[int], list[SharedSet]] | None:
+        """Partition a subject-shaped aggregate's groups and keep the partition (the reader
+        and the partition, to read the groups' results with); None for any other shape."""
         shape = subject_shape(aggregate)
-        if shape is not None:
-            reader = GroupReader(shape, node.view, executor, aggregate.function, None)
-            alone, shared = reader.partition()
-            self.kept = KeptPartition(shape, alone, shared)
-        self.stale = False
-        return True
+        if shape is None:
+            return None
+        reader = GroupReader(shape, node.view, executor, aggregate.function, None)
+        alone, shared = reader.partition()
+        self.kept = KeptPartition(shape, alone, shared)
+        return reader, alone, shared
 
     def materialise(self, node: NodeState, executor: Executor) -> None:
         started = time.perf_counter()
         self.stale = False
-        self.group_heads.clear()
-        self.head_groups.clear()
-        self.kept = None
+        self._start_over()
         for rule in node.rules:
             aggregate = rule.aggregate()
             assert aggregate is not None
-            shape = subject_shape(aggregate)
-            if shape is not None:
-                reader = GroupReader(shape, node.view, executor, aggregate.function, None)
-                alone, shared = reader.partition()
-                self.kept = KeptPartition(shape, alone, shared)
+            partitioned = self._partition(aggregate, node, executor)
+            if partitioned is not None:
+                reader, alone, shared = partitioned
                 rows = {(x, result) for x, result in reader.rows(alone, shared).items()}
             else:
                 variables = substitution_variables(aggregate)
