@@ -288,7 +288,7 @@ class AgentState:
         self._damaged: str | None = None  # found damaged while running: see ``reload``
         self.reasoner: Reasoner
         if load:  # ``load=False``: only the SQL summary is wanted (health checks)
-            problems = self.check_integrity(checksums=False)  # (the load verifies its rows)
+            problems = self._read_and_check(checksums=False)  # (the load verifies its rows)
             if problems:
                 self.conn.close()
                 raise StateError(f"{self.path}: damaged agent state: {problems[0]}; {REBUILD}")
@@ -307,8 +307,18 @@ class AgentState:
         (unless ``checksums`` is false: a load verifies every row as it reads it), saved
         rules that do not read back (from their form, or their text where they have none:
         agent/saved_rules.py) or fail validation. ``zodiac-agent status`` reports these;
-        opening the state for use refuses them. (The rules read here are kept for the load
-        that follows, which would otherwise read them again.)"""
+        opening the state for use refuses them."""
+        problems = self._read_and_check(checksums)
+        # What the check read is handed to a load only when the load follows at once (opening
+        # the state): a running state's file changes after a check, and a reload after a
+        # failed write must read it as it is then, not the terms and rules of the check.
+        self._terms = self._relation_rows = self._rule_rows = None
+        self._parsed_rules = {}
+        return problems
+
+    def _read_and_check(self, checksums: bool) -> list[str]:
+        """`check_integrity`'s problems, keeping the terms, relations and rules it read for
+        the load that follows, which would otherwise read them again."""
         try:
             return self._integrity_problems(checksums)
         except DAMAGE_SIGNS as error:  # (a page SQLite's check passed, but not its content)

@@ -261,6 +261,29 @@ def test_failed_write_rolls_memory_back(tmp_path):
     assert file_state(path) - {("rule", r) for r in ("r1", "r2", "r3")} == after
 
 
+def test_a_failed_write_after_an_integrity_check_rolls_back_to_the_file(tmp_path):
+    """The integrity check of a running state reads the terms, relations and rules; only a
+    load right after it may use them. A change committed after the check, then a failed
+    write: memory is rebuilt from the file as it is now, the committed change included."""
+    path = tmp_path / "a.db"
+    state = AgentState(path)
+    state.apply(add_rules=RS, add_facts=[("parent", "n0", "n1")])
+    assert state.check_integrity() == []
+    state.apply(
+        add_rules="r4: <kin>(X, Y) :- anc(X, Y) .",
+        add_facts=[("parent", f"n{i}", f"n{i + 1}") for i in range(1, 20)],
+    )
+    before = set(state.reasoner.facts())
+    assert ("kin", "n0", "n20") in before
+    pages = state.conn.execute("PRAGMA page_count").fetchone()[0]
+    state.conn.execute(f"PRAGMA max_page_count={pages + 1}")
+    with pytest.raises(StateError, match="could not save"):
+        state.apply(add_facts=[("parent", f"m{i}", f"m{i + 1}") for i in range(400)])
+    assert set(state.reasoner.facts()) == before
+    assert set(state.reasoner.rules) == {"r1", "r2", "r3", "r4"}
+    state.close()
+
+
 def test_foreign_sqlite_file_is_refused_untouched(tmp_path):
     path = tmp_path / "other.db"
     conn = sqlite3.connect(path)
