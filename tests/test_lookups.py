@@ -104,3 +104,24 @@ def test_lookup_for_some_keys_gives_each_keys_values(storages, column, rows, key
     for key in keys:
         expected = {fact[1 - column] for fact in rows if fact[column] == key}
         assert set(lookup(key)) == expected
+
+
+@pytest.mark.parametrize("order", ["bitmaps first", "sets first"])
+def test_a_key_read_from_bitmaps_of_several_relations_is_a_bitmap_of_their_union(order):
+    """Over several relations, a key with a bitmap among its values gets a bitmap (united in
+    C: a Python set would be built a value at a time), the sets' values included whichever
+    relation comes first; the relations' own buckets are left as they were."""
+    closure = {(x, y) for x in range(5) for y in range(100) if y != x}
+    explicit = {(x, x + 200) for x in range(3)} | {(7, 1)}
+    storages = [(closure, "subject bitmaps"), (explicit, "subject sets")]
+    if order == "sets first":
+        storages.reverse()
+    relations = [stored(rows, storage, 0) for rows, storage in storages]
+    before = [{x: set(objects) for x, objects in r.existing_index((0,)).items()} for r in relations]
+    lookup = Lookup.some(relations, 0, {0, 2, 4, 7})
+    for key in (0, 2, 4):
+        assert lookup(key).__class__ is BitMap
+        assert set(lookup(key)) == {y for x, y in closure | explicit if x == key}
+    assert lookup(7).__class__ is set and lookup(7) == {1}
+    after = [{x: set(objects) for x, objects in r.existing_index((0,)).items()} for r in relations]
+    assert after == before

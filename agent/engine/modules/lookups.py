@@ -37,7 +37,7 @@ class Lookup:
                 lookup = cls([], column)
                 lookup.indexes = [index]  # the index itself, no copy
                 return lookup
-        found: dict[int, set[int]] = {}
+        found: dict[int, AbstractSet[int]] = {}
         keys = python_set(keys)
         keys_bitmap = None  # (built for a relation stored by subject: see below)
         for relation in holding:
@@ -221,12 +221,20 @@ def _inverted(
     )
 
 
-def add_all(found: dict[int, set[int]], key: int, values: Iterable[int]) -> None:
+def add_all(found: dict[int, AbstractSet[int]], key: int, values: Iterable[int]) -> None:
+    """``values`` added to ``found[key]`` (a copy of them for a new key). A key with a bitmap
+    among its values gets a bitmap: a copy and a union in C, where a Python set is built a
+    value at a time (a farm's neighbourhoods read again from the closure's bitmaps and the
+    explicit edges: as sets, several times what recomputing the farm costs)."""
     known = found.get(key)
     if known is None:
-        found[key] = set(values)
-    else:
-        known.update(values)
+        found[key] = values.copy() if values.__class__ is BitMap else set(values)
+    elif known.__class__ is BitMap or values.__class__ is not BitMap:
+        known.update(values)  # type: ignore[attr-defined]
+    else:  # (a set so far, then a bitmap: the bitmap's copy takes in the set)
+        united = values.copy()
+        united.update(known)
+        found[key] = united
 
 
 def subjects_meeting(relations: list[Relation], values: AbstractSet[int]) -> set[int]:
