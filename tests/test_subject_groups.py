@@ -198,13 +198,15 @@ def reading_updates(
     reasoner: Reasoner, rng: random.Random, turbines: int, steps: int, readings: list = READINGS
 ):
     """Updates an agent makes: mostly readings replaced, added or removed (B alone), now and
-    then one neighbour edge added or removed or a new turbine joining (A changes: components
-    joined or split, a set growing by one). Yields after each."""
+    then one neighbour edge added or removed, a new turbine joining or one leaving, its edges
+    and readings deleted (A changes: components joined or split, a set growing or shrinking
+    by one). Yields after each."""
     for step in range(steps):
         present = sorted((f for f in reasoner.edb_facts() if f[0] == "temp"), key=repr)
         gone: list[tuple] = []
         new: list[tuple] = []
-        kind = rng.choice(["replace", "replace", "replace", "add", "remove", "edge", "join"])
+        kinds = ["replace", "replace", "replace", "add", "remove", "edge", "join", "leave"]
+        kind = rng.choice(kinds)
         if kind == "replace" and present:
             for old in rng.sample(present, k=min(len(present), rng.choice([1, 1, 3]))):
                 value = rng.choice(readings) if rng.random() > 0.05 else "n/a"
@@ -218,6 +220,10 @@ def reading_updates(
             newcomer = f"w{turbines + step}"
             new.append(("nb", newcomer, f"w{rng.randrange(turbines)}"))
             new.append(("temp", newcomer, rng.choice(readings)))
+        elif kind == "leave":  # a turbine and everything said about it
+            edb = sorted(reasoner.edb_facts(), key=repr)
+            leaving = rng.choice([f[1] for f in edb if f[0] == "nb"] or ["w0"])
+            gone += [f for f in edb if leaving in f[1:]]
         else:
             i = rng.randrange(turbines - 1)
             edge = ("nb", f"w{i}", f"w{i + 1}")
@@ -260,6 +266,49 @@ def test_groups_kept_across_reading_changes_equal_plain_evaluation(
         for _ in reading_updates(reasoner, rng, turbines, steps, readings):
             assert set(reasoner.facts()) == plain(reasoner, small)
     assert kept and max(kept) > 1  # the kept partition was read through
+
+
+@pytest.mark.parametrize("variant", sorted(TRANSITIVE))
+def test_a_set_keeps_the_subjects_a_change_of_its_member_set_moved_alike(monkeypatch, variant):
+    """A turbine leaving a farm (its edge and reading deleted): the others all lose it, it
+    loses them all; they stay one set and only it is partitioned afresh. A chain cut in two
+    near its end: each part loses the other, the larger part stays a set, the smaller one is
+    partitioned afresh. Then the cut mended, the turbine back: the results equal plain
+    evaluation after each step, maintained through the kept partition (a cut in the middle
+    loses most facts: the driver recomputes, see ``estimates.py``)."""
+    partitioned: list[int] = []
+    original = subject_groups.GroupReader.partition
+
+    def counting(self):
+        if self.subjects is not None:
+            partitioned.append(len(set(self.subjects)))
+        return original(self)
+
+    monkeypatch.setattr(subject_groups.GroupReader, "partition", counting)
+    size = 2 * subject_groups.SHARE_AT + 10
+    edges = [("nb", f"w{i}", f"w{i + 1}") for i in range(size - 1)]
+    readings = [("temp", f"w{i}", 20 + i % 7 + i / 100) for i in range(size)]
+    reasoner = Reasoner()
+    reasoner.add_facts(edges + readings)
+    reasoner.add_rules(program(TRANSITIVE[variant]))
+    cut = 4  # w0..w4 and the rest
+    steps = [  # (added, deleted, how many subjects partitioned afresh per aggregate)
+        ([], [edges[-1], readings[-1]], {1}),  # the last turbine leaves
+        ([], [edges[cut]], {cut + 1}),  # cut: the smaller part partitioned afresh
+        ([edges[cut]], [], {cut + 1}),  # mended: the smaller part joins, afresh
+        ([edges[-1], readings[-1]], [], {1}),  # the last turbine is back
+    ]
+    for added, deleted, afresh in steps:
+        partitioned.clear()
+        report = reasoner.update(add_facts=added, delete_facts=deleted)
+        strategies = {
+            entry["strategy"]
+            for entry in report["hyper_nodes"].values()
+            if entry["module"] == "aggregate" and entry["added"] + entry["removed"]
+        }
+        assert strategies == {"groups (partition kept)"}
+        assert set(reasoner.facts()) == plain(reasoner, reference=False)
+        assert set(partitioned) <= afresh | {0}, (added, deleted, partitioned)
 
 
 def test_a_set_read_again_after_values_left_it_or_moved_within_it(monkeypatch):

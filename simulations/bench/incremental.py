@@ -12,6 +12,8 @@ Reproduces the experiments of the ZodiacEdge paper, section 6.2.2. Every row is 
 4. ``rs1`` (Fig. 9): RS1 over DS1(n), n = 50, 100, 200, 400: add one ``hasNeighbour`` triple
    (turbine n joins turbine n + 1, added with its reading), delete one (the middle chain edge:
    the farm splits in two), delete the symmetric rule r1, delete the transitive rule r2; and,
+   not in the paper, the reverse of the first (over DS1(n + 1), turbine n + 1 leaves: its edge
+   and its reading deleted); and,
    not in the paper, change one turbine's reading (the old fact deleted and the new one added
    in one update: an agent's everyday update, which can change every neighbourhood's median),
    then change it back in a second update on the same reasoner (a running agent's next
@@ -333,6 +335,10 @@ def rs1_cases(quick: bool) -> list[Case]:
             ),
         )
         cases += [Case("rs1", data_name, start, (step,)) for step in steps]
+        leaving = Step(  # (the farm of n + 1: the reverse of the first row)
+            "RS1 delete edge+reading", deleting_facts(joining), start, deletion=True
+        )
+        cases.append(Case("rs1", data_name, State(rs1, grown), (leaving,)))
         changed = State(rs1, tuple(new if fact == old else fact for fact in data))
         readings = (  # (one case: the second update runs on the state the first left)
             Step("RS1 change a reading", replacing_facts(old, new), changed),

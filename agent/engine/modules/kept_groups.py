@@ -35,6 +35,37 @@ def subjects_reaching(shape: SubjectShape, view: DataStoreBag, ys: AbstractSet[i
     return found
 
 
+def alike(
+    xs: list[int], gained: dict[int, BitMap], lost: dict[int, BitMap]
+) -> tuple[list[int], BitMap, BitMap]:
+    """The subjects of a shared set whose ``A[x]`` gained the same objects ``plus`` and lost
+    the same ``minus`` (none, for the subjects A did not change for), none of those objects
+    being one of these subjects: each of them then has the set's member set ``A[x] | {x}``
+    changed that way, and they stay a set. The largest such group of the first two changes
+    met, the first subject's and the next different one (a turbine leaving a farm: 400
+    subjects lose it, it loses the 400; a chain cut in two: each half loses the other)."""
+    best: tuple[list[int], BitMap, BitMap] = ([], NO_IDS, NO_IDS)
+    tried: list[tuple[BitMap, BitMap]] = []
+    for first in xs:
+        plus, minus = gained.get(first, NO_IDS), lost.get(first, NO_IDS)
+        if any(plus == p and minus == m for p, m in tried):
+            continue
+        tried.append((plus, minus))
+        staying = [
+            x
+            for x in xs
+            if gained.get(x, NO_IDS) == plus
+            and lost.get(x, NO_IDS) == minus
+            and x not in plus
+            and x not in minus
+        ]
+        if len(staying) > len(best[0]):
+            best = (staying, plus, minus)
+        if 2 * len(best[0]) >= len(xs) or len(tried) == 2:
+            break
+    return best
+
+
 class KeptPartition:
     """A subject-shaped aggregate's partition (`GroupReader.partition` over every subject),
     kept between updates, so that an update reads again only the groups it can change.
@@ -44,11 +75,12 @@ class KeptPartition:
       (`GroupReader.shared_rows`, which passes on only the groups whose result changed). A
       count or a constant argument depends on the number of each ``B[y]`` only: a change
       that keeps every such number affects none of its groups.
-    * **A changed** (`follow_a`): a set whose subjects all gained and lost the same objects
-      (a new turbine joins every neighbourhood of a farm) stays one set, its member set
-      changed the same way; the subjects of any other set A changed for, lone subjects A
-      changed for and new subjects are partitioned afresh, and a new one whose member set is
-      a kept set's joins it."""
+    * **A changed** (`follow_a`): the subjects of a set that all gained and lost the same
+      objects (a new turbine joins every neighbourhood of a farm, or leaves them all), or
+      that A did not change for, stay one set, its member set changed that way (`alike`);
+      the set's other subjects (the turbine that left), lone subjects A changed for and new
+      subjects are partitioned afresh, and a new one whose member set is a kept set's joins
+      it."""
 
     def __init__(self, shape: SubjectShape, alone: list[int], shared: list[SharedSet]) -> None:
         self.shape = shape  # (the aggregate's, found once: the rule never changes)
@@ -133,14 +165,20 @@ class KeptPartition:
             if changed.isdisjoint(xs):
                 kept.append(one)
                 continue
-            plus, minus = gained.get(xs[0], NO_IDS), lost.get(xs[0], NO_IDS)
-            if (
-                all(x in changed for x in xs)
-                and all(gained.get(x, NO_IDS) == plus for x in xs)
-                and all(lost.get(x, NO_IDS) == minus for x in xs)
-                and not any(map(plus.__contains__, xs))
-                and not any(map(minus.__contains__, xs))
-            ):  # (then each x's A[x] | {x} is the set's, changed the same way)
+            staying, plus, minus = alike(xs, gained, lost)
+            if len(staying) < 2:
+                leaving = xs
+            else:
+                kept_xs = set(staying)
+                leaving = [x for x in xs if x not in kept_xs]
+            loose.update(leaving)
+            for x in leaving:
+                del self.set_of[x]
+            if leaving is xs:
+                continue
+            if leaving:
+                one.leave(leaving, staying)
+            if plus or minus:  # (each x's A[x] | {x} is the set's, changed the same way)
                 closed = one.closed
                 closed = (
                     (closed | plus) - minus
@@ -150,11 +188,7 @@ class KeptPartition:
                 one.closed = closed  # (a new object: copies share the old one)
                 one.values = None
                 stale.add(one)
-                kept.append(one)
-            else:
-                loose.update(xs)
-                for x in xs:
-                    del self.set_of[x]
+            kept.append(one)
         self.shared = kept
         self.merge_equal([one for one in kept if one in stale], stale)
         if not loose:

@@ -165,6 +165,20 @@ class SharedSet:
         copied.values = None if self.values is None else list(self.values)
         return copied
 
+    def leave(self, leaving: Iterable[int], staying: list[int]) -> None:
+        """Take ``leaving`` out of the set, ``staying`` being the subjects left (the subjects
+        and loops are replaced, not changed: copies share them)."""
+        self.xs = staying
+        gone = set(leaving)
+        if not self.loops.isdisjoint(gone):
+            self.loops = self.loops - gone
+        for x in gone:
+            own = self.owns.pop(x)
+            sharing = self.by_own[own]
+            sharing.discard(x)
+            if not sharing:
+                del self.by_own[own]
+
     def follow_b(self, lost: dict, gained: dict, ys: Iterable[int], decode: list) -> None:
         """Bring the kept values up to date with the objects ``ys`` of the member set lost
         and gained (by bisection: a reading replaced moves one value); a value that is not
