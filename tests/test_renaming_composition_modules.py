@@ -223,28 +223,55 @@ def test_composition_module_equals_from_scratch_after_every_update(
 
 
 def test_composition_tests_candidates_or_recomputes_subjects():
-    # A complete bipartite join (x0..x29 -> y -> z0..z29) plus x0 -> w -> z0.
+    # A complete bipartite join (x0..x29 -> y -> z0..z29) plus x0 -> w0..w9 -> z0.
     reasoner = Reasoner()
-    reasoner.add_facts([("a", f"x{i}", "y") for i in range(30)] + [("a", "x0", "w")])
-    reasoner.add_facts([("b", "y", f"z{i}") for i in range(30)] + [("b", "w", "z0")])
+    witnesses = [f"w{i}" for i in range(10)]
+    reasoner.add_facts(
+        [("a", f"x{i}", "y") for i in range(30)] + [("a", "x0", w) for w in witnesses]
+    )
+    reasoner.add_facts(
+        [("b", "y", f"z{i}") for i in range(30)] + [("b", w, "z0") for w in witnesses]
+    )
     reasoner.add_rules("j: h(X, Z) :- a(X, Y) and b(Y, Z) .")
     assert reasoner.stats()["hyper_nodes"][0]["module"] == "composition"
     # A deleted A fact: its subject is evaluated afresh (x1 loses all 30 heads).
     reasoner.delete_facts([("a", "x1", "y")])
     assert strategies(reasoner) == ["composition (1 subjects recomputed, 0 candidates tested)"]
     assert set(reasoner.facts()) == from_scratch(reasoner)
-    # A deleted B fact: x0 has two witnesses to look at and one candidate (z0), tested (it
-    # stays through w); x2..x29 have one witness each: evaluated afresh.
+    # A deleted B fact: x0 has eleven witnesses to look at and one candidate (z0), tested (it
+    # stays through w0..w9: a test costs what uniting `composition_test_cost` witnesses' B[y]
+    # does); x2..x29 have one witness each: evaluated afresh.
     reasoner.delete_facts([("b", "y", "z0")])
     assert strategies(reasoner) == ["composition (28 subjects recomputed, 1 candidates tested)"]
     assert ("h", "x0", "z0") in set(reasoner.facts())
     assert ("h", "x2", "z0") not in set(reasoner.facts())
     assert set(reasoner.facts()) == from_scratch(reasoner)
     # Insertions and a mix: what the new facts derive, minus what is held.
-    reasoner.update(add_facts=[("b", "y", "z0"), ("a", "x1", "w")], delete_facts=[("b", "w", "z0")])
+    reasoner.update(
+        add_facts=[("b", "y", "z0"), ("a", "x1", "w0")],
+        delete_facts=[("b", "w0", "z0")],
+    )
     assert set(reasoner.facts()) == from_scratch(reasoner)
-    assert ("h", "x1", "z0") not in set(reasoner.facts())  # x1 -> w leads nowhere now
+    assert ("h", "x1", "z0") not in set(reasoner.facts())  # x1 -> w0 leads nowhere now
     assert ("h", "x5", "z0") in set(reasoner.facts())
+
+
+@pytest.mark.parametrize("test_cost, tested", [(1.0, 1), (8.0, 1), (12.0, 0)])
+def test_a_candidate_is_tested_while_testing_costs_less_than_the_witnesses_union(test_cost, tested):
+    """x0 may lose z0 (B(y, z0) deleted) and has eleven witnesses y to look at: z0 is tested
+    while a test costs less than uniting eleven B[y] (`composition_test_cost`), else x0 is
+    evaluated afresh; either way the result is the one from scratch."""
+    witnesses = [f"w{i}" for i in range(10)]
+    reasoner = Reasoner(costs=replace(DEFAULT_COSTS, composition_test_cost=test_cost))
+    reasoner.add_facts([("a", "x0", y) for y in ["y", *witnesses]] + [("a", "x1", "y")])
+    reasoner.add_facts([("b", y, "z0") for y in ["y", *witnesses]] + [("b", "y", "z1")])
+    reasoner.add_rules("j: h(X, Z) :- a(X, Y) and b(Y, Z) .")
+    reasoner.delete_facts([("b", "y", "z0")])
+    recomputed = 2 - tested  # (x1, one witness, always afresh)
+    assert strategies(reasoner) == [
+        f"composition ({recomputed} subjects recomputed, {tested} candidates tested)"
+    ]
+    assert set(reasoner.facts()) == from_scratch(reasoner)
 
 
 @pytest.mark.parametrize("subject_first", [True, False])

@@ -38,6 +38,11 @@ class CostPolicy:
     # Composition: a membership test in A's tuples (a deleted A fact's candidate tested without
     # reading A[x], see modules/composition.py) costs about this many facts of a pass over A.
     composition_probe_cost: float = 3.0
+    # Composition: a candidate ``z`` a subject may lose (a deleted B fact reached through A)
+    # tested against the ``y`` left to derive it (a Python step: a lookup and a set test)
+    # costs about what uniting this many ``B[y]`` bitmaps in C does when the subject is
+    # evaluated afresh instead.
+    composition_test_cost: float = 8.0
     # Composition: A kept as tuples gets a bucketed index on y (bitmaps of x, see
     # modules/composition.py) when y's distinct values are at most this share of A's facts (a
     # bitmap per value costs about what a tuple does; 0 never builds one).

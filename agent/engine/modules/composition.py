@@ -330,8 +330,9 @@ class CompositionModule(PerSubjectModule):
             reached = reach(a_relations, a_y, lost_by_y)
             candidates = {x: zs for x, zs in reached.items() if x not in recomputed}
             a_out = Lookup.some(a_relations, p.a_x, recomputed | candidates.keys())
+            test_cost = self.costs.composition_test_cost
             for x, zs in list(candidates.items()):
-                if len(zs) >= len(a_out(x)):
+                if len(zs) * test_cost >= len(a_out(x)):
                     recomputed.add(x)
                     del candidates[x]
             tested = sum(map(len, candidates.values()))
