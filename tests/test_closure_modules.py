@@ -31,6 +31,7 @@ from agent.engine.modules.symmetric_transitive import SymmetricTransitiveModule
 from agent.engine.modules.transitive import TransitiveClosureModule
 from agent.engine.parser import parse_program
 from agent.engine.store import DataStore, DataStoreBag
+from agent.engine.subject_facts import SubjectFacts
 from agent.engine.terms import TermDictionary
 from tests import reference
 
@@ -597,6 +598,45 @@ def test_tc_random_dag_against_seminaive():
     for u, v in rng.sample(sorted(external), 20):
         harness.update(edb_remove={(u, v)}, edb_add={(v + 60, u)} if u % 3 == 0 else ())
         assert harness.facts() == seminaive_idb("tc", False, harness.external())
+
+
+@pytest.mark.parametrize(("kind", "irreflexive"), VARIANTS, ids=IDS)
+def test_closure_changes_are_made_and_reported_by_subject(kind, irreflexive):
+    """A chain cut in the middle and mended, a back edge and a loop added and deleted (a
+    lonely pair of the irreflexive TC forms and breaks): the IDB stored by subject stays so
+    and the changes handed up are by subject (`SubjectFacts`: a reader grouping by subject
+    takes them as they are), each the actual change of the IDB."""
+    harness = Harness(kind, irreflexive)
+    harness.materialise(edb=chain(8))
+    closure = harness.idb.relation(R)
+    steps = [  # (removed, added)
+        ({(3, 4)}, set()),  # cut
+        (set(), {(3, 4)}),  # mended
+        (set(), {(6, 5)}),  # a 2-cycle: lonely for the irreflexive TC
+        (set(), {(5, 5)}),  # a loop on it: no longer lonely
+        ({(6, 5)}, set()),
+        ({(5, 5)}, set()),
+    ]
+    for removed, added in steps:
+        before = {(x, y) for x, ys in closure.existing_index((0,)).items() for y in ys}
+        harness.edb.relation(R).remove_all(removed)
+        harness.edb.relation(R).add_all(added)
+        changes = InputChanges()
+        if added:
+            changes.plus[R] = set(added)
+        if removed:
+            changes.minus[R] = set(removed)
+        report = harness.module.maintain(harness.node, harness.executor, changes)
+        assert not closure.rows_built
+        after = {(x, y) for x, ys in closure.existing_index((0,)).items() for y in ys}
+        for reported, expected in (
+            (report.removed, before - after),
+            (report.added, after - before),
+        ):
+            if expected:
+                assert isinstance(reported[R], SubjectFacts)
+            assert set(reported.get(R, ())) == expected
+    assert harness.facts() == seminaive_idb(kind, irreflexive, harness.external())
 
 
 def test_tc_closure_stays_compressed_until_a_rule_reads_it():

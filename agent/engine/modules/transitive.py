@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from itertools import repeat
 
 from pyroaring import BitMap, FrozenBitMap
 
@@ -81,16 +80,12 @@ from ..dependency import strongly_connected_components
 from ..executor import Executor
 from ..language import Rule
 from ..store import DataStore, DataStoreBag, Relation, RelationKey
-from ..subject_facts import SubjectFacts
-from .base import Maintained, Module, NodeState
+from ..subject_facts import SubjectFacts, common
+from .base import Maintained, Module, NodeState, by_subject_of
+from .subject_changes import SubjectChanges
 
 EMPTY: frozenset = frozenset()
 NO_IDS = FrozenBitMap()  # the reach of a vertex without successors (read only)
-
-
-def pairs_from(source: int, targets: Iterable[int]) -> Iterable[tuple[int, int]]:
-    """(source, t) for every t, built in C (zip with repeat)."""
-    return zip(repeat(source), targets)
 
 
 class ClosureModule(Module):
@@ -395,22 +390,33 @@ class TransitiveClosureModule(ClosureModule):
                 if w is not None:
                     old_partner[u] = w
         new_p2 = self._close(list(affected), affected, {u for u, _ in facts})
-        gone: set[tuple[int, int]] = set()
+        # What each vertex may lose (some of it not held: a successor derived no other way),
+        # by subject: intersected with what it holds and removed a bitmap at a time.
+        candidates: dict[int, BitMap] = {}
         reach, succ = self.reach, self.succ
         for u, before in old_reach.items():
             after = reach.get(u, NO_IDS)
-            if after is not before and len(after) != len(before):
-                gone.update(pairs_from(u, before - after))
+            maybe = before - after if after is not before and len(after) != len(before) else None
             got = new_p2.get(u)
             if got is not None:
-                gone.update(pairs_from(u, [v for v in succ[u] if v not in got]))
+                direct = [v for v in succ[u] if v not in got]
+                if direct:
+                    maybe = BitMap(direct) if maybe is None else maybe | BitMap(direct)
+            if maybe:
+                candidates[u] = maybe
         if self.irreflexive:
             lonely = self.lonely
             for u in affected:
                 w = lonely.get(u)
                 if w is not None and old_partner.get(u) != w:
-                    gone.add((u, w))
-        result.remove(self.relation, own.remove_all(gone))
+                    candidates.setdefault(u, BitMap()).add(w)
+        held = by_subject_of(own)
+        changes = SubjectChanges(held)
+        for u, maybe in candidates.items():
+            mine = held.get(u)
+            if mine and maybe:
+                changes.lose(u, common(maybe, mine))
+        changes.apply(own, self.relation, result)
 
     # ------------------------------------------------------------------ Add
     def insert(self, own: Relation, facts: set, result: StoreChanges) -> None:
@@ -460,9 +466,10 @@ class TransitiveClosureModule(ClosureModule):
                     candidates[x] = got.copy()
                 else:
                     known |= got
-        added: set[tuple[int, int]] = set()
+        changes = SubjectChanges(by_subject_of(own))
         if self.irreflexive:
-            added = self._relonely(facts)
+            for u, w in self._relonely(facts):
+                changes.gain(u, BitMap((w,)))
             lonely = self.lonely
             for x, got in candidates.items():
                 got.discard(x)
@@ -470,8 +477,8 @@ class TransitiveClosureModule(ClosureModule):
                 if w is not None:
                     got.discard(w)
         for x, got in candidates.items():
-            added.update(pairs_from(x, got))
-        result.add(self.relation, own.add_all(added), owned=True)
+            changes.gain(x, got)
+        changes.apply(own, self.relation, result)
 
     def _relonely(self, facts: set) -> set[tuple[int, int]]:
         """Irreflexive: update the lonely pairs after insertions; returns the pairs of those
