@@ -274,3 +274,40 @@ def test_equality_benchmark_compares_large_models_by_classes_and_normal_forms(mo
     )
     with pytest.raises(SystemExit):
         equality._check(split, model, "split")
+
+
+def test_sweep_benchmark_checks_every_update_against_recomputing(capsys):
+    """``simulations.bench.sweep --quick``: every program's updates (a fact of each relation
+    deleted and added, entities leaving) are printed with their speed-up, checked equal to
+    recomputing; the closing lines say which small updates are slower and that all agree."""
+    from simulations.bench import sweep
+
+    assert sweep.main(["--quick", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [
+        line for line in out.splitlines() if line.endswith(("OK", "MISMATCH")) or " OK " in line
+    ]
+    for name in ("RS1", "RS2", "RS3", "farm"):
+        assert any(row.startswith(name) for row in rows), name
+    assert any("leaves" in row for row in rows) and any("delete one" in row for row in rows)
+    assert "MISMATCH" not in out
+    assert f"All {len(rows)} rows equal the from-scratch materialisation." in out
+    assert "slower than recomputing:" in out
+
+
+def test_sweep_benchmark_reports_a_wrong_update(capsys, monkeypatch):
+    """An engine whose updates forget their deletions: the sweep says MISMATCH and fails."""
+    from agent.engine import Reasoner
+    from simulations.bench import sweep
+
+    real_update = Reasoner.update
+
+    def forgetful(self, **kwargs):
+        kwargs.pop("delete_facts", None)
+        return real_update(self, **kwargs)
+
+    quick = sweep.workloads(True)[:1]
+    monkeypatch.setattr(sweep, "workloads", lambda _quick: quick)
+    monkeypatch.setattr(Reasoner, "update", forgetful)
+    assert sweep.main(["--quick", "--repeat", "1"]) == 1
+    assert "MISMATCH" in capsys.readouterr().out
