@@ -348,7 +348,8 @@ class CompositionModule(PerSubjectModule):
         # A(x, y): for the subjects not evaluated afresh, minus what they hold. (Under a
         # negation the inserted B(y, z) are candidates: those that derive are in B[y] - N[y].)
         needed = column_values(a_plus, a_y)
-        needed.update(*(a_out(x) for x in recomputed))
+        if recomputed:  # (their keys united in C: a Python set takes a step per key)
+            needed.update(BitMap().union(*(as_bitmap(a_out(x)) for x in recomputed)))
         if p.n is not None:
             needed.update(new_by_y.keys())
         objects = self._objects(node, needed)
