@@ -37,6 +37,7 @@ from pathlib import Path
 from agent.engine import Program, Reasoner
 from agent.engine.parser import parse_file
 from simulations.bench.datasets import Fact, ds1, ds2
+from simulations.bench.incremental import rule_set
 from simulations.bench.timing import timed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,18 +84,17 @@ def farm_layout(turbines: int) -> tuple[Fact, ...]:
 
 
 def workloads(quick: bool) -> list[Workload]:
-    def rules(path: Path) -> Program:
-        return Program(rules=parse_file(path).rules)
+    def benchmark(name: str) -> Program:
+        return Program(rules=rule_set(name))
 
-    benchmarks = ROOT / "rules" / "benchmarks"
     n, w, turbines = (40, 20, 30) if quick else (400, 200, 800)
     return [
-        Workload(f"RS1 DS1({n})", rules(benchmarks / "rs1.rules"), tuple(ds1(n))),
-        Workload(f"RS2 DS2({w})", rules(benchmarks / "rs2.rules"), tuple(ds2(w))),
-        Workload(f"RS3 DS2({w})", rules(benchmarks / "rs3.rules"), tuple(ds2(w))),
+        Workload(f"RS1 DS1({n})", benchmark("rs1"), tuple(ds1(n))),
+        Workload(f"RS2 DS2({w})", benchmark("rs2"), tuple(ds2(w))),
+        Workload(f"RS3 DS2({w})", benchmark("rs3"), tuple(ds2(w))),
         Workload(
             f"farm {turbines}",
-            rules(ROOT / "rules" / "windfarm" / "farm.rules"),
+            Program(rules=parse_file(ROOT / "rules" / "windfarm" / "farm.rules").rules),
             farm_layout(turbines),
         ),
     ]

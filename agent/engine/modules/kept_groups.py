@@ -39,14 +39,15 @@ def subjects_reaching(shape: SubjectShape, view: DataStoreBag, ys: AbstractSet[i
 
 def alike(
     xs: list[int], gained: dict[int, BitMap], lost: dict[int, BitMap]
-) -> tuple[list[int], BitMap, BitMap]:
-    """The subjects of a shared set whose ``A[x]`` gained the same objects ``plus`` and lost
-    the same ``minus`` (none, for the subjects A did not change for), none of those objects
-    being one of these subjects: each of them then has the set's member set ``A[x] | {x}``
-    changed that way, and they stay a set. The change most subjects share is found by the
-    sizes of what each gained and lost (counted in C), then checked exactly (a turbine leaving
-    a farm: 400 subjects lose it, it loses the 400; a chain cut near its end: each part loses
-    the other, and the larger part stays)."""
+) -> tuple[list[int], list[int], BitMap, BitMap]:
+    """Split a shared set's subjects into those that stay a set and those that leave it. The
+    staying ones are those whose ``A[x]`` gained the same objects ``plus`` and lost the same
+    ``minus`` (none, for the subjects A did not change for), none of those objects being one
+    of these subjects: each of them then has the set's member set ``A[x] | {x}`` changed that
+    way. The change most subjects share is found by the sizes of what each gained and lost
+    (counted in C), then checked exactly (a turbine leaving a farm: 400 subjects lose it, it
+    loses the 400; a chain cut near its end: each part loses the other, and the larger part
+    stays). Fewer than two alike: none stays. Returns (staying, leaving, plus, minus)."""
     sizes = list(
         zip(
             map(len, map(gained.get, xs, repeat(NO_IDS))),
@@ -57,16 +58,20 @@ def alike(
     common, _ = Counter(sizes).most_common(1)[0]
     first = xs[sizes.index(common)]
     plus, minus = gained.get(first, NO_IDS), lost.get(first, NO_IDS)
-    staying = [
-        x
-        for x, size in zip(xs, sizes, strict=True)
-        if size == common
-        and gained.get(x, NO_IDS) == plus
-        and lost.get(x, NO_IDS) == minus
-        and x not in plus
-        and x not in minus
-    ]
-    return staying, plus, minus
+    staying: list[int] = []
+    leaving: list[int] = []
+    for x, size in zip(xs, sizes, strict=True):
+        same = (
+            size == common
+            and gained.get(x, NO_IDS) == plus
+            and lost.get(x, NO_IDS) == minus
+            and x not in plus
+            and x not in minus
+        )
+        (staying if same else leaving).append(x)
+    if len(staying) < 2:
+        return [], xs, plus, minus
+    return staying, leaving, plus, minus
 
 
 class KeptPartition:
@@ -168,16 +173,11 @@ class KeptPartition:
             if changed.isdisjoint(xs):
                 kept.append(one)
                 continue
-            staying, plus, minus = alike(xs, gained, lost)
-            if len(staying) < 2:
-                leaving = xs
-            else:
-                kept_xs = set(staying)
-                leaving = [x for x in xs if x not in kept_xs]
+            staying, leaving, plus, minus = alike(xs, gained, lost)
             loose.update(leaving)
             for x in leaving:
                 del self.set_of[x]
-            if leaving is xs:
+            if not staying:  # (the whole set is partitioned afresh)
                 continue
             if leaving:
                 one.leave(leaving, staying)

@@ -227,14 +227,17 @@ def add_all(found: dict[int, AbstractSet[int]], key: int, values: Iterable[int])
     value at a time (a farm's neighbourhoods read again from the closure's bitmaps and the
     explicit edges: as sets, several times what recomputing the farm costs)."""
     known = found.get(key)
-    if known is None:
-        found[key] = values.copy() if values.__class__ is BitMap else set(values)
-    elif known.__class__ is BitMap or values.__class__ is not BitMap:
+    if values.__class__ is BitMap:
+        if known is None or known.__class__ is BitMap:
+            add_into(found, key, values)  # type: ignore[arg-type]
+        else:  # (a set so far, then a bitmap: the bitmap's copy takes in the set)
+            united = values.copy()
+            united.update(known)
+            found[key] = united
+    elif known is None:
+        found[key] = set(values)
+    else:
         known.update(values)  # type: ignore[attr-defined]
-    else:  # (a set so far, then a bitmap: the bitmap's copy takes in the set)
-        united = values.copy()
-        united.update(known)
-        found[key] = united
 
 
 def subjects_meeting(relations: list[Relation], values: AbstractSet[int]) -> set[int]:
