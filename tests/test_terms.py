@@ -54,6 +54,13 @@ batches = st.one_of(
     # tuples only: the batch is encoded a relation and a column at a time (``C(x)`` given as
     # ``(C, x)`` and as ``(rdf:type, x, C)`` in one batch is one relation)
     st.lists(st.one_of(tuple_facts, type_facts, class_named_facts), max_size=30),
+    # one relation of one arity (a CSV file's rows: its columns are cut out at once)
+    st.integers(1, 3).flatmap(
+        lambda arity: st.lists(
+            st.lists(values, min_size=arity, max_size=arity).map(lambda args: ("p", *args)),
+            max_size=30,
+        )
+    ),
 )
 
 

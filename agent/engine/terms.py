@@ -320,14 +320,18 @@ def _by_relation(facts: list) -> dict[RelationKey, list[list]] | None:
     if not facts:
         return None
     try:
-        if (
-            set(map(type, facts)) != {tuple}
-            or min(map(len, facts)) < 2
-            or set(map(type, map(itemgetter(0), facts))) != {str}
-        ):
+        if set(map(type, facts)) != {tuple} or min(map(len, facts)) < 2:
             return None
-    except TypeError:  # (a fact without a length)
+        predicates = set(map(itemgetter(0), facts))
+    except TypeError:  # (a fact without a length, an unhashable predicate)
         return None
+    if set(map(type, predicates)) != {str}:
+        return None
+    if len(predicates) == 1 and RDF_TYPE not in predicates:
+        lengths = set(map(len, facts))
+        if len(lengths) == 1:  # (one relation, a CSV file's: its columns cut out in C)
+            (predicate,), (length,) = predicates, lengths
+            return {(predicate, length - 1): list(map(list, zip(*facts, strict=True)))[1:]}
     rows: dict[tuple[str, int], list[tuple]] = {}
     for fact in facts:
         shape = (fact[0], len(fact))
