@@ -872,6 +872,27 @@ TestClosureMachine = ClosureMachine.TestCase
 TestClosureMachine.settings = CLOSURE_SETTINGS
 
 
+class PersistentClosureMachine(ClosureMachine):
+    """The closure machine as a turbine's agent runs it: every change committed to a real
+    SQLite file through :class:`AgentState`, and restarts from that file between steps. A
+    restart leaves the closures' adjacency and the aggregates' kept partitions to be rebuilt
+    by the first change after it (``Module.adopt``), which runs inside that change: a turbine
+    joining or leaving, a reading replaced or a rule replaced under its label, right after
+    a restart."""
+
+    persistent = True
+
+    @rule()
+    def restart_from_disk(self) -> None:
+        self.restart()
+
+
+TestPersistentClosureMachine = PersistentClosureMachine.TestCase
+TestPersistentClosureMachine.settings = settings(
+    CLOSURE_SETTINGS, max_examples=PERSISTENT_SETTINGS.max_examples
+)
+
+
 # ---------------------------------------------------------------------------------- regressions
 def materialisation(reasoner: Reasoner) -> set[tuple]:
     return engine_facts(reasoner)
