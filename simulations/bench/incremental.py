@@ -36,6 +36,13 @@ Later passes only time: reading every fact between two steps of a case would lea
 step to run with the CPU caches full of the whole materialisation, which no update of a
 running agent meets after another.
 
+``again``: a step that changes facts is then undone (untimed) and made once more, timed, on the
+same reasoner (which ends in the same state, so the case's next step is unaffected). The first
+time is a reasoner's first update of its kind: it compiles the delta plans the update needs
+and builds the indexes they read (about 0.1-0.5 ms a plan, and an index a pass over its
+relation). The second is what a running agent pays for the same update, those kept. Rule
+updates have no such column: deleting a rule drops its plans.
+
 How to read it. ``speed-up = scratch / incremental``: above 1 the incremental update wins.
 Absolute times on shared machines are noisy; the ratios, both sides measured in one run, are
 what to compare (with each other and with the paper's). Single-millisecond updates (leaf
@@ -55,8 +62,8 @@ of the materialisations before and after), as a share of the final materialisati
 The closing lines check the paper's claims: every update strictly faster than from scratch;
 adding or deleting the leaf hyper-node r18 alone in under 1% of the from-scratch time; every
 RS2/RS3 deletion at least 5x faster. Then those of the storage by subject (docs/storage.md):
-every update whose net change is under 10% at least 5x faster, adding r18 under 2%. Targets not
-met do not change the exit status.
+every update whose net change is under 10% at least 5x faster (as first made, then made
+again), adding r18 under 2%. Targets not met do not change the exit status.
 
 DS2 is generated with its p5 facts (``ds2(w)``), so the negations on p5 in r15 and r16 bite.
 """
@@ -117,13 +124,16 @@ class State:
 
 @dataclass(frozen=True)
 class Step:
-    """One timed update and the state it must lead to (one row of the table)."""
+    """One timed update and the state it must lead to (one row of the table). ``undo``, for an
+    update of facts: the update that takes the final state back to the step's start (see
+    ``Row.again``)."""
 
     name: str
     update: Update
     final: State
     deletion: bool = False
     leaf: bool = False
+    undo: Update | None = None
 
 
 @dataclass(frozen=True)
@@ -153,10 +163,18 @@ class Row:
     error: str = ""
     freed: float = 0.0  # seconds the background reclaimer spent freeing what it dropped
     changed: int = -1  # facts in the update's net change (added or removed); -1: not checked
+    # The same update made again on the same reasoner, after undoing it untimed (NaN: a rule
+    # update, not measured): what it costs a running agent, its plans compiled and its
+    # indexes built by the first time.
+    again: float = float("nan")
 
     @property
     def speedup(self) -> float:
         return self.scratch / self.incremental if self.incremental else float("inf")
+
+    @property
+    def again_speedup(self) -> float:
+        return self.scratch / self.again if self.again else float("inf")
 
     @property
     def net_change(self) -> float:
@@ -210,19 +228,16 @@ def deleting_rules(labels: Sequence[str]) -> Update:
     return lambda reasoner: reasoner.delete_rules(list(labels))
 
 
-def adding_facts(facts: Sequence[Fact]) -> Update:
-    """An update that adds these explicit facts."""
-    return lambda reasoner: reasoner.add_facts(facts)
+def fact_step(name: str, added: Sequence[Fact], deleted: Sequence[Fact], final: State) -> Step:
+    """A step that adds and deletes explicit facts in one update, with its undoing."""
 
+    def update(reasoner: Reasoner) -> object:
+        return reasoner.update(add_facts=added, delete_facts=deleted)
 
-def deleting_facts(facts: Sequence[Fact]) -> Update:
-    """An update that deletes these explicit facts."""
-    return lambda reasoner: reasoner.delete_facts(facts)
+    def undo(reasoner: Reasoner) -> object:
+        return reasoner.update(add_facts=deleted, delete_facts=added)
 
-
-def replacing_facts(old: Fact, new: Fact) -> Update:
-    """An update that replaces one explicit fact by another (one change: both at once)."""
-    return lambda reasoner: reasoner.update(add_facts=[new], delete_facts=[old])
+    return Step(name, update, final, deletion=bool(deleted) and not added, undo=undo)
 
 
 def labels_text(labels: Iterable[str]) -> str:
@@ -314,13 +329,8 @@ def rs1_cases(quick: bool) -> list[Case]:
         old = next(f for f in data if f[0] == AIR_TEMPERATURE and f[1] == turbine(n // 3))
         new = (*old[:2], old[2] + 7.5)
         steps = (
-            Step("RS1 add edge+reading", adding_facts(joining), State(rs1, grown)),
-            Step(
-                "RS1 delete mid edge",
-                deleting_facts([middle]),
-                State(rs1, minus(data, [middle])),
-                deletion=True,
-            ),
+            fact_step("RS1 add edge+reading", joining, (), State(rs1, grown)),
+            fact_step("RS1 delete mid edge", (), [middle], State(rs1, minus(data, [middle]))),
             Step(
                 "RS1 delete r1",
                 deleting_rules(["r1"]),
@@ -335,14 +345,13 @@ def rs1_cases(quick: bool) -> list[Case]:
             ),
         )
         cases += [Case("rs1", data_name, start, (step,)) for step in steps]
-        leaving = Step(  # (the farm of n + 1: the reverse of the first row)
-            "RS1 delete edge+reading", deleting_facts(joining), start, deletion=True
-        )
+        # (the farm of n + 1: the reverse of the first row)
+        leaving = fact_step("RS1 delete edge+reading", (), joining, start)
         cases.append(Case("rs1", data_name, State(rs1, grown), (leaving,)))
         changed = State(rs1, tuple(new if fact == old else fact for fact in data))
         readings = (  # (one case: the second update runs on the state the first left)
-            Step("RS1 change a reading", replacing_facts(old, new), changed),
-            Step("RS1 change it back", replacing_facts(new, old), start),
+            fact_step("RS1 change a reading", [new], [old], changed),
+            fact_step("RS1 change it back", [old], [new], start),
         )
         cases.append(Case("rs1", data_name, start, readings))
     return cases
@@ -359,13 +368,8 @@ def data_cases(quick: bool) -> list[Case]:
         grown = tuple(ds1(n + n * percent // 100))
         extra = minus(grown, base)
         steps = (
-            Step(f"+{percent}% turbines", adding_facts(extra), State(program, grown)),
-            Step(
-                f"-{percent}% turbines",
-                deleting_facts(extra),
-                State(program, base),
-                deletion=True,
-            ),
+            fact_step(f"+{percent}% turbines", extra, (), State(program, grown)),
+            fact_step(f"-{percent}% turbines", (), extra, State(program, base)),
         )
         cases.append(Case("data", f"DS1({n})", State(program, base), steps))
     return cases
@@ -461,6 +465,11 @@ def strategy_summary(stats: dict) -> str:
     return " ".join(f"{name}:{count}" for name, count in sorted(found.items()))
 
 
+def least(*seconds: float) -> float:
+    """The smallest of some times, NaN (not measured) left out; NaN when none was measured."""
+    return min((value for value in seconds if value == value), default=float("nan"))
+
+
 class Runner:
     """Runs cases, sharing the from-scratch reference of a final state between its rows."""
 
@@ -508,6 +517,7 @@ class Runner:
                 kept.equal = equal
                 kept.scratch = scratch
                 kept.changed = changed
+                kept.again = least(kept.again, row.again)
                 kept.error = kept.error or row.error
         return [row for row in best if row is not None]
 
@@ -532,6 +542,10 @@ class Runner:
             equal = not check or frozenset(reasoner.facts()) == reference.facts
             changed = -1 if before is None else len(before ^ reference.facts)
             before = reference.facts if check else None
+            again = float("nan")
+            if step.undo is not None:  # (back to the step's start, untimed, and again)
+                step.undo(reasoner)
+                again = timed(lambda s=step: s.update(reasoner))
             rows.append(
                 Row(
                     case.group,
@@ -546,6 +560,7 @@ class Runner:
                     step.leaf,
                     freed=freed,
                     changed=changed,
+                    again=again,
                 )
             )
         return rows
@@ -614,7 +629,8 @@ def print_memory(rows: list[tuple[str, str, int, int]]) -> None:
 
 HEADER = (
     f"{'scenario':<24} {'data':<9} {'facts':>8} {'change':>7} {'incremental s':>13} "
-    f"{'scratch s':>10} {'speed-up':>9} {'freed later s':>13} {'equal':<8} strategy"
+    f"{'scratch s':>10} {'speed-up':>9} {'again s':>8} {'again':>8} {'freed later s':>13} "
+    f"{'equal':<8} strategy"
 )
 
 
@@ -625,9 +641,13 @@ def format_row(row: Row) -> str:
         equal, strategy = "ERROR", row.error
     else:
         strategy = row.strategy
+    if row.again == row.again:
+        again = f"{row.again:>8.4f} {row.again_speedup:>7.3g}x"
+    else:  # (a rule update: not measured)
+        again = f"{'-':>8} {'-':>8}"
     return (
         f"{row.scenario:<24} {row.data:<9} {row.facts:>8} {row.net_change:>7.1%} "
-        f"{row.incremental:>13.4f} {row.scratch:>10.4f} {row.speedup:>8.3g}x "
+        f"{row.incremental:>13.4f} {row.scratch:>10.4f} {row.speedup:>8.3g}x {again} "
         f"{row.freed:>13.4f} {equal:<8} {strategy}"
     )
 
@@ -639,6 +659,7 @@ def targets(rows: list[Row]) -> list[tuple[str, list[Row], list[Row]]]:
     leaf_insertions = [row for row in leaves if not row.deletion]
     deletions = [row for row in rows if row.deletion and row.group in ("rule-deletion", "rs3")]
     small = [row for row in rows if row.net_change < SMALL_CHANGE]
+    small_again = [row for row in small if row.again == row.again]
     return [
         (
             "every update strictly faster than from scratch",
@@ -660,6 +681,12 @@ def targets(rows: list[Row]) -> list[tuple[str, list[Row], list[Row]]]:
             f"{SMALL_CHANGE_SPEEDUP:g}x faster than from scratch",
             small,
             [row for row in small if not row.speedup >= SMALL_CHANGE_SPEEDUP],
+        ),
+        (
+            f'(storage) the same, on a running agent (the update made again, "again"; fact '
+            f"updates only): at least {SMALL_CHANGE_SPEEDUP:g}x faster than from scratch",
+            small_again,
+            [row for row in small_again if not row.again_speedup >= SMALL_CHANGE_SPEEDUP],
         ),
         (
             f"(storage) adding the leaf r18 under {LEAF_INSERTION_RATIO:.0%} of from scratch",
