@@ -55,6 +55,7 @@ from agent.dictionary_checksums import META_KEY, DictionaryChecksums
 from agent.engine.budget import Budget
 from agent.engine.changes import NodeJournal
 from agent.engine.errors import ZodiacError
+from agent.engine.gcpause import collector_paused
 from agent.engine.language import Literal, Program, Rule, Value, atom_fact
 from agent.engine.parser import parse_program
 from agent.engine.reasoner import Reasoner
@@ -247,6 +248,19 @@ class AgentState:
             raise StateError(f"{self.path}: no agent state here (run the agent once to create it)")
         if not existed:
             _create_atomically(self.path)
+        # The collector paused while the file is read, and what is alive then frozen, as after
+        # a materialisation (gcpause.py): a load builds the reasoner's whole state, objects
+        # that live as long as the agent. Without it, in a process just started, the first
+        # full collection (during the open, or right after it) walked every object of the
+        # imports and of the state: about 0.9 ms, a third of RS1's restart, which the
+        # recompute it is measured against never paid (its materialisation freezes).
+        with collector_paused() as pause:
+            pause.large = load
+            self._open(existed, synchronous, load)
+
+    def _open(self, existed: bool, synchronous: str, load: bool) -> None:
+        """Connect, check the file (migrating an older schema when ``load``) and load the
+        reasoner from it (``load``); see ``__init__``."""
         self.conn = _connect(self.path)
         try:
             # Before anything that writes, such as the WAL switch. A health check

@@ -118,3 +118,32 @@ def test_a_dropped_reasoner_is_freed_after_a_freeze(unfrozen, program) -> None:
     alive = weakref.ref(reasoner)
     del reasoner
     assert alive() is None, "a reference cycle keeps the dropped reasoner"
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_opening_a_saved_state_freezes_it_and_a_closed_one_is_freed(
+    unfrozen, program, tmp_path
+) -> None:
+    """Loading the agent's state builds the reasoner's whole state, like a materialisation:
+    the collector is paused meanwhile and what is alive is then frozen, however small the
+    state (a full collection right after a restart walked every object of a process just
+    started). So a closed and dropped state, reasoner and hyper-nodes included, must be freed
+    by reference counting alone."""
+    from agent.persistence import AgentState
+
+    path = tmp_path / "agent.db"
+    with AgentState(path) as state:
+        state.apply(
+            add_rules="@prefix owl: <http://www.w3.org/2002/07/owl#> .\n" + PROGRAMS[program],
+            add_facts=[("q", "a", "b"), ("q", "b", "c"), ("key", "a", "k"), ("key", "b", "k")],
+        )
+    gc.unfreeze()
+    gc.collect()
+    state = AgentState(path)
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+    assert state.load_report.how == "loaded"
+    alive = [weakref.ref(state), weakref.ref(state.reasoner)]
+    alive += [weakref.ref(node) for node in state.reasoner.nodes]
+    state.close()
+    del state
+    assert all(ref() is None for ref in alive), "a reference cycle keeps the closed state"
