@@ -189,10 +189,11 @@ def test_composition_module_equals_from_scratch_after_every_update(
 ):
     """Random insertions, deletions and mixes of both, from single facts to half of the
     explicit facts: small graphs test most candidates of deleted B facts, denser ones
-    recompute more subjects. ``bucketed`` 1.0: every explicit A gets a bucketed index on y at
-    materialisation (read instead of a pass over A, and kept up to date by the updates)."""
+    recompute more subjects; a subject with one y changes as ``B[y]`` did. ``bucketed`` 1.0:
+    every explicit A gets a bucketed index on y at materialisation (read instead of a pass
+    over A, and kept up to date by the updates)."""
     rng = random.Random(nodes * 1000 + len(program))
-    seen = {"recomputed": 0, "tested": 0, "bucketed": 0}
+    seen = {"recomputed": 0, "tested": 0, "one y": 0, "bucketed": 0}
     costs = replace(DEFAULT_COSTS, composition_bucketed_share=bucketed)
     for _ in range(10):
         facts = [
@@ -214,9 +215,10 @@ def test_composition_module_equals_from_scratch_after_every_update(
         for _ in random_fact_updates(reasoner, rng, facts):
             for strategy in strategies(reasoner):
                 if strategy.startswith("composition ("):
-                    recomputed, tested = re.findall(r"\d+", strategy)
+                    recomputed, tested, *alike = re.findall(r"\d+", strategy)
                     seen["recomputed"] += int(recomputed)
                     seen["tested"] += int(tested)
+                    seen["one y"] += int(alike[0]) if alike else 0
             assert set(reasoner.facts()) == from_scratch(reasoner)
     assert seen["recomputed"] and seen["tested"], seen
     assert bool(seen["bucketed"]) == (bucketed > 0), seen
@@ -240,9 +242,12 @@ def test_composition_tests_candidates_or_recomputes_subjects():
     assert set(reasoner.facts()) == from_scratch(reasoner)
     # A deleted B fact: x0 has eleven witnesses to look at and one candidate (z0), tested (it
     # stays through w0..w9: a test costs what uniting `composition_test_cost` witnesses' B[y]
-    # does); x2..x29 have one witness each: evaluated afresh.
+    # does); x2..x29 have y as their one witness: they change as B[y] did, found once.
     reasoner.delete_facts([("b", "y", "z0")])
-    assert strategies(reasoner) == ["composition (28 subjects recomputed, 1 candidates tested)"]
+    assert strategies(reasoner) == [
+        "composition (0 subjects recomputed, 1 candidates tested, "
+        "28 subjects changed as their one y)"
+    ]
     assert ("h", "x0", "z0") in set(reasoner.facts())
     assert ("h", "x2", "z0") not in set(reasoner.facts())
     assert set(reasoner.facts()) == from_scratch(reasoner)
@@ -267,11 +272,39 @@ def test_a_candidate_is_tested_while_testing_costs_less_than_the_witnesses_union
     reasoner.add_facts([("b", y, "z0") for y in ["y", *witnesses]] + [("b", "y", "z1")])
     reasoner.add_rules("j: h(X, Z) :- a(X, Y) and b(Y, Z) .")
     reasoner.delete_facts([("b", "y", "z0")])
-    recomputed = 2 - tested  # (x1, one witness, always afresh)
+    recomputed = 1 - tested  # (x1, one witness: changes as B[y] did)
     assert strategies(reasoner) == [
-        f"composition ({recomputed} subjects recomputed, {tested} candidates tested)"
+        f"composition ({recomputed} subjects recomputed, {tested} candidates tested, "
+        "1 subjects changed as their one y)"
     ]
     assert set(reasoner.facts()) == from_scratch(reasoner)
+
+
+@pytest.mark.parametrize("negated", [False, True])
+def test_subjects_with_one_y_change_as_its_objects_did(negated):
+    """A farm's forecast replaced: every turbine of the farm (its one y) loses the old value
+    and gains the new one, found once for the farm; a turbine of two farms is evaluated
+    afresh; a turbine whose farm did not change is left alone. Under a negated atom the new
+    value can be blocked in the same update (then they only lose the old one)."""
+    blocked = " and not <blocked>(F, T)" if negated else ""
+    reasoner = Reasoner()
+    reasoner.add_rules(f"f: <expected>(X, T) :- <partOf>(X, F) and <forecast>(F, T){blocked} .")
+    reasoner.add_facts(
+        [("partOf", f"t{i}", "f1") for i in range(30)]
+        + [("partOf", f"u{i}", "f2") for i in range(20)]
+        + [("partOf", "t0", "f2"), ("forecast", "f1", 12.0), ("forecast", "f2", 10.0)]
+    )
+    assert module_names(reasoner) == ["composition"]
+    added = [("forecast", "f1", 13.5)] + ([("blocked", "f1", 13.5)] if negated else [])
+    reasoner.update(add_facts=added, delete_facts=[("forecast", "f1", 12.0)])
+    assert strategies(reasoner) == [
+        "composition (1 subjects recomputed, 0 candidates tested, "
+        "29 subjects changed as their one y)"
+    ]
+    facts = set(reasoner.facts())
+    assert facts == from_scratch(reasoner)
+    assert ("expected", "t5", 13.5) in facts or negated
+    assert not any(fact[0] == "expected" and fact[2] == 12.0 for fact in facts)
 
 
 @pytest.mark.parametrize("subject_first", [True, False])

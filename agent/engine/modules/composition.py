@@ -23,7 +23,9 @@ the new state of A and B (the lower hyper-nodes are up to date when this one run
 * a deleted ``B(y, z)``: every ``x`` with ``A(x, y)`` may lose ``z``; it keeps it exactly when
   a witness remains (``A[x]`` meets ``B^-1[z]``, a C-level ``isdisjoint`` that stops at the
   first common ``y``). A subject with at least as many such candidates as it has ``y`` values
-  is recomputed instead (cheaper than the tests);
+  is recomputed instead (cheaper than the tests), and a subject whose only ``y`` it is, before
+  and after, changes as ``B[y]`` did: found once for all of them (a farm's turbines when its
+  forecast changes);
 * an inserted ``A(x, y)`` adds ``B[y]`` to ``H[x]``, an inserted ``B(y, z)`` adds ``z`` to
   ``H[x]`` for every ``x`` with ``A(x, y)`` (what is not held already).
 
@@ -316,6 +318,7 @@ class CompositionModule(PerSubjectModule):
         # as witnesses to look at.
         recomputed = column_values(a_minus, p.a_x)
         candidates: dict[int, BitMap] = {}
+        alone_with: dict[int, list[int]] = {}  # y -> the candidates whose only y it is
         probed = None
         if recomputed and any(len(r) and r.existing_index((p.a_x,)) is None for r in a_relations):
             a_in = Lookup.some(a_relations, a_y, lost_by_y.keys())
@@ -331,8 +334,13 @@ class CompositionModule(PerSubjectModule):
             candidates = {x: zs for x, zs in reached.items() if x not in recomputed}
             a_out = Lookup.some(a_relations, p.a_x, recomputed | candidates.keys())
             test_cost = self.costs.composition_test_cost
+            a_gained = column_values(a_plus, p.a_x)
             for x, zs in list(candidates.items()):
-                if len(zs) * test_cost >= len(a_out(x)):
+                ys = a_out(x)
+                if len(ys) == 1 and x not in a_gained:  # (its A[x] was {y} before too)
+                    alone_with.setdefault(next(iter(ys)), []).append(x)
+                    del candidates[x]
+                elif len(zs) * test_cost >= len(ys):
                     recomputed.add(x)
                     del candidates[x]
             tested = sum(map(len, candidates.values()))
@@ -352,27 +360,60 @@ class CompositionModule(PerSubjectModule):
             needed.update(BitMap().union(*(as_bitmap(a_out(x)) for x in recomputed)))
         if p.n is not None:
             needed.update(new_by_y.keys())
+        needed.update(alone_with.keys())
         objects = self._objects(node, needed)
         if p.n is not None:
             new_by_y = {y: kept for y, zs in new_by_y.items() if (kept := zs & objects(y))}
         for x, got in self._evaluate(a_out, objects, recomputed, executor.guard, held):
             changed.become(x, got)
+        followed = self._follow_their_y(alone_with, objects, held, changed)
+        evaluated = recomputed.union(followed)
         found_new: dict[int, BitMap] = {}
         for fact in a_plus:
             x = fact[p.a_x]
-            if x not in recomputed:
+            if x not in evaluated:
                 add_into(found_new, x, objects(fact[a_y]))
         for x, zs in reach(a_relations, a_y, new_by_y).items():
-            if x not in recomputed:
+            if x not in evaluated:
                 add_into(found_new, x, zs)
         for x, got in found_new.items():
             changed.gain(x, got)
+        by_probing = " by membership in A" if probed is not None else ""
+        alike = f", {len(followed)} subjects changed as their one y" if followed else ""
         result = Maintained(
             strategy=f"composition ({len(recomputed)} subjects recomputed, "
-            f"{tested} candidates tested{' by membership in A' if probed is not None else ''})"
+            f"{tested} candidates tested{by_probing}{alike})"
         )
         changed.apply(own, self.pattern.head, result)
         return result
+
+    @staticmethod
+    def _follow_their_y(
+        alone_with: dict[int, list[int]],
+        objects: Bitmaps,
+        held: dict,
+        changed: SubjectChanges,
+    ) -> list[int]:
+        """The subjects whose ``A[x]`` is one ``y``, before and after the update, changed
+        as ``B[y]`` did: ``H[x]`` is ``B[y]`` (less ``N[y]``), so all of a ``y``'s subjects
+        that held the same objects lose and gain the same ones, found once per ``y`` (the
+        farm's turbines when its forecast changes: 800 subjects, one union and one
+        comparison each before). A subject holding something else is evaluated on its own
+        (``become``). Returns the subjects done."""
+        done: list[int] = []
+        for y, xs in alone_with.items():
+            now = objects(y)
+            first = held.get(xs[0])
+            before = as_bitmap(first) if first else NO_IDS
+            lost, gained = before - now, now - before
+            for x in xs:
+                mine = held.get(x)
+                if mine is first or (mine is not None and first is not None and mine == first):
+                    changed.known(x, lost, gained)
+                else:
+                    changed.become(x, BitMap(now))
+            done += xs
+        return done
 
     def _lost_by_probing(
         self,

@@ -38,6 +38,17 @@ class SubjectChanges:
             self.lost[x] = before - objects
             self.gained[x] = objects - before
 
+    def known(self, x: int, lost: BitMap, gained: BitMap) -> None:
+        """``x`` loses exactly ``lost`` (all held) and gains exactly ``gained`` (none held),
+        a subject with no change recorded yet; both are copied (one pair is given to many
+        subjects)."""
+        if x in self.lost or x in self.gained:
+            raise AssertionError(f"subject {x}: a change is recorded already")
+        if lost:
+            self.lost[x] = lost.copy()
+        if gained:
+            self.gained[x] = gained.copy()
+
     def lose(self, x: int, objects: BitMap) -> None:
         """``x`` loses ``objects`` (all held; the bitmap is taken over)."""
         known = self.lost.get(x)
