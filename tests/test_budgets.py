@@ -55,6 +55,26 @@ def test_a_cartesian_product_over_budget_changes_nothing():
     assert set(reasoner.facts()) == wanted
 
 
+def test_subjects_following_their_one_y_count_against_the_budget():
+    """A composition whose 20,000 subjects share their one ``y`` (a farm's turbines) changes
+    them together when ``B[y]`` changes (modules/composition.py); the facts that change still
+    count against the update's budget, and an update over it changes nothing."""
+    reasoner = Reasoner(budget=Budget(max_derived_facts=50_000))
+    reasoner.add_facts([("partOf", f"t{i}", "farm") for i in range(20_000)])
+    reasoner.add_facts([("forecast", "farm", 12)])
+    reasoner.add_rules("f: expected(X, T) :- partOf(X, F), forecast(F, T) .")
+    before = state_of(reasoner)
+    more = [("forecast", "farm", t) for t in (13, 14, 15)]
+    with pytest.raises(BudgetExceeded) as info:
+        reasoner.update(add_facts=more, delete_facts=[("forecast", "farm", 12)])
+    assert info.value.limit == "derived_facts"
+    assert state_of(reasoner) == before
+    reasoner.update(add_facts=more[:1], delete_facts=[("forecast", "farm", 12)])
+    strategy = reasoner.stats()["last_update"]["hyper_nodes"]
+    assert "20000 subjects changed as their one y" in str(strategy)
+    assert len(reasoner.query("expected(X, 13)")) == 20_000
+
+
 def test_unbounded_recursion_is_stopped_by_the_clock():
     reasoner = Reasoner()
     reasoner.add_facts([("start", 0)])

@@ -366,7 +366,7 @@ class CompositionModule(PerSubjectModule):
             new_by_y = {y: kept for y, zs in new_by_y.items() if (kept := zs & objects(y))}
         for x, got in self._evaluate(a_out, objects, recomputed, executor.guard, held):
             changed.become(x, got)
-        followed = self._follow_their_y(alone_with, objects, held, changed)
+        followed = self._follow_their_y(alone_with, objects, held, changed, executor.guard)
         evaluated = recomputed.union(followed)
         found_new: dict[int, BitMap] = {}
         for fact in a_plus:
@@ -393,14 +393,17 @@ class CompositionModule(PerSubjectModule):
         objects: Bitmaps,
         held: dict,
         changed: SubjectChanges,
+        guard: BudgetGuard,
     ) -> list[int]:
         """The subjects whose ``A[x]`` is one ``y``, before and after the update, changed
         as ``B[y]`` did: ``H[x]`` is ``B[y]`` (less ``N[y]``), so all of a ``y``'s subjects
         that held the same objects lose and gain the same ones, found once per ``y`` (the
         farm's turbines when its forecast changes: 800 subjects, one union and one
         comparison each before). A subject holding something else is evaluated on its own
-        (``become``). Returns the subjects done."""
+        (``become``), under the update's budget as `_evaluate`'s subjects are. Returns the
+        subjects done."""
         done: list[int] = []
+        growth, check_at = 0, PULSE_STEP
         for y, xs in alone_with.items():
             now = objects(y)
             first = held.get(xs[0])
@@ -410,8 +413,15 @@ class CompositionModule(PerSubjectModule):
                 mine = held.get(x)
                 if mine is first or (mine is not None and first is not None and mine == first):
                     changed.known(x, lost, gained)
+                    growth += len(gained) - len(lost)
                 else:
                     changed.become(x, BitMap(now))
+                    growth += len(now) - (len(mine) if mine is not None else 0)
+                if guard.active:
+                    guard.tick()
+                    if growth > check_at:
+                        guard.check(growth)
+                        check_at = growth + PULSE_STEP
             done += xs
         return done
 
