@@ -83,6 +83,7 @@ from agent.engine import Program, Reasoner, Rule
 from agent.engine.parser import parse_file
 from agent.engine.reclaim import RECLAIMER
 from simulations.bench.datasets import AIR_TEMPERATURE, NEIGHBOUR, Fact, ds1, ds2, turbine
+from simulations.bench.timing import speedup
 from simulations.bench.timing import timed as stopwatch
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
@@ -170,11 +171,11 @@ class Row:
 
     @property
     def speedup(self) -> float:
-        return self.scratch / self.incremental if self.incremental else float("inf")
+        return speedup(self.scratch, self.incremental)
 
     @property
     def again_speedup(self) -> float:
-        return self.scratch / self.again if self.again else float("inf")
+        return speedup(self.scratch, self.again)
 
     @property
     def net_change(self) -> float:

@@ -30,6 +30,7 @@ from agent.engine import Reasoner
 from agent.engine.store import DataStore, by_subject
 from simulations.bench.datasets import ds1, ds2
 from simulations.bench.memory import fact_count, footprint, megabytes
+from simulations.bench.timing import speedup
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
@@ -44,7 +45,7 @@ class Result:
 
     @property
     def ratio(self) -> float:
-        return self.materialise / self.store if self.store else float("inf")
+        return speedup(self.materialise, self.store)
 
 
 def store_time(reasoner: Reasoner) -> float:

@@ -41,7 +41,7 @@ from agent.engine import Program, Reasoner
 from agent.engine.parser import parse_file
 from simulations.bench.datasets import Fact, ds1, ds2
 from simulations.bench.incremental import rule_set
-from simulations.bench.timing import timed
+from simulations.bench.timing import speedup, timed
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_CHANGE = 0.10  # an update changing less than this share of the result...
@@ -77,11 +77,11 @@ class Row:
 
     @property
     def speedup(self) -> float:
-        return self.scratch / self.incremental if self.incremental else float("inf")
+        return speedup(self.scratch, self.incremental)
 
     @property
     def again_speedup(self) -> float:
-        return self.scratch / self.again if self.again else float("inf")
+        return speedup(self.scratch, self.again)
 
 
 def farm_layout(turbines: int) -> tuple[Fact, ...]:

@@ -14,3 +14,8 @@ def timed(action: Callable[[], object]) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
+
+
+def speedup(reference: float, seconds: float) -> float:
+    """How many times faster ``seconds`` is than ``reference`` (infinite for no time at all)."""
+    return reference / seconds if seconds else float("inf")
