@@ -190,6 +190,16 @@ def test_non_finite_doubles_are_refused_where_they_are_written(lexical: str) -> 
         parse_program(f'p("{lexical}"^^xsd:double).')
 
 
+@pytest.mark.parametrize(("text", "column"), [("p(1e400).", 3), ("q(X) :- p(X), X > -2E999 .", 19)])
+def test_numbers_too_large_for_a_double_are_refused_where_they_are_written(
+    text: str, column: int
+) -> None:
+    """A number literal past a double's range would be an infinity (refused as a term, as
+    NaN and INF are): the error names its line and column, as any syntax error does."""
+    with pytest.raises(ParseError, match=rf"<text>:1:{column}: not a finite number"):
+        parse_program(text)
+
+
 def test_variables() -> None:
     rule = only_rule("p(?x, _Foo, _1, Éa) :- q(?x, _Foo, _1, Éa) .")
     assert rule.head.terms == tuple(Variable(n) for n in ("?x", "_Foo", "_1", "Éa"))

@@ -271,8 +271,12 @@ def tokenize(text: str) -> list[Token]:
 def _make_token(kind: str | None, lexeme: str, pos: int) -> Token:
     """The token of a kind other than word and punct (built inline by `tokenize`)."""
     if kind == "number":
-        is_float = "." in lexeme or "e" in lexeme or "E" in lexeme
-        return Token(NUMBER, lexeme, pos, float(lexeme) if is_float else int(lexeme))
+        if "." in lexeme or "e" in lexeme or "E" in lexeme:
+            number = float(lexeme)
+            if not math.isfinite(number):  # (``1e400``: refused, said here with its place)
+                raise _LexError(str(NonFiniteError(lexeme)), pos)
+            return Token(NUMBER, lexeme, pos, number)
+        return Token(NUMBER, lexeme, pos, int(lexeme))
     if kind == "string":
         body = lexeme[1:-1]
         return Token(STRING, lexeme, pos, _unescape(body, pos + 1) if "\\" in body else body)
