@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -82,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
         "materialise",
         help="compute every fact the rules derive and write them as N-Triples",
         description="Compute the materialisation of RULES over FACTS (N-Triples or Turtle files) "
-        "and write all facts, explicit and derived, as N-Triples.",
+        "and write all facts, explicit and derived, as N-Triples. Facts N-Triples cannot hold "
+        "(arity 3 or more, a literal as subject) are counted on stderr by relation; `query` "
+        "answers them.",
     )
     _add_inputs(materialise)
     materialise.add_argument(
@@ -208,17 +211,33 @@ def run_materialise(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -
     if args.derived_only:
         explicit = set(Reasoner.facts(_explicit_only(reasoner)))
         facts = (f for f in facts if f not in explicit)
+    skipped: Counter[str] = Counter()
     if args.output:
         try:
             handle = open(args.output, "w", encoding="utf-8")  # noqa: SIM115 - closed below
         except OSError as error:
             raise ZodiacError(f"cannot write {args.output}: {error.strerror or error}") from None
         with handle:
-            written = write_ntriples(facts, handle)
+            written = write_ntriples(facts, handle, skipped)
     else:
-        written = write_ntriples(facts, out)
+        written = write_ntriples(facts, out, skipped)
+    if skipped:
+        _say_skipped(skipped)
     if args.stats:
         _print_stats(reasoner, written, time.perf_counter() - started)
+
+
+def _say_skipped(skipped: Counter[str]) -> None:
+    """Say on stderr which facts N-Triples could not hold (a relation of arity 3 or more, a
+    subject that is a literal), so that none goes missing unsaid: ``query`` reads them."""
+    total = sum(skipped.values())
+    shown = ", ".join(f"{name}: {count}" for name, count in sorted(skipped.items())[:8])
+    more = f", and {len(skipped) - 8} more relations" if len(skipped) > 8 else ""
+    sys.stderr.write(
+        f"zodiac-edge: note: {total} fact{'s' if total != 1 else ''} not written: N-Triples "
+        f"holds binary and class facts whose subject is an IRI or a blank node ({shown}{more}); "
+        "`zodiac-edge query RULES FACTS --pattern ...` answers them\n"
+    )
 
 
 def _explicit_only(reasoner: Reasoner) -> Reasoner:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.engine.language import RDF_TYPE
 from agent.engine.rdf import read_facts
 from agent.zodiac_edge_cli import build_parser, main
 
@@ -46,6 +47,26 @@ def test_materialise_writes_ntriples(tmp_path: Path, farm: Path):
     facts = set(read_facts(out))
     assert ("hasNeighbour", "windTurbine1", "windTurbine30") in facts
     assert len([f for f in facts if f[0] == "hasNeighbour"]) == 30 * 29
+
+
+def test_materialise_says_which_facts_ntriples_cannot_hold(tmp_path: Path, capsys):
+    """Facts of arity 3 or more and class facts of a literal have no N-Triples form: they are
+    left out of the output, and a note on stderr says how many of each relation, so that no
+    derived fact goes missing unsaid."""
+    rules = tmp_path / "wide.rules"
+    rules.write_text(
+        "p(a, b) . p(a, c) . v(5) .\n"
+        "t(X, Y, Z) :- p(X, Y), p(X, Z), Y != Z .\n"
+        "u(X) :- p(X, Y) .\n"
+        "w(N) :- v(N) .\n"
+    )
+    out = tmp_path / "out.nt"
+    assert main(["materialise", str(rules), "-o", str(out)]) == 0
+    assert set(read_facts(out)) == {("p", "a", "b"), ("p", "a", "c"), (RDF_TYPE, "a", "u")}
+    err = capsys.readouterr().err
+    assert "4 facts not written" in err and "(t/3: 2, v/1: 1, w/1: 1)" in err
+    assert main(["materialise", str(RULES), "-o", str(out)]) == 0
+    assert "not written" not in capsys.readouterr().err  # (RS1 over no facts: nothing left out)
 
 
 def test_query_prints_answers(farm: Path):

@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import TextIO
 
@@ -83,23 +84,31 @@ def parse_facts(text: str, format: str = "turtle", source: str = "<text>") -> It
     return _parse(text.encode("utf-8", "surrogatepass"), format, source)
 
 
-def write_ntriples(facts: Iterable[tuple[Value, ...]], out: TextIO) -> int:
+def write_ntriples(
+    facts: Iterable[tuple[Value, ...]], out: TextIO, skipped: Counter[str] | None = None
+) -> int:
     """Write facts as N-Triples lines; return how many were written.
 
     ``(p, s, o)`` becomes ``s p o .`` and a 2-tuple ``(C, x)`` becomes ``x rdf:type C .``.
     Facts that are not triples (arity 3 or more), or whose subject or predicate is not an IRI
     (``p(5, x)`` is a Datalog fact but no RDF triple), are skipped: they cannot be expressed.
-    Reading the output back gives the same facts (blank-node labels aside).
+    ``skipped``, when given, counts them by relation (``name/arity``), so that a caller can
+    say what the output leaves out. Reading the output back gives the same facts (blank-node
+    labels aside).
     """
     written = 0
     for fact in facts:
+        given = fact
         if len(fact) == 2:
             fact = (RDF_TYPE, fact[1], fact[0])
-        if len(fact) != 3:
+        if len(fact) != 3 or (
+            not _is_iri(fact[0]) or not isinstance(fact[1], str) or isinstance(fact[1], bool)
+        ):
+            if skipped is not None:  # (a class fact ``(rdf:type, x, C)`` is C's, unary)
+                unary = len(given) == 3 and given[0] == RDF_TYPE
+                skipped[f"{given[2]}/1" if unary else f"{given[0]}/{len(given) - 1}"] += 1
             continue
         predicate, subject, obj = fact
-        if not _is_iri(predicate) or not isinstance(subject, str) or isinstance(subject, bool):
-            continue
         out.write(f"{_format_node(subject)} <{_escape_iri(predicate)}> {_format_object(obj)} .\n")
         written += 1
     return written
