@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from agent import derived_rows, persistence
+from agent import derived_rows, state_migrations
 from agent.derived_rows import chunk_of, unpack
 from agent.engine import RDF_TYPE, Reasoner
 from agent.engine.errors import ParseError, StratificationError, UnsafeRuleError
@@ -749,13 +749,13 @@ def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkey
     conn.close()
     tables = sorted(sqlite3.connect(path).execute("SELECT name, sql FROM sqlite_master"))
 
-    last_step = persistence.MIGRATIONS[SCHEMA_VERSION - 1]
+    last_step = state_migrations.MIGRATIONS[SCHEMA_VERSION - 1]
 
     def the_last_step_fails(conn):
         last_step(conn)
         raise OSError("no space left on device")
 
-    monkeypatch.setitem(persistence.MIGRATIONS, SCHEMA_VERSION - 1, the_last_step_fails)
+    monkeypatch.setitem(state_migrations.MIGRATIONS, SCHEMA_VERSION - 1, the_last_step_fails)
     with pytest.raises(OSError):
         AgentState(path)
     assert sorted(sqlite3.connect(path).execute("SELECT name, sql FROM sqlite_master")) == tables
