@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from agent.engine import Reasoner
-from agent.engine.language import Program
-from tests.reference import evaluate, to_external
+from agent.engine.language import ANONYMOUS, Atom, Constant, Program, Variable
+from tests.reference import evaluate, same, to_external
 from tests.strategies import program_and_facts
 
 SETTINGS = settings(  # twice the profile's examples (tests/conftest.py): 200 in CI
@@ -142,3 +142,78 @@ def test_runtime_errors_agree(case, rules_first):
     assert (errors > 0) == (oracle.errors > 0), (
         f"engine counted {errors} run-time errors, the reference {oracle.errors}"
     )
+
+
+# Query patterns: a named variable (one written with a leading ``_`` included), the anonymous
+# ``_`` (each occurrence its own, no part of the answers), or a constant.
+PATTERN_VARIABLES = [Variable("X"), Variable("Y"), Variable("_x")]
+
+
+def pattern_answers(facts: set[tuple], atom: Atom) -> set[frozenset]:
+    """The reference answers of a pattern over facts in logical form: each matching fact's
+    binding of the named variables, as a set (so distinct by construction)."""
+    found = set()
+    for fact in facts:
+        if fact[0] != atom.predicate or len(fact) - 1 != atom.arity:
+            continue
+        binding: dict[str, object] = {}
+        for term, value in zip(atom.terms, fact[1:], strict=True):
+            if isinstance(term, Constant):
+                if not same(term.value, value):
+                    break
+            elif term.name == ANONYMOUS:
+                continue
+            elif term.name in binding:
+                if not same(binding[term.name], value):
+                    break
+            else:
+                binding[term.name] = value
+        else:
+            found.add(frozenset(binding.items()))
+    return found
+
+
+@SETTINGS
+@given(program_and_facts(), st.data())
+def test_query_answers_each_binding_once(case, data):
+    """``Reasoner.query`` against the reference's facts, for patterns over the relations the
+    model holds: constants from the facts (or absent ones), repeated variables and ``_``.
+    Every answer is given once: a pattern with ``_`` once gave an answer per match."""
+    program, facts = case
+    model = evaluate(program, facts).facts
+    reasoner = Reasoner()
+    reasoner.add_rules(program)
+    reasoner.add_facts(external(facts))
+    relations = sorted({(fact[0], len(fact) - 1) for fact in model})
+    if not relations:
+        return
+    for _ in range(3):
+        name, arity = data.draw(st.sampled_from(relations), label="relation")
+        values = sorted({v for fact in model for v in fact[1:]}, key=repr) + ["absent"]
+        terms = data.draw(
+            st.lists(
+                st.one_of(
+                    st.sampled_from(PATTERN_VARIABLES),
+                    st.just(Variable(ANONYMOUS)),
+                    st.sampled_from(values).map(Constant),
+                ),
+                min_size=arity,
+                max_size=arity,
+            ),
+            label="pattern",
+        )
+        atom = Atom(name, tuple(terms))
+        answers = reasoner.query(atom)
+        got = [frozenset(answer.items()) for answer in answers]
+        assert len(got) == len(set(got)), f"{atom}: an answer given twice: {answers}"
+        assert set(got) == pattern_answers(model, atom), f"{atom}: {answers}"
+
+
+def test_a_query_text_keeps_its_anonymous_variables_apart():
+    """In pattern text each ``_`` matches anything on its own, and ``_x`` is a variable."""
+    reasoner = Reasoner()
+    reasoner.add_facts([("p", "a", "b"), ("p", "a", "c"), ("p", "d", "d")])
+    assert sorted(a["X"] for a in reasoner.query("p(X, _)")) == ["a", "d"]
+    assert reasoner.query("p(_, _)") == [{}]
+    assert sorted(a["_x"] for a in reasoner.query("p(_x, _x)")) == ["d"]
+    assert reasoner.query("p(<a>, <b>)") == [{}] and reasoner.query("p(<b>, _)") == []

@@ -285,7 +285,8 @@ def test_parse_atom() -> None:
     assert parse_atom("<p11>(X, Y)") == atom("p11", X, Y)
     assert parse_atom("edge(a, X).") == atom("edge", "a", X)
     assert parse_atom("rdf:type(X, <C>)") == atom("C", X)
-    assert parse_atom("q(_, X)") == atom("q", Variable("_1"), X)
+    # (a pattern's ``_`` stays anonymous: each matches on its own, see MaterialisedView.query)
+    assert parse_atom("q(_, X, _)") == atom("q", Variable("_"), X, Variable("_"))
     assert parse_atom("ex:p(X)", prefixes={"ex": "http://e/"}) == atom("http://e/p", X)
     with pytest.raises(ParseError, match="expected end of input after the atom, found 'q'"):
         parse_atom("p(X) q(X)")

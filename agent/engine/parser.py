@@ -60,6 +60,7 @@ from agent.engine.errors import (
 )
 from agent.engine.gcpause import collector_paused
 from agent.engine.language import (
+    ANONYMOUS,
     RDF_TYPE,
     XSD,
     Aggregate,
@@ -120,10 +121,14 @@ def parse_atom(
     text: str, source: str = "<query>", prefixes: Mapping[str, str] | None = None
 ) -> Atom:
     """Parse one atom such as a query pattern ``<p11>(X, Y)``; a trailing ``.`` is optional.
+    Each anonymous ``_`` stays ``Variable("_")`` (ANONYMOUS): in a pattern it matches anything
+    and is no part of the answers (`MaterialisedView.query`), where a rule names each one.
 
     ``prefixes`` adds to the predefined ``rdf: rdfs: xsd: owl:``.
     """
-    return _Parser(text, source, prefixes).single_atom()
+    parser = _Parser(text, source, prefixes)
+    parser.names_anonymous = False
+    return parser.single_atom()
 
 
 # --- values -------------------------------------------------------------------------------
@@ -353,6 +358,7 @@ class _Parser:
         # Names of the form _N written by the user: anonymous variables must avoid them.
         self.taken = {t.text for t in self.tokens if t.kind == VAR and t.text[0] == "_"}
         self.anonymous = 0
+        self.names_anonymous = True  # (a rule's ``_`` each get a name; a pattern's stay ``_``)
         self.depth = 0  # expression nesting (see enter)
         self.operators = 0  # operators of the current top-level expression (see operator)
 
@@ -866,6 +872,8 @@ class _Parser:
         return Variable(token.text)
 
     def fresh_variable(self) -> Variable:
+        if not self.names_anonymous:
+            return Variable(ANONYMOUS)
         while True:
             self.anonymous += 1
             name = f"_{self.anonymous}"

@@ -15,7 +15,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import repeat
 
-from .language import RDF_TYPE, RESERVED_PREFIX, Atom, Constant, Rule, Value, Variable
+from .language import ANONYMOUS, RDF_TYPE, RESERVED_PREFIX, Atom, Constant, Rule, Value, Variable
 from .store import SUBJECT, DataStore, Relation, RelationKey
 from .subject_facts import (
     SubjectFacts,
@@ -166,8 +166,10 @@ class MaterialisedView:
                 yield self.external(key, args)
 
     def query(self, atom: Atom) -> list[dict[str, Value]]:
-        """Answers of one atom pattern: one dict per distinct match, variable name -> value
-        (anonymous ``_`` variables left out)."""
+        """Answers of one atom pattern: one dict per distinct answer, variable name -> value.
+        An anonymous ``_`` (ANONYMOUS, as `parse_atom` leaves it) matches anything, each
+        occurrence on its own, and is no part of the answers: ``p(X, _)`` answers each ``X``
+        with a ``p`` fact once."""
         wanted = self.wanted(atom)
         if wanted is None:
             return []
@@ -194,7 +196,8 @@ class MaterialisedView:
     def answers(
         self, atom: Atom, wanted: list[int | None], rows: Iterable[tuple[int, ...]]
     ) -> list[dict[str, Value]]:
-        """The distinct bindings of ``atom``'s variables by the ``rows`` that match it."""
+        """The distinct bindings of ``atom``'s named variables by the ``rows`` that match it
+        (an anonymous ``_`` is bound to nothing: see `query`)."""
         answers: list[dict[str, Value]] = []
         seen: set[tuple] = set()
         decode = self.terms.values
@@ -204,6 +207,8 @@ class MaterialisedView:
             for term, want, value in zip(atom.terms, wanted, args, strict=True):
                 if want is not None:
                     ok = value == want
+                elif term.name == ANONYMOUS:  # type: ignore[union-attr]
+                    continue
                 elif binding.setdefault(term, value) != value:  # type: ignore[arg-type]
                     ok = False
                 if not ok:
@@ -214,9 +219,7 @@ class MaterialisedView:
             if key in seen:
                 continue
             seen.add(key)
-            answers.append(
-                {v.name: decode[i] for v, i in binding.items() if not v.name.startswith("_")}
-            )
+            answers.append({v.name: decode[i] for v, i in binding.items()})
         return answers
 
     # ------------------------------------------------------------------ rules
