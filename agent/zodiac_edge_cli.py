@@ -20,7 +20,7 @@ from typing import TextIO
 
 from .engine import Reasoner, ZodiacError
 from .engine.budget import Budget
-from .engine.language import RDF_TYPE, Constant
+from .engine.language import ANONYMOUS, RDF_TYPE, Constant, Variable
 
 EVERY_RULE = "*"  # --plans without a rule name
 
@@ -113,7 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="an atom such as '<p11>(X, Y)' or '<SensorAnomalyWindTurbine>(X)'",
     )
     query.add_argument(
-        "--format", choices=("tsv", "json"), default="tsv", help="answer format (default: tsv)"
+        "--format",
+        choices=("tsv", "json"),
+        default="tsv",
+        help="answer format (default: tsv: a header of the pattern's variables, then an answer "
+        "a line; a pattern without variables prints true or false)",
     )
 
     explain = commands.add_parser(
@@ -273,13 +277,17 @@ def _print_stats(reasoner: Reasoner, written: int, write_seconds: float) -> None
 def run_query(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> None:
     from .engine.parser import parse_atom
 
-    answers = reasoner.query(parse_atom(args.pattern, source="--pattern"))
+    pattern = parse_atom(args.pattern, source="--pattern")
+    answers = reasoner.query(pattern)
     if args.format == "json":
         json.dump(answers, out, default=str, indent=1)
         out.write("\n")
         return
-    names = sorted({name for answer in answers for name in answer})
-    out.write("\t".join(names) + "\n")
+    names = sorted({t.name for t in pattern.terms if isinstance(t, Variable)} - {ANONYMOUS})
+    if not names:  # (a ground pattern, or only ``_``: whether it holds)
+        out.write(("true" if answers else "false") + "\n")
+        return
+    out.write("\t".join(names) + "\n")  # (the header even when nothing answers)
     for answer in sorted(answers, key=lambda a: [str(a.get(n)) for n in names]):
         out.write("\t".join(str(answer.get(n, "")) for n in names) + "\n")
 

@@ -82,6 +82,27 @@ def test_query_prints_answers(farm: Path):
     assert lines[0] == "X" and len(lines) >= 2
 
 
+def test_query_prints_a_header_without_answers_and_true_or_false_for_a_ground_pattern(
+    tmp_path: Path,
+):
+    """The TSV header is the pattern's variables (``_`` left out), printed even when nothing
+    answers; a pattern without variables prints whether it holds (it printed blank lines,
+    one or two)."""
+    rules = tmp_path / "p.rules"
+    rules.write_text("p(a, b) . p(a, c) .\n")
+
+    def lines(pattern: str) -> list[str]:
+        buffer = io.StringIO()
+        assert main(["query", str(rules), "--pattern", pattern], out=buffer) == 0
+        return buffer.getvalue().splitlines()
+
+    assert lines("p(X, _)") == ["X", "a"]
+    assert lines("p(Y, Y)") == ["Y"]
+    assert lines("nothing(X, Y)") == ["X\tY"]
+    assert lines("p(a, b)") == lines("p(_, _)") == ["true"]
+    assert lines("p(b, _)") == ["false"]
+
+
 def test_explain_prints_a_tree(farm: Path):
     buffer = io.StringIO()
     fact = "<hasNeighbour>(<windTurbine1>, <windTurbine3>)"
