@@ -309,7 +309,8 @@ def run_explain(args: argparse.Namespace, reasoner: Reasoner, out: TextIO) -> No
     except KeyError:
         raise ZodiacError(f"{args.fact} does not hold") from None
     out.write("\n".join(tree.lines(args.max_depth)) + "\n")
-    out.write(f"# {tree.size} distinct facts, {tree.height} levels of rules\n")
+    facts = f"{tree.size} distinct fact{'s' if tree.size != 1 else ''}"
+    out.write(f"# {facts}, {tree.height} level{'s' if tree.height != 1 else ''} of rules\n")
 
 
 def print_plans(reasoner: Reasoner, name: str, out: TextIO) -> None:

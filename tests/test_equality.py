@@ -375,10 +375,10 @@ def test_explain_shows_the_merges_a_derivation_relied_on():
     )
     tree = reasoner.explain((RDF, "scada:T1", "hot"))
     text = str(tree)
-    assert tree.rule == "owl:sameAs" and "'scada:T1' = 'reg:WT-1'" in tree.detail
+    assert tree.rule == "owl:sameAs" and "<scada:T1> = <reg:WT-1>" in tree.detail
     assert tree.premises[0].rule == "hot"
-    assert "('temp', 'scada:T1', 7)   [explicit]" in text  # the reading as it was given
-    assert "('temp', 'reg:WT-1', 7)   [by rule owl:sameAs" in text
+    assert "<temp>(<scada:T1>, 7)   [explicit]" in text  # the reading as it was given
+    assert "<temp>(<reg:WT-1>, 7)   [by rule owl:sameAs" in text
     same = reasoner.explain((OWL_SAME_AS, "reg:WT-1", "scada:T1"))
     assert same.rule == "owl:sameAs"
     assert {leaf.fact for leaf in same.premises[0].premises} <= {

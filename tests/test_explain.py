@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from agent.engine import Derivation, Reasoner
-from agent.engine.language import Atom, Program, Rule
+from agent.engine.language import RDF_TYPE, Atom, Literal, Program, Rule, atom_fact
+from agent.engine.parser import parse_atom
 from simulations.bench.explain import ROADS, ROADS_LINEAR, road_chain
 from tests.reference import finish, from_external, ground, match, same, to_external
 from tests.strategies import closure_pools, incremental_programs, pool_facts, program_and_facts
@@ -155,7 +156,7 @@ def test_printing_shows_a_repeated_fact_once_and_bounds_the_depth():
     tree = reasoner.explain(("http://www.w3.org/1999/02/22-rdf-syntax-ns#type", "a", "pair"))
     check_proof(reasoner, tree)
     text = str(tree)
-    assert text.count("'edge', 'a', 'b'") == 2 and text.count("'road', 'a', 'b'") == 1
+    assert text.count("<edge>(<a>, <b>)") == 2 and text.count("<road>(<a>, <b>)") == 1
     assert "shown above" in text
     shallow = tree.lines(max_depth=1)
     assert any("1 more fact(s) below, not shown" in line for line in shallow)
@@ -202,3 +203,29 @@ def test_a_state_restored_from_sqlite_explains_like_the_one_saved(tmp_path):
         after = state.reasoner.explain(("connected", "city40", "city0"))
         check_proof(state.reasoner, after)
     assert (after.height, after.size) == (before.height, before.size) == (8, 159)
+
+
+def test_each_line_of_a_tree_is_a_fact_in_rule_syntax():
+    """A printed tree's facts read back as the facts they are (class facts, numbers, literals,
+    negated atoms with their values), so that a reader can explain any of them in turn."""
+    reasoner = Reasoner()
+    reasoner.add_rules(
+        "near(X, Y) :- edge(X, Y) . near(X, Z) :- near(X, Y), edge(Y, Z) .\n"
+        "top(X, M) :- aggregate(near(X, Y) and temp(Y, T)) on X with max(T) as M .\n"
+        'hot(X) :- top(X, M), M > 20, not edge(X, X), label(X, L), L != "cold"@en .\n'
+    )
+    reasoner.add_facts(
+        [("edge", "a", "b"), ("edge", "b", "c"), ("temp", "c", 30.5), ("temp", "b", 7)]
+        + [("label", "a", Literal("warm", language="en"))]
+    )
+    tree = reasoner.explain((RDF_TYPE, "a", "hot"))
+    lines = tree.lines()
+    assert lines[0].startswith("<hot>(<a>)   [by rule")
+    assert any(line.strip().startswith("not <edge>(<a>, <a>)") for line in lines)
+    for line in lines:
+        text = line.strip().split("   [")[0].removeprefix("not ")
+        fact = atom_fact(parse_atom(text))
+        holds = "[absent]" not in line
+        assert (fact in set(reasoner.facts())) == holds, line
+        if holds:
+            assert reasoner.explain(fact).fact == fact

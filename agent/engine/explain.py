@@ -46,6 +46,8 @@ from .language import (
     Negation,
     Rule,
     Variable,
+    fact_atom,
+    format_value,
 )
 from .modules.patterns import ClosurePattern, detect_closure, symmetric_shape, transitive_shape
 from .planner import BindStep, FilterStep, NegationStep, Plan, ScanStep, plan_rule
@@ -144,7 +146,9 @@ class Derivation:
 
 
 def _format_fact(fact: tuple) -> str:
-    return "(" + ", ".join(repr(v) for v in fact) + ")"
+    """A fact in rule syntax (``<m>(<a>, 30)``, a class fact ``<C>(<x>)``): what a reader
+    can give back to ``zodiac-edge explain --fact`` or ``query``."""
+    return str(fact_atom(fact))
 
 
 @dataclass
@@ -377,13 +381,16 @@ class _Explainer:
         return -1 if found is None else found
 
     def describe_negated(self, atom: Atom, binding: dict[Variable, int]) -> str:
-        parts = []
-        for term in atom.terms:
-            if isinstance(term, Variable) and term in binding:
-                parts.append(repr(self.values[binding[term]]))
-            else:
-                parts.append(str(term))
-        return f"{atom.predicate}({', '.join(parts)})"
+        """The negated atom in rule syntax, its bound variables replaced by their values
+        (those left, such as an anonymous ``_``, stay variables: no fact of that shape holds)."""
+        values = self.values
+        terms = tuple(
+            Constant(values[binding[term]])
+            if isinstance(term, Variable) and term in binding
+            else term
+            for term in atom.terms
+        )
+        return str(Atom(atom.predicate, terms))
 
     def matches(self, rule: Rule, head_args: tuple[int, ...]) -> Iterator[dict[Variable, int]]:
         """Every binding of the rule's body (over the whole materialisation) whose head is
@@ -573,7 +580,9 @@ def explain_with_equality(
     def merges(given: tuple[int, ...], normal: tuple[int, ...]) -> str:
         pairs = dict.fromkeys((a, b) for a, b in zip(given, normal, strict=True) if a != b)
         return ", ".join(
-            f"{values[a]!r} = {values[b]!r} (one of {classes.size(b)} names)" for a, b in pairs
+            f"{format_value(values[a])} = {format_value(values[b])} "
+            f"(one of {classes.size(b)} names)"
+            for a, b in pairs
         )
 
     def leaf(fact_key: RelationKey, normal: tuple[int, ...]) -> Derivation:

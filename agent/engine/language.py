@@ -263,6 +263,14 @@ def atom_fact(atom: Atom) -> tuple:
     return (atom.predicate, *values)
 
 
+def fact_atom(fact: tuple) -> Atom:
+    """The ground atom of a fact tuple (the inverse of `atom_fact`): ``(rdf:type, x, C)`` is
+    the class atom ``<C>(x)``."""
+    if len(fact) == 3 and fact[0] == RDF_TYPE:
+        return Atom(fact[2], (Constant(fact[1]),))
+    return Atom(fact[0], tuple(Constant(value) for value in fact[1:]))
+
+
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 
 
