@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except ZodiacError as error:
         print(f"zodiac-agent: {error}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # (``status | head``: the reader went away; stop as Unix tools do)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (for the final flush)
+        return 0
 
 
 def cmd_run(config: AgentConfig, args: argparse.Namespace) -> int:

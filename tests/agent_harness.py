@@ -168,6 +168,16 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     )
 
 
+def run_with_the_reader_gone(command: list[str], timeout: float = 60) -> tuple[int, str]:
+    """Run ``command`` with its standard output a pipe closed before it writes a byte (a
+    reader that went away: ``... | head -1``); its exit status and standard error."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # (the process is still starting: Python takes far longer)
+    error = process.stderr.read().decode()
+    return process.wait(timeout=timeout), error
+
+
 class AgentProcess:
     """``zodiac-agent run --config CONFIG`` as a child process, with its log captured."""
 

@@ -14,7 +14,7 @@ from contextlib import closing
 import pytest
 
 from agent.zodiac_agent_cli import main
-from tests.agent_harness import Cloud
+from tests.agent_harness import Cloud, agent_command, run_with_the_reader_gone
 from tests.test_service import make_agent
 
 CONFIG = """device = "t1"
@@ -212,3 +212,14 @@ def test_a_damaged_state_is_reported_refused_and_left_alone(tmp_path, capsys, cl
         assert "damaged agent state" in text and "move the file away" in text, text
         assert len(text.strip().splitlines()) == 1, text
     assert database.read_bytes() == before
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, cloud):
+    """``zodiac-agent status | head -1``: the reader closes the pipe before the command has
+    written; the command stops with status 0 and no traceback (it printed BrokenPipeError's)."""
+    agent = make_agent(tmp_path, cloud)
+    agent.close()
+    config = tmp_path / "agent.toml"
+    for command in (["status", "--config", config], ["query", "--config", config, "<q>(X)"]):
+        code, error = run_with_the_reader_gone(agent_command(*map(str, command)))
+        assert code == 0 and "Traceback" not in error and "BrokenPipe" not in error, error

@@ -12,6 +12,7 @@ import pytest
 from agent.engine.language import RDF_TYPE
 from agent.engine.rdf import read_facts
 from agent.zodiac_edge_cli import build_parser, main
+from tests.agent_harness import run_with_the_reader_gone
 
 RULES = Path("rules/benchmarks/rs1.rules")
 
@@ -178,3 +179,11 @@ def test_explain_plans_shows_a_decomposition_and_the_switch_turns_it_off(tmp_pat
     argv = ["--no-decompositions", "explain", str(rules), str(facts), "--plans", "pc"]
     assert main(argv, out=buffer) == 0
     assert "decomposition" not in buffer.getvalue() and "[rule, no delta]" in buffer.getvalue()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(farm: Path):
+    """``zodiac-edge materialise ... | head -1``: status 0, no traceback."""
+    code, error = run_with_the_reader_gone(
+        [sys.executable, "-m", "agent.zodiac_edge_cli", "materialise", str(RULES), str(farm)]
+    )
+    assert code == 0 and "Traceback" not in error and "BrokenPipe" not in error, error
