@@ -131,13 +131,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _materialise(args: argparse.Namespace) -> int:
-    from cloud.spark.materialise import materialise_paths
+    from agent.engine.dependency import build_hyper_graph
+    from cloud.spark.materialise import checked_rules, materialise_paths
     from cloud.spark.session import checkpoint_dir, local_session, require_pyspark
     from cloud.spark.storage import write_facts_ntriples, write_parquet
 
     require_pyspark()  # first: without the cloud extra, one line and nothing written
 
     started = time.perf_counter()
+    # Everything wrong with the input said before Spark starts (seconds) and before --out is
+    # made: the rules' syntax, safety, labels and strata, and fact paths that do not exist.
+    rules, program = checked_rules(Path(args.rules))
+    build_hyper_graph(rules)
+    for path in args.facts or ():
+        if not Path(path).exists():
+            raise ZodiacError(f"no such fact file or directory: {path}")
 
     def progress(line: str) -> None:
         if not args.quiet:
@@ -151,7 +159,7 @@ def _materialise(args: argparse.Namespace) -> int:
         with checkpoint_dir(spark, args.checkpoint_dir):
             result = materialise_paths(
                 spark,
-                Path(args.rules),
+                program,
                 args.facts,
                 closures=not args.no_closures,
                 progress=progress,

@@ -29,6 +29,12 @@ MATERIALISE = [
     ("rules-syntax", {"r.rules": "r: <q>(X :- .\n"}, ["--rules", "{d}/r.rules"], "r.rules:1:"),
     ("unsafe-rule", {"r.rules": "<q>(X, Z) :- <p>(X, Y) .\n"}, ["--rules", "{d}/r.rules"], "Z"),
     (
+        "unstratifiable",
+        {"r.rules": "<q>(X) :- <p>(X, Y) and not <s>(X) .\n<s>(X) :- <q>(X) .\n"},
+        ["--rules", "{d}/r.rules"],
+        "not stratifiable",
+    ),
+    (
         "nan-literal",
         {"r.rules": f'<q>(X) :- <p>(X, Y) and COMP(Y, <, "NaN"^^{XSD_DOUBLE}) .\n'},
         ["--rules", "{d}/r.rules"],
@@ -87,6 +93,29 @@ def test_materialise_refuses_bad_input_in_one_line(tmp_path, capsys, spark, file
     assert code != 0 and len(lines) == 1 and lines[0].startswith("zodiac-cloud: "), err
     assert names in lines[0], err
     assert "Traceback" not in err
+
+
+# The cases found in the input itself: said before Spark starts (which takes seconds), and
+# before --out is made.
+BEFORE_SPARK = ["rules-missing", "rules-syntax", "unsafe-rule", "unstratifiable", "facts-missing"]
+
+
+@pytest.mark.parametrize("case", BEFORE_SPARK)
+def test_materialise_checks_its_input_before_starting_spark(tmp_path, capsys, monkeypatch, case):
+    from cloud.spark import session
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark started for input that could be refused before")
+
+    monkeypatch.setattr(session, "local_session", no_spark)
+    _, files, argv, names = next(c for c in MATERIALISE if c[0] == case)
+    write(tmp_path, files)
+    out = tmp_path / "out"
+    args = [a.format(d=tmp_path) for a in argv]
+    code = main(["materialise", "--quiet", *args, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code != 0 and names in err and "Traceback" not in err, err
+    assert not out.exists()
 
 
 def publisher_args(folder: Path, **change: str) -> list[str]:
