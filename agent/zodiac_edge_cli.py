@@ -317,7 +317,10 @@ def print_plans(reasoner: Reasoner, name: str, out: TextIO) -> None:
     """Every plan compiled so far for one rule (or all): its description, then its source.
     A rule evaluated by a closure module, or whose body never had facts to read, has none."""
     if name != EVERY_RULE and name not in reasoner.rules:
-        raise ZodiacError(f"--plans: no rule named {name!r} (labels: {_labels(reasoner)})")
+        raise ZodiacError(
+            f"--plans: no rule named {name!r} (rules: {_rule_names(reasoner)}; "
+            "--plans alone prints every rule's)"
+        )
     names = sorted(reasoner.rules) if name == EVERY_RULE else [name]
     view = reasoner.view()
     for rule_name in names:
@@ -335,9 +338,11 @@ def print_plans(reasoner: Reasoner, name: str, out: TextIO) -> None:
             out.write(f"{entry.describe()}\n{entry.source}\n")
 
 
-def _labels(reasoner: Reasoner) -> str:
-    labels = sorted(name for name, rule in reasoner.rules.items() if name != rule.key)
-    return ", ".join(labels[:20]) + (" ..." if len(labels) > 20 else "") or "none"
+def _rule_names(reasoner: Reasoner) -> str:
+    """The rules' names for a message: labels, then the content keys of unlabelled rules
+    (the names ``--plans`` takes), the first 20."""
+    names = sorted(reasoner.rules, key=lambda name: (name == reasoner.rules[name].key, name))
+    return ", ".join(names[:20]) + (" ..." if len(names) > 20 else "") or "none"
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

@@ -112,11 +112,12 @@ def test_explain_plans_prints_every_rule_and_one_by_name(tmp_path):
 
 def test_explain_plans_of_an_unknown_rule_is_a_clear_error(tmp_path, capsys):
     rules = tmp_path / "r.rules"
-    rules.write_text("copy: <h>(X, Y) :- <e>(X, Y) .\n")
+    rules.write_text("copy: <h>(X, Y) :- <e>(X, Y) .\n<g>(X) :- <h>(X, Y) .\n")
     facts = tmp_path / "f.nt"
     facts.write_text("<a> <e> <b> .\n")
     assert zodiac_edge(["explain", str(rules), str(facts), "--plans", "nope"]) == 2
-    assert "no rule named 'nope' (labels: copy)" in capsys.readouterr().err
+    err = capsys.readouterr().err  # (labels first, then the content keys of unlabelled rules)
+    assert "no rule named 'nope' (rules: copy, h" in err and "--plans alone" in err
 
 
 def test_compiled_code_is_shared_between_reasoners_only_for_the_same_text():
