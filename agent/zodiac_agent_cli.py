@@ -81,7 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     command("run", "run the agent service until SIGTERM or Ctrl-C")
     command("status", "print the agent's state summary as JSON; exit 1 if it is unusable")
     query = command("query", "answer one atom pattern from the saved state, as JSON lines")
-    query.add_argument("pattern", help="an atom such as '<p11>(X, <windTurbine3>)' or '<C>(X)'")
+    pattern = query.add_mutually_exclusive_group(required=True)
+    pattern.add_argument(
+        "pattern", nargs="?", help="an atom such as '<p11>(X, <windTurbine3>)' or '<C>(X)'"
+    )
+    pattern.add_argument(  # (as zodiac-edge query takes it)
+        "--pattern", dest="pattern_option", metavar="PATTERN", help="the same, as an option"
+    )
     apply = command("apply", "apply a signed bundle file with the same checks as over MQTT")
     apply.add_argument("bundle", type=Path, help="a signed bundle envelope (msgpack) file")
     return parser
@@ -89,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "query":
+        args.pattern = args.pattern or args.pattern_option
     try:
         config = AgentConfig.load(args.config)
     except ConfigError as error:

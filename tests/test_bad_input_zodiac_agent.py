@@ -223,3 +223,23 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, cloud):
     for command in (["status", "--config", config], ["query", "--config", config, "<q>(X)"]):
         code, error = run_with_the_reader_gone(agent_command(*map(str, command)))
         assert code == 0 and "Traceback" not in error and "BrokenPipe" not in error, error
+
+
+def test_query_takes_its_pattern_as_zodiac_edge_does_too(tmp_path, capsys, cloud):
+    """``zodiac-agent query PATTERN`` and ``--pattern PATTERN`` (zodiac-edge's form) answer
+    alike; neither, or both, is a usage error."""
+    agent = make_agent(tmp_path, cloud)
+    bundle = cloud.bundle("base", 1, rules={}, facts=[("p", "a", 12), ("p", "b", 3.5)])
+    assert agent.handle_bundle(cloud.sign(bundle)).status == "applied"
+    agent.close()
+    config = str(tmp_path / "agent.toml")
+    answers = []
+    for pattern in (["<p>(X, _)"], ["--pattern", "<p>(X, _)"]):
+        code, text = run(["query", "--config", config, *pattern], capsys)
+        assert code == 0, text
+        answers.append(sorted(json.loads(line)["X"] for line in text.splitlines()))
+    assert answers == [["a", "b"], ["a", "b"]]
+    for wrong in ([], ["<p>(X, _)", "--pattern", "<p>(X, _)"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["query", "--config", config, *wrong])
+        assert exit_.value.code == 2
