@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from agent.engine import (
@@ -162,6 +164,19 @@ def test_parse_error_names_file_line_and_column(tmp_path, family):
     assert error.value.source.endswith("bad.rules") and error.value.line == 3
     assert error.value.column > 1
     assert snapshot(family) == before
+
+
+def test_a_mistyped_rule_file_name_is_said_so(tmp_path, family):
+    """A one-line string that ends as a rule file's name but names no file is a path
+    mistyped: said so, not parsed as rule text (it gave "expected '(' after the predicate")."""
+    before = snapshot(family)
+    for name in (str(tmp_path / "missing.rules"), "missing.dl"):
+        with pytest.raises(ZodiacError, match=f"no such rule file: {re.escape(name)}"):
+            family.add_rules(name)
+    assert snapshot(family) == before
+    good = tmp_path / "good.rules"
+    good.write_text("kid(X) :- parent(Y, X) .\n")
+    assert len(family.add_rules(str(good))) == 1
 
 
 def test_bad_fact_file_changes_nothing(tmp_path, family):

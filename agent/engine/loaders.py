@@ -16,18 +16,25 @@ from .language import Program, Rule, name_anonymous_variables
 from .parser import parse_file, parse_program
 
 FactInput = tuple
+# The endings of a rule file's name: a one-line string ending so is a path, never rule text.
+RULE_FILE_SUFFIXES = (".rules", ".dl", ".datalog")
 
 
 def load_program(source: str | os.PathLike | Program | Iterable[Rule]) -> Program:
     """Rule text, a path to a rule file, a Program, or Rule objects -> Program. A string is a
-    path when it names an existing file and has no rule in it (no ``:-``, one line)."""
+    path when it names an existing file and has no rule in it (no ``:-``, one line); one that
+    ends as a rule file's name does (RULE_FILE_SUFFIXES) but names no file is a path mistyped,
+    said so rather than parsed as rules."""
     if isinstance(source, Program):
         return Program(tuple(map(name_anonymous_variables, source.rules)), source.facts)
     if isinstance(source, os.PathLike):
         return parse_file(source)
     if isinstance(source, str):
-        if ":-" not in source and "\n" not in source and os.path.exists(source):
+        one_line = ":-" not in source and "\n" not in source
+        if one_line and os.path.exists(source):
             return parse_file(source)
+        if one_line and source.strip().endswith(RULE_FILE_SUFFIXES):
+            raise ZodiacError(f"no such rule file: {source.strip()}")
         return parse_program(source)
     return Program(rules=tuple(map(name_anonymous_variables, source)))
 
