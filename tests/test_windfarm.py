@@ -73,7 +73,7 @@ def test_five_turbines_end_to_end_with_every_fault(tmp_path, spark):
 def test_the_scenario_is_decided_by_the_thresholds_whatever_the_noise():
     """The sensor model's bounded noise keeps the diagnosis deterministic: over many seeds and
     farm sizes, only the two protagonists leave the forecast by more than 4 degrees."""
-    for n in (5, 8, 30, 100):
+    for n in (5, 8, 30, 100, 800):
         farm = Farm.grid(n)
         for seed in range(20):
             model = SensorModel(farm, fault_at=10.0, seed=seed)
@@ -85,9 +85,10 @@ def test_the_scenario_is_decided_by_the_thresholds_whatever_the_noise():
 
 
 def test_bad_arguments_are_reported_without_a_run(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        main(["--turbines", "3"])
-    assert "between 5 and 400" in capsys.readouterr().err
+    for size in ("3", "801"):
+        with pytest.raises(SystemExit):
+            main(["--turbines", size])
+        assert "between 5 and 800" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--faults", "meteor"])
     assert "unknown fault(s) meteor" in capsys.readouterr().err

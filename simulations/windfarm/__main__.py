@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the air around another, and check that each is diagnosed right and that the anomaly "
         "rules are released again. Writes a Markdown report with plots.",
     )
-    parser.add_argument("--turbines", type=int, default=30, help="farm size, 5..400 (default 30)")
+    parser.add_argument("--turbines", type=int, default=30, help="farm size, 5..800 (default 30)")
     parser.add_argument(
         "--duration", type=float, default=60.0, help="seconds of readings (default 60)"
     )
@@ -86,8 +86,8 @@ def parse_faults(text: str) -> tuple[str, ...]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not 5 <= args.turbines <= 400:
-        parser.error("--turbines must be between 5 and 400")
+    if not 5 <= args.turbines <= 800:
+        parser.error("--turbines must be between 5 and 800")
     if args.broker and args.embedded_broker:
         parser.error("--broker and --embedded-broker exclude each other")
     try:
