@@ -88,6 +88,16 @@ def test_unbounded_recursion_is_stopped_by_the_clock():
     assert state_of(reasoner) == before
 
 
+def test_a_budget_is_said_with_its_figures():
+    """The message names the limit as it was set: a limit of 0.001 s read 0.00."""
+    assert "more than 0.001 seconds (0.00168 when stopped)" in str(
+        BudgetExceeded("seconds", 0.001, 0.001683)
+    )
+    assert "more than 1,000 derived facts (160,000 when stopped)" in str(
+        BudgetExceeded("derived_facts", 1000, 160000)
+    )
+
+
 def test_memory_growth_over_budget_is_stopped():
     from agent.engine.budget import resident_memory
 

@@ -83,7 +83,9 @@ class BudgetExceeded(ZodiacError):
 
 
 def _figure(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:.2f}"
+    """A budget's figure for a message: whole numbers with thousands separators, others with
+    three significant digits (a limit of 0.001 s must not read 0.00)."""
+    return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:.3g}"
 
 
 def resident_memory() -> int | None:
