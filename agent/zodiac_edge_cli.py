@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .engine import Reasoner, ZodiacError
-from .engine.budget import Budget
+from .engine.budget import MEMORY_SLACK, Budget
 from .engine.language import ANONYMOUS, RDF_TYPE, Constant, Variable
 
 EVERY_RULE = "*"  # --plans without a rule name
@@ -167,7 +167,11 @@ def add_budget_options(parser: argparse.ArgumentParser) -> None:
         "--max-derived-facts", type=_positive(int), metavar="N", help="derived facts held"
     )
     group.add_argument(
-        "--max-memory-mb", type=_positive(int), metavar="MB", help="resident memory of the process"
+        "--max-memory-mb",
+        type=_positive(int),
+        metavar="MB",
+        help=f"resident memory of the process, counted when it grew by more than "
+        f"{MEMORY_SLACK // 2**20} MiB during the update (memory held before is not blamed on it)",
     )
     group.add_argument(
         "--max-seconds", type=_positive(float), metavar="S", help="wall time of one update"
