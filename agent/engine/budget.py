@@ -171,4 +171,23 @@ class BudgetGuard:
         raise BudgetExceeded(limit, allowed, used)
 
 
+class InFlight:
+    """Facts a module has computed but not stored yet (a subject's new objects, one subject
+    at a time), counted against the update's budget as a compiled loop's output is
+    (``pulse``): a tick per `add`, a full check each ``PULSE_STEP`` facts more. Callers add
+    only while ``guard.active`` (outside a budget, counting would be wasted work)."""
+
+    def __init__(self, guard: BudgetGuard) -> None:
+        self.guard = guard
+        self.count = 0
+        self.check_at = PULSE_STEP
+
+    def add(self, facts: int) -> None:
+        self.count += facts
+        self.guard.tick()
+        if self.count > self.check_at:
+            self.guard.check(self.count)
+            self.check_at = self.count + PULSE_STEP
+
+
 NO_GUARD = BudgetGuard()  # never active: what compiled rules get outside a budgeted update

@@ -101,9 +101,7 @@ def write_ntriples(
         given = fact
         if len(fact) == 2:
             fact = (RDF_TYPE, fact[1], fact[0])
-        if len(fact) != 3 or (
-            not _is_iri(fact[0]) or not isinstance(fact[1], str) or isinstance(fact[1], bool)
-        ):
+        if len(fact) != 3 or not _is_iri(fact[0]) or not isinstance(fact[1], str):
             if skipped is not None:  # (a class fact ``(rdf:type, x, C)`` is C's, unary)
                 unary = len(given) == 3 and given[0] == RDF_TYPE
                 skipped[f"{given[2]}/1" if unary else f"{given[0]}/{len(given) - 1}"] += 1

@@ -73,6 +73,7 @@ DS2 is generated with its p5 facts (``ds2(w)``), so the negations on p5 in r15 a
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tracemalloc
 from collections import Counter
@@ -178,6 +179,11 @@ class Row:
     @property
     def again_speedup(self) -> float:
         return speedup(self.scratch, self.again)
+
+    @property
+    def made_again(self) -> bool:
+        """Whether the update was timed a second time (a fact update)."""
+        return not math.isnan(self.again)
 
     @property
     def net_change(self) -> float:
@@ -470,7 +476,7 @@ def strategy_summary(stats: dict) -> str:
 
 def least(*seconds: float) -> float:
     """The smallest of some times, NaN (not measured) left out; NaN when none was measured."""
-    return min((value for value in seconds if value == value), default=float("nan"))
+    return min((value for value in seconds if not math.isnan(value)), default=float("nan"))
 
 
 class Runner:
@@ -646,7 +652,7 @@ def format_row(row: Row) -> str:
         equal, strategy = "ERROR", row.error
     else:
         strategy = row.strategy
-    if row.again == row.again:
+    if row.made_again:
         again = f"{row.again:>8.4f} {row.again_speedup:>7.3g}x"
     else:  # (a rule update: not measured)
         again = f"{'-':>8} {'-':>8}"
@@ -664,7 +670,7 @@ def targets(rows: list[Row]) -> list[tuple[str, list[Row], list[Row]]]:
     leaf_insertions = [row for row in leaves if not row.deletion]
     deletions = [row for row in rows if row.deletion and row.group in ("rule-deletion", "rs3")]
     small = [row for row in rows if row.net_change < SMALL_CHANGE]
-    small_again = [row for row in small if row.again == row.again]
+    small_again = [row for row in small if row.made_again]
     return [
         (
             "every update strictly faster than from scratch",

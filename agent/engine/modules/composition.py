@@ -65,7 +65,7 @@ from operator import itemgetter
 
 from pyroaring import BitMap
 
-from ..budget import PULSE_STEP, BudgetGuard
+from ..budget import BudgetGuard, InFlight
 from ..changes import InputChanges
 from ..executor import Executor
 from ..language import Atom, Negation, Rule, Variable
@@ -266,15 +266,11 @@ class CompositionModule(PerSubjectModule):
         """``(x, H[x])`` over the new state for every ``x`` of ``subjects``, under the update's
         budget: the facts not stored yet count as in flight (beyond what ``held``, the IDB by
         subject, holds for ``x`` already)."""
-        growth, check_at = 0, PULSE_STEP
+        flight = InFlight(guard)
         for x in subjects:
             got = objects.union(a_out(x))
             if guard.active:
-                growth += len(got) - (len(held.get(x, EMPTY)) if held is not None else 0)
-                guard.tick()
-                if growth > check_at:
-                    guard.check(growth)
-                    check_at = growth + PULSE_STEP
+                flight.add(len(got) - (len(held.get(x, EMPTY)) if held is not None else 0))
             yield x, got
 
     # ------------------------------------------------------------------ maintain
@@ -403,7 +399,7 @@ class CompositionModule(PerSubjectModule):
         (``become``), under the update's budget as `_evaluate`'s subjects are. Returns the
         subjects done."""
         done: list[int] = []
-        growth, check_at = 0, PULSE_STEP
+        flight = InFlight(guard)
         for y, xs in alone_with.items():
             now = objects(y)
             first = held.get(xs[0])
@@ -411,17 +407,14 @@ class CompositionModule(PerSubjectModule):
             lost, gained = before - now, now - before
             for x in xs:
                 mine = held.get(x)
-                if mine is first or (mine is not None and first is not None and mine == first):
+                same = mine is first or (mine is not None and first is not None and mine == first)
+                if same:
                     changed.known(x, lost, gained)
-                    growth += len(gained) - len(lost)
                 else:
                     changed.become(x, BitMap(now))
-                    growth += len(now) - (len(mine) if mine is not None else 0)
                 if guard.active:
-                    guard.tick()
-                    if growth > check_at:
-                        guard.check(growth)
-                        check_at = growth + PULSE_STEP
+                    held_x = len(mine) if mine is not None else 0
+                    flight.add(len(gained) - len(lost) if same else len(now) - held_x)
             done += xs
         return done
 
