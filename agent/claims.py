@@ -58,7 +58,8 @@ def plan_change(
     resolve_names: Callable[[list[str]], set[str]],
     superseded: Iterable[str] = (),
 ) -> ClaimChange:
-    """Plan a change by ``source`` (see the module docstring).
+    """Plan a change by ``source`` (see the module docstring): a net change, as
+    ``engine.net_change.NetChange`` folds one (no fact both added and deleted).
 
     ``rule_claims`` are the current rule claims; ``fact_claims(fact)`` the sources claiming a
     fact; ``resolve_names`` turns rule names, keys or texts into names (raising for unknown
@@ -98,11 +99,8 @@ def plan_change(
         holders[source] = rule.key
         change.claimed_rules.append(rule)
 
-    # Facts: a fact both deleted and added by the source keeps its claim, and nothing happens.
-    added = dict.fromkeys(add_facts)
-    for fact in dict.fromkeys(delete_facts):
-        if fact in added:
-            continue
+    # Facts (a net change: none both added and deleted, each once; engine/net_change.py).
+    for fact in delete_facts:
         holders = fact_claims(fact)
         mine = holders & may_delete
         if holders and not mine:
@@ -112,7 +110,7 @@ def plan_change(
         change.released_facts += [(fact, holder) for holder in sorted(mine)]
         if holders and not holders - mine:
             change.delete_facts.append(fact)
-    for fact in added:
+    for fact in add_facts:
         holders = fact_claims(fact)
         if source in holders:
             continue

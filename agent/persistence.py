@@ -55,8 +55,9 @@ from agent.engine.budget import Budget
 from agent.engine.changes import NodeJournal
 from agent.engine.errors import ZodiacError
 from agent.engine.gcpause import collector_paused
-from agent.engine.language import Program, Rule, Value, atom_fact
-from agent.engine.parser import parse_program
+from agent.engine.language import Program, Rule, Value
+from agent.engine.loaders import load_facts, load_program
+from agent.engine.net_change import NetChange
 from agent.engine.reasoner import Reasoner
 from agent.engine.rule_form import rule_form
 from agent.engine.sameas.component import SAME_AS, mentions_equality
@@ -581,10 +582,10 @@ class AgentState:
     def apply(
         self,
         *,
-        add_rules: Iterable[Rule] | str | None = None,
-        delete_rules: Iterable[str] = (),
-        add_facts: Iterable[tuple] | None = None,
-        delete_facts: Iterable[tuple] | None = None,
+        add_rules: Iterable[Rule] | Program | str | os.PathLike | None = None,
+        delete_rules: Iterable[str] | str = (),
+        add_facts: Iterable[tuple] | str | os.PathLike | None = None,
+        delete_facts: Iterable[tuple] | str | os.PathLike | None = None,
         source: str = "local",
         bundle_id: str | None = None,
         version: StreamVersion | None = None,
@@ -592,6 +593,10 @@ class AgentState:
         reading_times: dict[str, float] | None = None,
     ) -> dict:
         """Apply one change made by ``source`` in memory and commit it in one transaction.
+
+        Rules and facts are given as ``Reasoner.update`` takes them (text, files, Program,
+        tuples); a fact or rule both deleted and added ends present, however each side spells
+        it (``docs/semantics.md``, "One update").
 
         ``source`` names who asserts the rules and facts (a bundle stream, ``sensor``,
         ``telemetry/<device>``, ``local``): the change adds and removes that source's claims
@@ -602,18 +607,22 @@ class AgentState:
         failed write raises StateError after restoring memory from the file."""
         if self._damaged is not None:
             raise StateError(self._damaged)
-        if isinstance(add_rules, str):
-            add_rules = parse_program(add_rules)
-        if isinstance(add_rules, Program):  # ground facts written in rule text come along
-            add_facts = [*(add_facts or ()), *(atom_fact(atom) for atom in add_rules.facts)]
-            add_rules = add_rules.rules
+        # Deletions, then additions (ground facts written in rule text among them), folded
+        # into their net change by identity (engine/net_change.py).
+        program = load_program(add_rules) if add_rules is not None else Program()
+        net = NetChange()
+        net.delete_rules([delete_rules] if isinstance(delete_rules, str) else delete_rules)
+        net.delete_facts(load_facts(delete_facts) if delete_facts is not None else ())
+        net.add_rules(program.rules)
+        net.add_facts(load_facts(add_facts) if add_facts is not None else ())
+        net.add_facts(program.facts)
         try:
             change = plan_change(
                 source,
-                add_rules=list(add_rules or ()),
-                delete_rules=list(delete_rules),
-                add_facts=[tuple(f) for f in add_facts or ()],
-                delete_facts=[tuple(f) for f in delete_facts or ()],
+                add_rules=net.rules_added,
+                delete_rules=net.rules_deleted,
+                add_facts=net.facts_added,
+                delete_facts=net.facts_deleted,
                 rule_claims=self._rule_claims,
                 fact_claims=partial(self._fact_claims, ClaimReader(self.conn)),
                 resolve_names=self.reasoner.resolve_rule_names,

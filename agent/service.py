@@ -50,7 +50,9 @@ from agent.config import AgentConfig
 from agent.engine.budget import BudgetExceeded
 from agent.engine.errors import ZodiacError
 from agent.engine.language import RDF_TYPE, Atom, Constant, Variable
+from agent.engine.net_change import NetChange
 from agent.engine.sameas.component import OWL_SAME_AS
+from agent.engine.terms import fact_identity
 from agent.keys import KeyRing
 from agent.messages import (
     FARM_WIDE,
@@ -171,16 +173,19 @@ class Agent:
         from agent.engine.loaders import load_facts, load_program
 
         rules = {rule.id: rule for path in reasoning.rules for rule in load_program(path).rules}
-        facts = {tuple(fact) for path in reasoning.facts for fact in load_facts(path)}
+        facts = {
+            fact_identity(fact): fact for path in reasoning.facts for fact in load_facts(path)
+        }
         known = {
             name: self.reasoner.rules[name]
             for name in self.state.rules_of_stream(LOCAL_SOURCE)
             if name in self.reasoner.rules
         }
-        old_facts = set(self.state.facts_of_source(LOCAL_SOURCE))
+        old_facts = {fact_identity(f): f for f in self.state.facts_of_source(LOCAL_SOURCE)}
         gone_rules = [n for n, r in known.items() if n not in rules or rules[n].key != r.key]
         new_rules = [r for n, r in rules.items() if n not in known or known[n].key != r.key]
-        gone_facts, new_facts = old_facts - facts, facts - old_facts
+        gone_facts = [fact for key, fact in old_facts.items() if key not in facts]
+        new_facts = [fact for key, fact in facts.items() if key not in old_facts]
         if not (gone_rules or new_rules or gone_facts or new_facts):
             return
         self.state.apply(
@@ -280,33 +285,26 @@ class Agent:
         source = bundle.source
         where = {"bundle_id": bundle.bundle_id, "stream": source}
         rules = {rule.id: rule for rule in bundle.parsed_rules()}
-        add_rules: dict[str, object] = {}
-        delete_rules: list[str] = []
-        add_facts: dict[tuple, None] = {}
-        delete_facts: dict[tuple, None] = {}
+        net = NetChange()  # the operations in their order; the last naming a fact decides
         for op in bundle.operations:
             if isinstance(op, AddRules):
-                for spec in op.rules:
-                    add_rules[spec.id] = rules[spec.id]
+                net.add_rules(rules[spec.id] for spec in op.rules)
             elif isinstance(op, DeleteRules):
-                for rule_id in op.ids:
-                    add_rules.pop(rule_id, None)
-                    delete_rules.append(rule_id)
+                net.delete_rules(op.ids)
             elif isinstance(op, AddFacts):
-                for fact in op.fact_tuples():
-                    delete_facts.pop(fact, None)
-                    add_facts[fact] = None
+                net.add_facts(op.fact_tuples())
             elif isinstance(op, DeleteFacts):
-                for fact in op.fact_tuples():
-                    add_facts.pop(fact, None)
-                    delete_facts[fact] = None
+                net.delete_facts(op.fact_tuples())
+        add_rules = {rule.id: rule for rule in net.rules_added}
+        delete_rules = net.rules_deleted
+        delete_facts = net.facts_deleted
         if bundle.full_state:
             for rule_id in self.state.rules_of_stream(source):
                 if rule_id not in add_rules:
                     delete_rules.append(rule_id)
-            for fact in self.state.facts_of_source(source):
-                if fact not in add_facts:
-                    delete_facts[fact] = None
+            delete_facts += [
+                fact for fact in self.state.facts_of_source(source) if not net.adds_fact(fact)
+            ]
         known = self.reasoner.rules
         ignored = [rid for rid in delete_rules if rid not in known]
         delete_rules = sorted({rid for rid in delete_rules if rid in known})
@@ -315,8 +313,8 @@ class Agent:
             report = self.state.apply(
                 add_rules=list(add_rules.values()),
                 delete_rules=delete_rules,
-                add_facts=list(add_facts),
-                delete_facts=list(delete_facts),
+                add_facts=net.facts_added,
+                delete_facts=delete_facts,
                 source=source,
                 bundle_id=bundle.bundle_id,
                 version=StreamVersion(source, bundle.version, bundle.bundle_id),
@@ -441,13 +439,13 @@ class Agent:
     ) -> Outcome:
         old = self.state.facts_of_source(source)
         new = [tuple(f) for f in readings]
-        old_set, new_set = set(old), set(new)
+        old_set, new_set = set(map(fact_identity, old)), set(map(fact_identity, new))
         if by_sensor:
             fresh = {(f[0], f[1]) for f in new}
-            gone = [f for f in old if (f[0], f[1]) in fresh and f not in new_set]
+            gone = [f for f in old if (f[0], f[1]) in fresh and fact_identity(f) not in new_set]
         else:
-            gone = [f for f in old if f not in new_set]
-        added = [f for f in new if f not in old_set]
+            gone = [f for f in old if fact_identity(f) not in new_set]
+        added = [f for f in new if fact_identity(f) not in old_set]
         try:
             if not gone and not added:
                 if times:

@@ -53,9 +53,10 @@ from hypothesis.stateful import (
 
 from agent.engine import RDF_TYPE, Reasoner, UnknownRuleError
 from agent.engine.errors import RuleError
-from agent.engine.language import Aggregate, Atom, Negation, Program, Rule
+from agent.engine.language import Aggregate, Atom, Negation, Program, Rule, Variable, map_rule
 from agent.engine.parser import parse_program
 from agent.persistence import AgentState
+from tests.fact_paths import PATHS, can_go, spelt, text_of, write_fact_file
 from tests.reference import evaluate, fire, from_external, to_external
 from tests.strategies import (
     CLOSURE_DERIVED_EDGES,
@@ -195,8 +196,24 @@ def by_relation(facts: Iterable[tuple]) -> dict:
 
 
 # How a rule deletion names its rule: by name (label, or key when unlabelled), by content key,
-# by text with its label (that name only), by text without label (every name of the content).
-DELETE_BY = ("name", "key", "text", "bare text")
+# by text with its label (that name only), by text without label (every name of the content),
+# by the text of the rule with its variables renamed (one rule: the key is content modulo
+# renaming; with its label, if any).
+DELETE_BY = ("name", "key", "text", "bare text", "renamed text")
+
+
+def renamed(rule: Rule) -> Rule:
+    """The rule with every variable renamed (``X`` -> ``Xr``): another spelling of the same
+    rule, with the same key and label."""
+
+    def rename(term):
+        if isinstance(term, Variable) and term.name != "_":
+            return Variable(term.name + "r")
+        return term
+
+    spelt = map_rule(rule, rename)
+    assert spelt.key == rule.key, (rule, spelt)
+    return spelt
 
 
 # ---------------------------------------------------------------------------------- the model
@@ -219,6 +236,7 @@ class OracleMachine(RuleBasedStateMachine):
         self.explicit: set[tuple] = set()  # ... and current explicit facts (logical form)
         self.state: AgentState | None = None
         self.directory: Path | None = None
+        self.files: Path | None = None  # fact files written for the file path
         if self.persistent:
             self.directory = Path(tempfile.mkdtemp(prefix="zodiac-machine-"))
             self.state = AgentState(
@@ -239,8 +257,9 @@ class OracleMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if self.state is not None:
             self.state.close()
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        for directory in (self.directory, self.files):
+            if directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
 
     def apply(self, **change) -> dict:
         """One change, through the agent's state (committed to SQLite) or the reasoner."""
@@ -295,11 +314,15 @@ class OracleMachine(RuleBasedStateMachine):
         names: set[str] = set()
         for given, by in zip(rules, how, strict=True):
             items.append(
-                {"name": given.id, "key": given.key, "text": str(given), "bare text": given.text()}[
-                    by
-                ]
+                {
+                    "name": given.id,
+                    "key": given.key,
+                    "text": str(given),
+                    "bare text": given.text(),
+                    "renamed text": str(renamed(given)) if by == "renamed text" else "",
+                }[by]
             )
-            if by == "name" or (by == "text" and given.label):
+            if by == "name" or (by in ("text", "renamed text") and given.label):
                 names.add(given.id)
             else:
                 names |= {n for n, r in self.rules.items() if r.key == given.key}
@@ -414,8 +437,14 @@ class OracleMachine(RuleBasedStateMachine):
         add_facts: list[tuple],
         delete_facts: list[tuple],
         how: list[str] | None = None,
+        add_paths: list[str] | None = None,
+        delete_path: str = "tuple",
     ) -> None:
+        """One ``update`` call. ``add_paths`` says how each added fact arrives (``tuple``,
+        ``respelt``, ``text``: in the rule text, ``file``: in a Turtle file, see
+        tests/fact_paths.py) and ``delete_path`` how the deleted ones do."""
         how = how or ["name"] * len(delete_rules)
+        add_paths = add_paths or ["tuple"] * len(add_facts)
         items, names = self.deleted_names(delete_rules, how)
         self.log(
             "update:\n"
@@ -423,15 +452,24 @@ class OracleMachine(RuleBasedStateMachine):
             + "".join(
                 f"    - by {b} {self.name(r)}\n" for r, b in zip(delete_rules, how, strict=True)
             )
-            + f"    + facts {show(add_facts)}\n    - facts {show(delete_facts)}"
+            + f"    + facts {show(add_facts)} as {add_paths}\n"
+            + f"    - facts {show(delete_facts)} as {delete_path}"
         )
         before = hyper_nodes(self.rules.values())
         replaced = {r.id for r in add_rules if r.id in names and r.key != self.rules[r.id].key}
+        paths = dict(zip(add_facts, add_paths, strict=True))
+        if any(paths.get(f) not in (None, delete_path) for f in delete_facts):
+            record("fact deleted and added back through another path")
+        if {r.key for r in add_rules} & {r.key for r in delete_rules}:
+            record("rule deleted and added back in one update")
         self.apply(
-            add_rules=Program(tuple(add_rules)),
+            add_rules=self.rules_with_facts(add_rules, add_facts, add_paths),
             delete_rules=items,
-            add_facts=external(add_facts),
-            delete_facts=external(delete_facts),
+            add_facts=self.facts_by_path(
+                [f for f, p in zip(add_facts, add_paths, strict=True) if p != "text"],
+                [p for p in add_paths if p != "text"],
+            ),
+            delete_facts=self.facts_by_path(delete_facts, [delete_path] * len(delete_facts)),
         )
         for n in names:
             del self.rules[n]
@@ -443,6 +481,41 @@ class OracleMachine(RuleBasedStateMachine):
         if replaced:
             record("labelled rule replaced in one update")
         self.count_graph_changes(before)
+
+    def rules_with_facts(
+        self, rules: list[Rule], facts: list[tuple], paths: list[str]
+    ) -> Program | str:
+        """The ``add_rules`` argument: the rules, and the facts whose path is ``text`` written
+        as ground facts in the rule text (a Program of the text's facts when a rule does not
+        read back from its text)."""
+        lines = [text_of(f) for f, p in zip(facts, paths, strict=True) if p == "text"]
+        if not lines:
+            return Program(tuple(rules))
+        if all(r in self.textual for r in rules):
+            return "\n".join([*map(str, rules), *lines]) + "\n"  # type: ignore[list-item]
+        return Program(tuple(rules), parse_program("\n".join(lines)).facts)  # type: ignore[arg-type]
+
+    def facts_by_path(self, facts: list[tuple], paths: list[str]) -> list[tuple] | Path:
+        """Facts as an ``add_facts`` / ``delete_facts`` argument: a Turtle file when every
+        one of them goes by ``file``, else tuples (each as drawn, or re-spelt)."""
+        if facts and all(p == "file" for p in paths):
+            if self.files is None:
+                self.files = Path(tempfile.mkdtemp(prefix="zodiac-machine-facts-"))
+            return write_fact_file(self.files, facts)
+        return [
+            spelt(f, "respelt" if p == "respelt" else "tuple")
+            for f, p in zip(facts, paths, strict=True)
+        ]
+
+    def draw_paths(self, data: st.DataObject, facts: list[tuple], text: bool) -> list[str]:
+        """A path per fact (see `update`): ``file`` only if all of them can go so."""
+        allowed = [p for p in PATHS if p != "text" or text]
+        if "file" in allowed and not all(can_go(f, "file") for f in facts):
+            allowed.remove("file")
+        return [
+            data.draw(st.sampled_from([p for p in allowed if can_go(f, p)]), label="path")
+            for f in facts
+        ]
 
     def restart(self) -> None:
         """Close the SQLite state and open it again: the reasoner is loaded, not recomputed."""
@@ -615,7 +688,16 @@ class OracleMachine(RuleBasedStateMachine):
         )
         if add_facts and data.draw(st.integers(0, 3)) == 0:
             delete_facts.append(data.draw(st.sampled_from(add_facts)))
-        self.update(add_rules, delete_rules, add_facts, delete_facts, how)
+        if delete_facts and data.draw(st.integers(0, 3)) == 0:  # deleted, added back
+            add_facts.append(data.draw(st.sampled_from(delete_facts)))
+        if delete_rules and data.draw(st.integers(0, 3)) == 0:  # maybe spelt otherwise
+            back = data.draw(st.sampled_from(delete_rules))
+            candidate = renamed(back) if data.draw(st.booleans()) else back
+            add_rules = self.addable([*add_rules, candidate], remaining)
+        add_paths = self.draw_paths(data, add_facts, text=True)
+        delete_paths = self.draw_paths(data, delete_facts, text=False)
+        delete_path = delete_paths[0] if len(set(delete_paths)) == 1 else "tuple"
+        self.update(add_rules, delete_rules, add_facts, delete_facts, how, add_paths, delete_path)
 
     @rule(data=st.data())
     def refuse_taken_label(self, data: st.DataObject) -> None:

@@ -47,6 +47,57 @@ def term_key(value: Value) -> tuple:
     raise TypeError(f"cannot store a value of type {type(value).__name__}: {value!r}")
 
 
+def fact_identity(fact: tuple | Atom) -> tuple:
+    """What makes two spellings of a fact one fact, without a dictionary: ``(predicate,
+    *values)`` with a class fact as ``(C, x)`` whichever way it was written (``(C, x)``,
+    ``(rdf:type, x, C)``, ``<C>(x)`` in rule text) and each value by term identity (``5`` and
+    ``5.0`` are one value; ``True`` is not ``1``; the literal ``"c0"`` is not the IRI ``c0``).
+
+    Two facts have the same identity exactly when the dictionary gives them the same
+    relation and ids, so code that compares facts given as Python values (the agent's claims,
+    a bundle's operations, a reading replacing another) decides as the engine does. The common
+    shape, a tuple of IRIs, is its own identity."""
+    if fact.__class__ is tuple and len(fact) > 2 and fact[0] != RDF_TYPE:
+        for value in fact:
+            if value.__class__ is not str:
+                break
+        else:
+            return fact
+    key, values = fact_shape(fact)
+    return (key[0], *map(_value_identity, values))
+
+
+def _value_identity(value: Value) -> object:
+    """An IRI is itself; any other value is tagged by its kind (``term_key``), so that it
+    never equals an IRI or a value of another kind."""
+    if value.__class__ is str:
+        return value
+    key = term_key(value)
+    return key[1] if key[0] == "i" else key
+
+
+def fact_shape(fact: tuple | Atom) -> tuple[RelationKey, tuple[Value, ...]]:
+    """A fact as ``Reasoner.add_facts`` takes it -> ``(relation, values)``: a tuple
+    ``(predicate, *arguments)``, where ``(rdf:type, x, C)`` is the class fact ``C(x)``
+    (relation ``(C, 1)``), or a ground Atom. The one place fact shapes are checked, for the
+    engine, the agent and the cloud's Spark job alike."""
+    if isinstance(fact, Atom):
+        if not fact.is_ground():
+            raise RuleError(f"a fact must be ground: {fact}")
+        return fact.relation, tuple(t.value for t in fact.terms)  # type: ignore[union-attr]
+    if not isinstance(fact, tuple) or len(fact) < 2:
+        raise ZodiacError(f"a fact is a tuple (predicate, *arguments), got {fact!r}")
+    predicate, *args = fact
+    if not isinstance(predicate, str):
+        raise ZodiacError(f"a fact's predicate must be an IRI string, got {predicate!r}")
+    if predicate == RDF_TYPE and len(args) == 2:
+        subject, cls = args
+        if not isinstance(cls, str):
+            raise ZodiacError(f"a class must be an IRI string, got {cls!r} in {fact!r}")
+        return (cls, 1), (subject,)
+    return (predicate, len(args)), tuple(args)
+
+
 class TermDictionary:
     """Two-way map between values and term ids, append-only.
 
@@ -137,10 +188,8 @@ class TermDictionary:
         self.values.extend(values)
 
     def encode_fact(self, fact: tuple | Atom) -> tuple[tuple[str, int], tuple[int, ...]]:
-        """A fact as ``Reasoner.add_facts`` takes it -> ``(relation, ids)``, encoding its
-        terms: a tuple ``(predicate, *arguments)``, where ``(rdf:type, x, C)`` is the class
-        fact ``C(x)`` (relation ``(C, 1)``), or a ground Atom. The one place fact shapes are
-        checked, for the engine and the cloud's Spark job alike."""
+        """A fact as ``Reasoner.add_facts`` takes it (see `fact_shape`) -> ``(relation,
+        ids)``, encoding its terms."""
         if fact.__class__ is tuple and len(fact) > 1:  # the common shape, checked first
             predicate = fact[0]
             if predicate.__class__ is str and predicate != RDF_TYPE:
@@ -152,21 +201,8 @@ class TermDictionary:
                 if None in found:
                     found = tuple(map(self.encode, args))
                 return (predicate, len(args)), found
-        if isinstance(fact, Atom):
-            if not fact.is_ground():
-                raise RuleError(f"a fact must be ground: {fact}")
-            return fact.relation, tuple(self.encode(t.value) for t in fact.terms)  # type: ignore[union-attr]
-        if not isinstance(fact, tuple) or len(fact) < 2:
-            raise ZodiacError(f"a fact is a tuple (predicate, *arguments), got {fact!r}")
-        predicate, *args = fact
-        if not isinstance(predicate, str):
-            raise ZodiacError(f"a fact's predicate must be an IRI string, got {predicate!r}")
-        if predicate == RDF_TYPE and len(args) == 2:
-            subject, cls = args
-            if not isinstance(cls, str):
-                raise ZodiacError(f"a class must be an IRI string, got {cls!r} in {fact!r}")
-            return (cls, 1), (self.encode(subject),)
-        return (predicate, len(args)), tuple(map(self.encode, args))
+        key, values = fact_shape(fact)
+        return key, tuple(map(self.encode, values))
 
     def encode_facts(self, facts: Iterable) -> tuple[dict[RelationKey, list[tuple[int, ...]]], int]:
         """Many facts at once -> (relation -> the facts' id tuples, how many facts were given):
