@@ -35,6 +35,7 @@ This module is imported by the edge agent: it must not import pyspark or anythin
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -74,6 +75,8 @@ REASONS = (
     "wrong_audience",
     "not_owner",
     "budget_exceeded",
+    "not_yet_valid",
+    "too_many_streams",
 )
 
 #: The audience ``device`` of a bundle for every device of its farm (the farm-wide topic
@@ -85,6 +88,16 @@ RESERVED_STREAMS = ("local", "sensor")
 RESERVED_STREAM_PREFIXES = ("telemetry/",)
 #: How much of an unsigned, untrusted value an error message may repeat.
 ECHO_LIMIT = 80
+
+#: The longest stream name a bundle may carry: the name is a key of every status the device
+#: publishes, and the status must stay small.
+MAX_STREAM_NAME = 100
+#: The latest time a bundle may name (the last second of the year 9999, UTC): anything later is
+#: no real time, only a way to make a bundle never expire.
+MAX_TIMESTAMP = 253402300799.0
+#: The longest a bundle may be valid (``expires_at - issued_at``): a year. The cloud's default
+#: is a week (``zodiac-cloud --bundle-ttl``); a longer life only helps whoever captured it.
+MAX_BUNDLE_LIFETIME = 366 * 24 * 3600.0
 
 _STREAM = re.compile(r"[A-Za-z0-9._/-]+")
 # Device, farm and key names end up in MQTT topics and file names: no '/', '+', '#' or spaces.
@@ -262,6 +275,15 @@ def _check_stream(value: str) -> str:
     return value
 
 
+def _check_stream_length(value: str) -> str:
+    if len(value) > MAX_STREAM_NAME:
+        raise ValueError(
+            f"a stream name is at most {MAX_STREAM_NAME} characters, got {len(value)}: "
+            f"{clip(value)}"
+        )
+    return value
+
+
 def _check_name(value: str) -> str:
     if not _NAME.fullmatch(value):
         raise ValueError(f"a device or farm name is made of [A-Za-z0-9._-], got {clip(value)}")
@@ -275,9 +297,22 @@ def _check_rule_id(value: str) -> str:
 
 
 RuleId = Annotated[str, AfterValidator(_check_rule_id)]
-StreamName = Annotated[str, AfterValidator(_check_stream)]
+# A bundle's stream: checked for its length too (the status's ``applied`` keys stay unchecked, so
+# that a state holding a longer name, accepted before the limit, still reports its status).
+StreamName = Annotated[str, AfterValidator(_check_stream), AfterValidator(_check_stream_length)]
 Name = Annotated[str, AfterValidator(_check_name)]
 Timestamp = Annotated[float, Field(allow_inf_nan=False)]
+# A time a bundle names: a real one, from 1970 to the end of the year 9999.
+BundleTime = Annotated[float, Field(allow_inf_nan=False, ge=0, le=MAX_TIMESTAMP)]
+
+
+def utc(timestamp: float) -> str:
+    """A time as an operator reads it in a message: ISO 8601, UTC, to the second."""
+    try:
+        moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return repr(timestamp)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class RuleSpec(_Frozen):
@@ -389,11 +424,30 @@ class Bundle(_Frozen):
     device: Name
     stream: StreamName
     version: Annotated[int, Field(ge=1)]
-    issued_at: Timestamp
-    expires_at: Timestamp
+    issued_at: BundleTime
+    expires_at: BundleTime
     full_state: bool = False
     supersedes: list[StreamName] = []
     operations: list[Operation]
+
+    @model_validator(mode="after")
+    def _sensible_times(self) -> Bundle:
+        """A bundle is valid from ``issued_at`` to ``expires_at``: the second after the first,
+        for at most :data:`MAX_BUNDLE_LIFETIME`. Whether the device's clock is inside that
+        window is checked when it is opened (:func:`agent.signing.check_times`)."""
+        if self.expires_at <= self.issued_at:
+            raise ValueError(
+                f"expires_at ({utc(self.expires_at)}) must be after issued_at "
+                f"({utc(self.issued_at)})"
+            )
+        lifetime = self.expires_at - self.issued_at
+        if lifetime > MAX_BUNDLE_LIFETIME:
+            raise ValueError(
+                f"valid for {lifetime / 86400:.0f} days from issued_at ({utc(self.issued_at)}) "
+                f"to expires_at ({utc(self.expires_at)}); at most "
+                f"{MAX_BUNDLE_LIFETIME / 86400:.0f} days"
+            )
+        return self
 
     @property
     def farm_wide(self) -> bool:

@@ -8,9 +8,21 @@ Why this order of checks (:func:`open_bundle`)
    before the signature is verified. The body is verified *before* it is decoded, so a body
    forged by someone without the cloud's private key never reaches the msgpack decoder, pydantic
    or the rule parser: their attack surface is only exposed to the cloud itself.
-3. *Schema, operation count, expiry, rule texts*: even a genuine bundle can be wrong (a cloud bug,
+3. *Schema, operation count, times, rule texts*: even a genuine bundle can be wrong (a cloud bug,
    a bundle replayed long after it expired), and the agent must refuse it *before* touching its
    state, so that a bundle is applied entirely or not at all.
+
+Times (:func:`check_times`)
+---------------------------
+The schema already refuses times that make no sense in themselves (``expires_at`` not after
+``issued_at``, valid for more than a year, beyond the year 9999). Against the device's clock, a
+bundle is ``expired`` once ``expires_at`` has passed (exactly: a bundle lives for days, so no
+clock error matters, and a tolerance would only lengthen a captured bundle's life), and
+``not_yet_valid`` while ``issued_at`` is more than :data:`CLOCK_SKEW` ahead (the cloud's and the
+device's clocks differ by a little, and a bundle is opened a moment after it is made: without a
+tolerance a device a second behind would refuse every fresh bundle). Both messages give the
+device's clock and the bundle's times: a device that refuses every new bundle this way has a
+wrong clock, and the message must say so to the operator reading the status.
 
 This module is imported by the edge agent: it must not import pyspark or anything from
 ``cloud``.
@@ -40,7 +52,12 @@ from agent.messages import (
     clip,
     decode_bundle,
     encode_model,
+    utc,
 )
+
+#: How far a bundle's ``issued_at`` may be ahead of the device's clock (seconds): clocks that
+#: are a few minutes apart must not stop bundles (see the module docstring).
+CLOCK_SKEW = 300.0
 
 # --- signing and opening ------------------------------------------------------------------
 
@@ -54,13 +71,27 @@ class BundleLimits:
     max_operations: int = 10_000
 
 
-def sign_bundle(bundle: Bundle, private_key: Ed25519PrivateKey, key_id: str) -> bytes:
+def sign_bundle(
+    bundle: Bundle,
+    private_key: Ed25519PrivateKey,
+    key_id: str,
+    *,
+    now: float | None = None,
+    check_times: bool = True,
+) -> bytes:
     """The wire payload for ``bundle``: its encoding, signed by ``private_key`` (the cloud's).
 
-    It does not parse the rules; call :meth:`Bundle.parsed_rules` first to avoid publishing a
-    bundle every device will refuse.
+    The bundle is validated again first (``model_copy(update=...)`` skips pydantic's checks, and
+    whatever is signed must pass the device's), and, unless ``check_times`` is false (tests
+    that make bundles a device must refuse), refused when the signer's clock (``now``) says it
+    is already expired or not yet valid: a :class:`BundleError` with the reason a device would
+    give. It does not parse the rules; call :meth:`Bundle.parsed_rules` first to avoid
+    publishing a bundle every device will refuse.
     """
     body = encode_model(bundle)
+    decode_bundle(body)  # what the device will decode, checked as the device checks it
+    if check_times:
+        check_times_at(bundle, time.time() if now is None else now, clock="the signer's clock")
     envelope = {
         "v": ENVELOPE_VERSION,
         "kid": _check_key_id(key_id),
@@ -80,7 +111,7 @@ def open_bundle(
     """Verify and decode a wire payload; raise :class:`BundleError` if the agent must refuse it.
 
     Checks, in this order (see the module docstring for why): size, envelope shape, key id,
-    signature, then the body's schema, operation count, expiry and rule texts.
+    signature, then the body's schema, operation count, times and rule texts.
     """
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise BundleError("malformed", f"payload must be bytes, not {type(payload).__name__}")
@@ -128,16 +159,50 @@ def open_bundle(
             f"{limits.max_operations}",
             **where,
         )
-    current = time.time() if now is None else now
-    if bundle.expires_at is not None and bundle.expires_at < current:
-        raise BundleError(
-            "expired",
-            f"version {bundle.version} expired at {bundle.expires_at} "
-            f"({current - bundle.expires_at:.0f} s ago)",
-            **where,
-        )
+    check_times(bundle, time.time() if now is None else now)
     bundle.parsed_rules()
     return bundle
+
+
+def check_times(bundle: Bundle, now: float) -> None:
+    """Refuse a bundle the device's clock (``now``) says is expired or not yet valid (see the
+    module docstring), with a message that names the clock and the bundle's times."""
+    check_times_at(bundle, now, clock="this device's clock", device=True)
+
+
+def check_times_at(bundle: Bundle, now: float, *, clock: str, device: bool = False) -> None:
+    """:func:`check_times` against a clock named ``clock`` in the message; a device's message
+    also says what a fresh bundle refused so means (its own clock is wrong)."""
+    where = {"bundle_id": bundle.bundle_id, "stream": bundle.stream}
+    window = f"valid from {utc(bundle.issued_at)} to {utc(bundle.expires_at)}"
+    if now > bundle.expires_at:
+        hint = f" (if the cloud sent it just now, {clock} is ahead)" if device else ""
+        raise BundleError(
+            "expired",
+            f"version {bundle.version} is {window}; {clock} reads {utc(now)}, "
+            f"{_duration(now - bundle.expires_at)} after its expiry{hint}",
+            **where,
+        )
+    if bundle.issued_at > now + CLOCK_SKEW:
+        hint = f"; if the cloud sent it just now, {clock} is behind" if device else ""
+        raise BundleError(
+            "not_yet_valid",
+            f"version {bundle.version} is {window}; {clock} reads {utc(now)}, "
+            f"{_duration(bundle.issued_at - now)} before it was issued (more than the "
+            f"{CLOCK_SKEW:.0f} s tolerated{hint})",
+            **where,
+        )
+
+
+def _duration(seconds: float) -> str:
+    """A positive duration in the unit an operator reads at a glance."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 # --- sequencing ---------------------------------------------------------------------------

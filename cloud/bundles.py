@@ -32,6 +32,7 @@ from pathlib import Path
 from agent.engine.errors import ZodiacError
 from agent.engine.parser import parse_file
 from agent.messages import (
+    MAX_BUNDLE_LIFETIME,
     AddFacts,
     AddRules,
     Bundle,
@@ -111,8 +112,11 @@ class BundleCutter:
     and expires ``ttl`` seconds after it is cut."""
 
     def __init__(self, path: str | Path, farm: str, *, ttl: float = DEFAULT_TTL) -> None:
-        if ttl <= 0:
-            raise ValueError(f"a bundle's time to live must be positive, got {ttl}")
+        if not 0 < ttl <= MAX_BUNDLE_LIFETIME:
+            raise ValueError(
+                f"a bundle's time to live must be positive and at most "
+                f"{MAX_BUNDLE_LIFETIME:.0f} s ({MAX_BUNDLE_LIFETIME / 86400:.0f} days), got {ttl}"
+            )
         self.farm = farm
         self.ttl = ttl
         # Used from the publisher's MQTT thread too (always under the publisher's lock).

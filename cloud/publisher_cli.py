@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 
 from agent.keys import load_private_key
+from agent.messages import MAX_BUNDLE_LIFETIME
 from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, device_facts, load_streams
 from cloud.publisher import Publisher
 
@@ -62,7 +63,8 @@ def add_commands(commands) -> None:
             type=_positive_seconds,
             default=DEFAULT_TTL,
             metavar="SECONDS",
-            help="how long a bundle stays valid on devices (default: 7 days)",
+            help="how long a bundle stays valid on devices (default: 7 days; at most "
+            f"{MAX_BUNDLE_LIFETIME:.0f}, a year)",
         )
         if name == "publish":
             sub.add_argument("--devices", nargs="+", required=True, help="device ids")
@@ -118,8 +120,11 @@ def _positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    if not 0 < value <= MAX_BUNDLE_LIFETIME:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds, at most {MAX_BUNDLE_LIFETIME:.0f} "
+            f"(a year), got {text}"
+        )
     return value
 
 

@@ -154,7 +154,7 @@ def test_publish_refuses_bad_input_in_one_line(tmp_path, capsys, change, names):
     assert names in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("ttl", ["0", "-5", "abc", "nan"])
+@pytest.mark.parametrize("ttl", ["0", "-5", "abc", "nan", "inf", "1e308", "40000000"])
 def test_a_bad_bundle_ttl_is_a_usage_error(tmp_path, capsys, ttl):
     with pytest.raises(SystemExit) as exit_:
         main(["publish", *publisher_args(tmp_path), "--devices", "t1", "--bundle-ttl", ttl])

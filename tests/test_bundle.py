@@ -40,10 +40,16 @@ from agent.messages import (
     encode_model,
     encode_term,
 )
-from agent.signing import BundleLimits, check_sequence, open_bundle, sign_bundle
+from agent.signing import BundleLimits, check_sequence, open_bundle
+from agent.signing import sign_bundle as sign_now
 
 NOW = 1_750_000_000.0
 KID = "cloud-2025"
+
+
+def sign_bundle(bundle: Bundle, key: Ed25519PrivateKey, kid: str, **kwargs) -> bytes:
+    """Signed at NOW, the time these tests' bundles are made and opened."""
+    return sign_now(bundle, key, kid, now=NOW, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -403,7 +409,8 @@ def test_too_many_operations(private_key, keyring):
 
 
 def test_expired(private_key, keyring):
-    payload = sign_bundle(make_bundle(expires_at=NOW - 60), private_key, KID)
+    bundle = make_bundle(issued_at=NOW - 3600, expires_at=NOW - 60)
+    payload = sign_bundle(bundle, private_key, KID, check_times=False)
     error = refusal(payload, keyring)
     assert error.reason == "expired"
     assert "b-0001" in str(error)

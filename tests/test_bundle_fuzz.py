@@ -137,7 +137,7 @@ def bundles(draw: st.DrawFn, applied: dict) -> tuple[str, Bundle]:
         device=device,
         stream=stream,
         version=version,
-        issued_at=now,
+        issued_at=min(now, expires - 3600),
         expires_at=expires,
         full_state=draw(st.integers(0, 7)) == 0,
         supersedes=[s for s in supersedes if s != stream],
