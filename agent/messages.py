@@ -113,8 +113,11 @@ class BundleError(ZodiacError):
 
     ``reason`` is one of :data:`REASONS`, for machines (the device status, the cloud's retry
     logic); the message is for humans and names the bundle and stream when they are known.
-    ``rule_id``/``line``/``column`` locate a ``bad_rule`` inside that rule's own text, and
-    ``expected_version`` tells the cloud what a ``version_gap`` device is waiting for.
+    ``rule_id``/``line``/``column`` locate a ``bad_rule`` inside that rule's own text,
+    ``version`` is the refused bundle's version (once its body could be read) and
+    ``expected_version`` tells the cloud what a ``version_gap`` device is waiting for. Once the
+    body is read, ``stream`` is the bundle's source (``all:<stream>`` for a farm-wide bundle),
+    the version sequence the refusal is about.
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class BundleError(ZodiacError):
         line: int | None = None,
         column: int | None = None,
         expected_version: int | None = None,
+        version: int | None = None,
     ):
         if reason not in REASONS:
             raise ValueError(f"unknown BundleError reason {reason!r}")
@@ -138,6 +142,7 @@ class BundleError(ZodiacError):
         self.line = line
         self.column = column
         self.expected_version = expected_version
+        self.version = version
         self.detail = message
         super().__init__(_where(bundle_id, stream) + message)
 
@@ -472,7 +477,7 @@ class Bundle(_Frozen):
         rules: list[Rule] = []
         for op in self.operations:
             if isinstance(op, AddRules):
-                rules += op.parsed_rules(bundle_id=self.bundle_id, stream=self.stream)
+                rules += op.parsed_rules(bundle_id=self.bundle_id, stream=self.source)
         return rules
 
     @staticmethod

@@ -106,6 +106,8 @@ class Outcome:
     report: dict = field(default_factory=dict)
     bundle_id: str | None = None
     stream: str | None = None
+    version: int | None = None  # the bundle's, once its body was read
+    expected_version: int | None = None  # what a version_gap device waits for
 
     @property
     def committed(self) -> bool:
@@ -119,6 +121,7 @@ class Outcome:
             "detail": self.message,
             "bundle_id": self.bundle_id,
             "stream": self.stream,
+            **({"version": self.version} if self.version is not None else {}),
             **{k: self.report[k] for k in ("operation", "seconds") if k in self.report},
         }
 
@@ -246,7 +249,13 @@ class Agent:
                 self.state.set_meta(APPLYING, None)
         except BundleError as error:
             outcome = Outcome(
-                "refused", error.reason, str(error), bundle_id=error.bundle_id, stream=error.stream
+                "refused",
+                error.reason,
+                str(error),
+                bundle_id=error.bundle_id,
+                stream=error.stream,
+                version=error.version,
+                expected_version=error.expected_version,
             )
         if outcome.status == "applied" and correlation:
             self._link_request(correlation, outcome.stream or "")
@@ -283,7 +292,7 @@ class Agent:
         """Apply an already verified bundle (its operations as one change, made by the
         bundle's source: it may delete only what it, or a stream it supersedes, added)."""
         source = bundle.source
-        where = {"bundle_id": bundle.bundle_id, "stream": source}
+        where = {"bundle_id": bundle.bundle_id, "stream": source, "version": bundle.version}
         rules = {rule.id: rule for rule in bundle.parsed_rules()}
         net = NetChange()  # the operations in their order; the last naming a fact decides
         for op in bundle.operations:
@@ -599,25 +608,55 @@ class Agent:
         return sorted(found, key=repr)[:MAX_FINDINGS]
 
     def note(self, outcome: Outcome, *, quiet: bool = False) -> Outcome:
-        """Log an outcome; a refusal also becomes the status's ``last_error``."""
+        """Log an outcome; a refusal also becomes the status's ``last_error``, and an applied
+        bundle clears the ``last_error`` it settles (:meth:`_clear_settled_error`)."""
         fields = outcome.as_log()
         if outcome.status == "refused":
             log.warning("refused", extra={"fields": fields})
-            try:
-                self.state.set_meta(
-                    "last_error",
-                    json.dumps(
-                        {
-                            "reason": outcome.reason,
-                            "message": clip_text(outcome.message, MAX_ERROR_TEXT),
-                            "bundle_id": outcome.bundle_id,
-                            "stream": outcome.stream,
-                            "at": time.time(),
-                        }
-                    ),
-                )
-            except Exception:  # noqa: BLE001 - reporting must not fail the agent
-                log.exception("could not record the error")
-        elif not quiet:
-            log.info(outcome.status, extra={"fields": fields})
+            self._record_error(outcome)
+        else:
+            if not quiet:
+                log.info(outcome.status, extra={"fields": fields})
+            if outcome.status == "applied" and outcome.bundle_id is not None:
+                self._clear_settled_error(outcome.stream)
         return outcome
+
+    def _record_error(self, outcome: Outcome) -> None:
+        """A refusal as the status's ``last_error``: the reason, the (clipped) message, and
+        which bundle, source and version it is about, so the cloud can tell one gap from the
+        next (cloud/publisher.py)."""
+        error = {
+            "reason": outcome.reason,
+            "message": clip_text(outcome.message, MAX_ERROR_TEXT),
+            "bundle_id": outcome.bundle_id,
+            "stream": outcome.stream,
+            "at": time.time(),
+        }
+        if outcome.version is not None:
+            error["version"] = outcome.version
+        if outcome.expected_version is not None:
+            error["expected_version"] = outcome.expected_version
+        try:
+            self.state.set_meta("last_error", json.dumps(error))
+        except Exception:  # noqa: BLE001 - reporting must not fail the agent
+            log.exception("could not record the error")
+
+    def _clear_settled_error(self, source: str | None) -> None:
+        """A bundle of ``source`` was applied: the ``last_error`` no longer holds if it was
+        about that source (whatever was refused on it, a gap, an expired or bad bundle, has been
+        replaced: the source's sequence and content are again the cloud's), or about no source
+        at all (a payload that could not be read far enough: bundles get through and pass
+        again). An error about another source stays: that source is still waiting. Without
+        this, a recovered device kept reporting its gap, and the cloud kept answering it."""
+        try:
+            raw = self.state.get_meta("last_error")
+            if raw is None:
+                return
+            try:
+                about = json.loads(raw).get("stream")
+            except (ValueError, AttributeError):
+                about = None
+            if about is None or about == source:
+                self.state.set_meta("last_error", None)
+        except Exception:  # noqa: BLE001 - reporting must not fail the agent
+            log.exception("could not clear the error")

@@ -150,7 +150,7 @@ def open_bundle(
         ) from None
 
     bundle = decode_bundle(body)
-    where = {"bundle_id": bundle.bundle_id, "stream": bundle.stream}
+    where = {"bundle_id": bundle.bundle_id, "stream": bundle.source, "version": bundle.version}
     count = bundle.operation_count()
     if count > limits.max_operations:
         raise BundleError(
@@ -173,7 +173,7 @@ def check_times(bundle: Bundle, now: float) -> None:
 def check_times_at(bundle: Bundle, now: float, *, clock: str, device: bool = False) -> None:
     """:func:`check_times` against a clock named ``clock`` in the message; a device's message
     also says what a fresh bundle refused so means (its own clock is wrong)."""
-    where = {"bundle_id": bundle.bundle_id, "stream": bundle.stream}
+    where = {"bundle_id": bundle.bundle_id, "stream": bundle.source, "version": bundle.version}
     window = f"valid from {utc(bundle.issued_at)} to {utc(bundle.expires_at)}"
     if now > bundle.expires_at:
         hint = f" (if the cloud sent it just now, {clock} is ahead)" if device else ""
@@ -229,6 +229,7 @@ def check_sequence(bundle: Bundle, applied_version: int | None) -> Literal["appl
         f"version {bundle.version} skips versions: expected version {applied + 1} "
         f"(applied: {applied_version}) or a full-state bundle",
         bundle_id=bundle.bundle_id,
-        stream=bundle.stream,
+        stream=bundle.source,
+        version=bundle.version,
         expected_version=applied + 1,
     )

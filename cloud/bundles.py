@@ -5,7 +5,8 @@ The cloud decides, per device and per rule stream, the rules and facts the devic
 turns a new target into the smallest bundle that gets the device there: rules and facts added,
 rules and facts deleted, version + 1. When a device reports a version gap (it missed a bundle, or
 lost its state), :meth:`BundleCutter.full_state` re-sends the whole target as a ``full_state``
-bundle, which the agent applies whatever its version.
+bundle, which the agent applies whatever its version; the cutter remembers the last full state
+cut per device and stream (:meth:`BundleCutter.last_full_state`), so that one gap gets one.
 
 The cutter's memory (last target and version per device and stream) is kept in a small SQLite
 file, so a restarted publisher continues the version sequence instead of starting again at 1
@@ -105,6 +106,22 @@ SENT_TABLE = """CREATE TABLE IF NOT EXISTS sent (
 )"""
 
 
+# The last full state cut for each device and stream, and when: a device that reports a gap
+# the full state already answers (it is on its way, or applied) does not get another one.
+FULL_STATES_TABLE = """CREATE TABLE IF NOT EXISTS full_states (
+    device TEXT, stream TEXT, version INTEGER, at FLOAT,
+    PRIMARY KEY (device, stream)
+)"""
+
+
+@dataclass(frozen=True)
+class SentFullState:
+    """The last full state cut for a device and stream: its version, and when (cloud time)."""
+
+    version: int
+    at: float
+
+
 class BundleCutter:
     """Turns per-device targets into versioned difference bundles (see module docstring).
 
@@ -125,6 +142,7 @@ class BundleCutter:
             self.conn.execute("PRAGMA journal_mode=WAL")
             with self.conn:
                 self.conn.execute(SENT_TABLE)
+                self.conn.execute(FULL_STATES_TABLE)
         except sqlite3.Error as error:
             raise ZodiacError(f"{path}: cannot open the publisher's state ({error})") from None
 
@@ -167,8 +185,17 @@ class BundleCutter:
             return None
         return self._record(device, stream, target, operations, full_state=False)
 
+    def last_full_state(self, device: str, stream: str) -> SentFullState | None:
+        """The last full state cut for ``device`` on ``stream`` (None: never)."""
+        row = self.conn.execute(
+            "SELECT version, at FROM full_states WHERE device = ? AND stream = ?",
+            (device, stream),
+        ).fetchone()
+        return SentFullState(row[0], row[1]) if row else None
+
     def full_state(self, device: str, stream: str, target: Target | None = None) -> Bundle:
-        """The whole target (by default the last one sent) as a ``full_state`` bundle."""
+        """The whole target (by default the last one sent) as a ``full_state`` bundle,
+        recorded as sent (see :meth:`last_full_state`)."""
         target = target if target is not None else self.last_target(device, stream)
         operations: list = []
         if target.rules:
@@ -210,8 +237,15 @@ class BundleCutter:
                 "INSERT INTO sent (device, stream, version, target, at) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT (device, stream) DO UPDATE SET version = excluded.version, "
                 "target = excluded.target, at = excluded.at",
-                (device, stream, version, json.dumps(data), time.time()),
+                (device, stream, version, json.dumps(data), now),
             )
+            if full_state:
+                self.conn.execute(
+                    "INSERT INTO full_states (device, stream, version, at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (device, stream) DO UPDATE SET version = excluded.version, "
+                    "at = excluded.at",
+                    (device, stream, version, now),
+                )
         return bundle
 
     def _row(self, device: str, stream: str) -> tuple[int, str] | None:

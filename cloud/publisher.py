@@ -7,7 +7,7 @@ sent). Every bundle is signed for its audience (the farm, and the device or the 
 and expires after the cutter's time to live. An answer goes to the requesting device's own
 bundle topic (never to a response topic the request names) with the request's correlation
 data, so the device links the answering stream to its request. A device whose status reports a
-``version_gap`` gets the stream's full state.
+``version_gap`` gets the stream's full state, once per gap (:meth:`Publisher._recover`).
 
 When is an event over? Devices report their findings (derived facts of their configured
 ``findings`` predicates, e.g. ``SensorAnomalyWindTurbine``) in their retained status.
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from paho.mqtt.properties import Properties
 
 from agent.engine.language import RDF_TYPE
 from agent.messages import (
+    FARM_WIDE,
     Bundle,
     BundleError,
     DeviceStatus,
@@ -41,6 +43,37 @@ from agent.signing import sign_bundle
 from cloud.bundles import BundleCutter, Target
 
 log = logging.getLogger("zodiac.cloud")
+
+# Seconds a full state sent for a gap is taken to be on its way (a device that still reports
+# the gap meanwhile gets no other one); after that, it was probably lost and is sent again.
+FULL_STATE_TIMEOUT = 60.0
+
+
+def last_error(status: DeviceStatus) -> dict:
+    """A status's ``last_error`` (JSON made by the device), or {} when none or unreadable."""
+    try:
+        error = json.loads(status.last_error) if status.last_error else {}
+    except ValueError:
+        return {}
+    return error if isinstance(error, dict) else {}
+
+
+def audience_of(device: str, source: str) -> tuple[str, str]:
+    """The cutter's (device, stream) of a device's source: ``all:<stream>`` is the farm-wide
+    stream (cut for ``FARM_WIDE``), anything else the device's own."""
+    prefix, colon, stream = source.partition(":")
+    return (FARM_WIDE, stream) if colon and prefix == FARM_WIDE else (device, source)
+
+
+def gap_version(error: dict, applied: int) -> int:
+    """The version of the bundle a ``version_gap`` refused: the error's ``version``; from a
+    device that does not report it, read from the message (``version 7 skips versions``), or
+    else taken as the next one after what is applied."""
+    version = error.get("version")
+    if isinstance(version, int) and not isinstance(version, bool):
+        return version
+    found = re.search(r"version (\d+) skips", str(error.get("message", "")))
+    return int(found[1]) if found else applied + 1
 
 
 def finding_predicate(fact: tuple) -> str:
@@ -69,6 +102,7 @@ class Publisher:
         resolutions: dict[str, list[str]] | None = None,
         client_id: str | None = None,
         listen: bool = True,
+        full_state_timeout: float = FULL_STATE_TIMEOUT,
     ) -> None:
         self.farm = farm
         self.cutter = cutter
@@ -76,6 +110,7 @@ class Publisher:
         self.private_key = private_key
         self.key_id = key_id
         self.event_streams = event_streams or {}
+        self.full_state_timeout = full_state_timeout
         self.statuses: dict[str, DeviceStatus] = {}
         self.requests: list[tuple[str, str, str]] = []  # (device, event, stream) answered
         self.resolutions = {s: set(p) for s, p in (resolutions or {}).items()}
@@ -200,21 +235,50 @@ class Publisher:
         with self.changed:
             self.statuses[device] = status
             self.changed.notify_all()
-        error = json.loads(status.last_error) if status.last_error else {}
-        stream = error.get("stream")
-        if error.get("reason") == "version_gap" and stream:
-            applied = status.applied.get(stream, 0)
-            with self.lock:
-                if self.cutter.version(device, stream) > applied:
-                    bundle = self.cutter.full_state(device, stream)
-                else:
-                    bundle = None
-            if bundle is not None:
-                log.info("device %s reported a gap on %s: full state sent", device, stream)
-                self.publish(device, bundle)
+        self._recover(device, status)
         self._resolve(device, status)
         if self.on_status is not None:
             self.on_status(status)
+
+    def _recover(self, device: str, status: DeviceStatus) -> None:
+        """A device that reports a version gap gets its stream's full state, once per gap.
+
+        Every status repeats the device's last error until the error no longer holds, and
+        statuses come after every bundle, at every reconnection, and retained: answering each
+        with a new full state (a new version, which the device is then behind of) made a storm.
+        A gap is answered unless the last full state cut for that stream already covers it (its
+        version is at least the refused bundle's, so it was cut after that bundle) and has been
+        applied (the report is older than the recovery) or was sent less than
+        ``full_state_timeout`` seconds ago (it is on its way). A gap at a version beyond that
+        full state (the full state itself was lost, and a later bundle found the hole) is a new
+        gap. The cutter keeps the last full state in its file: a restarted publisher reading a
+        retained gap report does not answer it again."""
+        error = last_error(status)
+        source = error.get("stream")
+        if error.get("reason") != "version_gap" or not isinstance(source, str):
+            return
+        audience, stream = audience_of(device, source)
+        applied = status.applied.get(source, 0)
+        refused = gap_version(error, applied)
+        with self.lock:
+            if self.cutter.version(audience, stream) <= applied:
+                return  # the device holds everything cut: an old report
+            sent = self.cutter.last_full_state(audience, stream)
+            if sent is not None and sent.version >= refused:
+                if applied >= sent.version:
+                    return  # applied: the gap was before the full state
+                if time.time() - sent.at < self.full_state_timeout:
+                    return  # on its way
+            bundle = self.cutter.full_state(audience, stream)
+        log.info(
+            "device %s reported a gap on %s at version %d (applied %d): full state v%d sent",
+            device,
+            source,
+            refused,
+            applied,
+            bundle.version,
+        )
+        self.publish(audience, bundle)
 
     def _resolve(self, device: str, status: DeviceStatus) -> None:
         """Release every answered stream that one of the device's findings settles."""

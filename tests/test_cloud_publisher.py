@@ -7,16 +7,19 @@ as real processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from agent.engine.language import RDF_TYPE
-from agent.messages import fact_tuple
+from agent.messages import DeviceStatus, decode_bundle, decode_status, encode_model, fact_tuple
 from cloud.bundles import BundleCutter, Target
 from cloud.publisher import Publisher
 from tests.agent_harness import (
@@ -71,7 +74,125 @@ def test_request_answer_release_and_gap_recovery(tmp_path, make_broker):
             publisher.send("t1", "base", Target(rules=STREAMS["base"], facts={("site", "t1", "s")}))
             status = publisher.wait_status("t1", lambda s: s.applied.get("base") == 4)
             assert status.explicit_facts == 2  # site(t1, s) and the reading temp(t1, 70)
+            # Recovered: the gap no longer holds, and the status no longer says it does.
+            assert status.last_error is None
+            assert cutter.version("t1", "base") == 4  # one full state for the one gap
     finally:
+        publisher.stop()
+
+
+# ------------------------------------------------------------- one full state per gap
+def gap_report(applied: int, refused: int, at: float) -> bytes:
+    """The status a device sends when version ``refused`` of ``base`` was a gap, with
+    ``applied`` applied, its last error as the agent writes it (agent/service.py)."""
+    error = {
+        "reason": "version_gap",
+        "message": f"version {refused} skips versions: expected version {applied + 1}",
+        "bundle_id": f"t1:base:{refused}:x",
+        "stream": "base",
+        "version": refused,
+        "expected_version": applied + 1,
+        "at": at,
+    }
+    status = DeviceStatus(
+        device="t1",
+        farm=FARM,
+        online=True,
+        applied={"base": applied},
+        rules=1,
+        facts=1,
+        explicit_facts=1,
+        last_error=json.dumps(error),
+        updated_at=at,
+    )
+    return encode_model(status)
+
+
+def bundles_seen(spy: TestClient, publisher: Publisher) -> list[tuple[int, bool]]:
+    """(version, full_state) of every bundle that reached the device's topic so far, once
+    what the publisher was doing is done."""
+    time.sleep(0.3)
+    publisher.flush()
+    time.sleep(0.3)
+    seen = []
+    for message in spy.drain():
+        bundle = decode_bundle(msgpack.unpackb(message.payload)["body"])
+        seen.append((bundle.version, bundle.full_state))
+    return seen
+
+
+def test_a_gap_gets_one_full_state_however_often_the_device_reports_it(tmp_path, make_broker):
+    """The device reports its gap in every status it sends (after each bundle, at each
+    reconnection; retained, so every publisher that connects reads it again), while the
+    publisher goes on sending. Before, every such status got a new full state, whose version
+    the device was then behind of: one full state per status, 25,300 in 180 s."""
+    broker = make_broker()
+    cloud = Cloud(tmp_path / "cloud")
+    state = tmp_path / "cutter.db"
+    rules = STREAMS["base"]
+
+    def start(**kwargs) -> Publisher:
+        cutter = BundleCutter(state, FARM)
+        return Publisher(
+            FARM,
+            cutter,
+            STREAMS,
+            cloud.private,
+            cloud.key_id,
+            host=broker.host,
+            port=broker.port,
+            **kwargs,
+        ).start()
+
+    def target(version: int) -> Target:
+        return Target(rules=rules, facts={("site", "t1", f"s{version}")})
+
+    publisher = start()
+    topic = f"zodiac/{FARM}/t1/status"
+    with TestClient(broker, "t1") as device, TestClient(broker, "t1-spy") as spy:
+        spy.subscribe(f"zodiac/{FARM}/t1/bundle")
+
+        def report(applied: int, refused: int) -> None:
+            at = time.time()
+            device.publish(topic, gap_report(applied, refused, at), retain=True)
+            publisher.wait_status("t1", lambda s: s.updated_at == at)
+
+        publisher.send("t1", "base", target(1))
+        with publisher.lock:
+            publisher.cutter.cut("t1", "base", target(2))  # acknowledged, then lost
+        publisher.send("t1", "base", target(3))
+        assert bundles_seen(spy, publisher) == [(1, False), (3, False)]
+        report(applied=1, refused=3)
+        assert bundles_seen(spy, publisher) == [(4, True)]
+        # The device applies the full state and each bundle after it, one behind the
+        # publisher, and (as a device that never cleared its error) still reports the gap.
+        for version in range(5, 10):
+            publisher.send("t1", "base", target(version))
+            report(applied=version - 1, refused=3)
+        assert bundles_seen(spy, publisher) == [(v, False) for v in range(5, 10)]
+        report(applied=1, refused=3)  # an old report again (a retained copy): answered already
+        assert bundles_seen(spy, publisher) == []
+        # A new gap: version 10 lost, 11 refused. One full state, however often reported.
+        with publisher.lock:
+            publisher.cutter.cut("t1", "base", target(10))
+        publisher.send("t1", "base", target(11))
+        for _ in range(3):
+            report(applied=9, refused=11)
+        assert bundles_seen(spy, publisher) == [(11, False), (12, True)]
+        # A restarted publisher reads the retained report: the full state it remembers (in
+        # the cutter's file) is on its way, so it is not sent again.
+        publisher.stop()
+        publisher = start()
+        publisher.wait_status("t1", lambda s: s.applied == {"base": 9})
+        assert bundles_seen(spy, publisher) == []
+        publisher.stop()
+        # Once a full state is older than the timeout and still not applied, it was lost:
+        # sent again, once.
+        time.sleep(1.2)
+        publisher = start(full_state_timeout=1.0)  # reads the retained report: sent again
+        publisher.wait_status("t1", lambda s: s.applied == {"base": 9})
+        report(applied=9, refused=11)  # and not once more
+        assert bundles_seen(spy, publisher) == [(13, True)]
         publisher.stop()
 
 
@@ -239,3 +360,48 @@ def test_serve_command_rejects_a_malformed_resolution(tmp_path):
     assert "--resolve" in result.stderr and "STREAM=PREDICATE" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "cloud.db").exists()
+
+
+def test_a_farm_wide_gap_gets_the_farm_wide_full_state(tmp_path, make_broker):
+    """A gap on ``all:base`` is about the farm-wide stream: its full state goes to the farm's
+    topic (before, the device was sent a full state of its own ``base``)."""
+    broker = make_broker()
+    cloud = Cloud(tmp_path / "cloud")
+    cutter = BundleCutter(tmp_path / "cutter.db", FARM)
+    publisher = Publisher(
+        FARM, cutter, STREAMS, cloud.private, cloud.key_id, host=broker.host, port=broker.port
+    ).start()
+    try:
+        with TestClient(broker, "t1") as device, TestClient(broker, "spy") as spy:
+            spy.subscribe(f"zodiac/{FARM}/+/bundle")
+            publisher.send("t1", "base", Target(rules=STREAMS["base"]))
+            farm = Target(rules=STREAMS["base"], facts={("limit", "all", 80)})
+            publisher.send("all", "base", farm)
+            with publisher.lock:
+                cutter.cut("all", "base", Target(rules=STREAMS["base"]))  # lost
+            publisher.send("all", "base", farm)
+            assert bundles_seen(spy, publisher) == [(1, False), (1, False), (3, False)]
+            error = json.loads(decode_status(gap_report(1, 3, time.time())).last_error)
+            error["stream"] = "all:base"
+            status = DeviceStatus(
+                device="t1",
+                farm=FARM,
+                online=True,
+                applied={"base": 1, "all:base": 1},
+                rules=1,
+                facts=1,
+                explicit_facts=1,
+                last_error=json.dumps(error),
+                updated_at=time.time(),
+            )
+            device.publish(f"zodiac/{FARM}/t1/status", encode_model(status), retain=True)
+            publisher.wait_status("t1", lambda s: s.applied.get("all:base") == 1)
+            time.sleep(0.3)
+            publisher.flush()
+            [message] = spy.drain() or [spy.expect()]
+            assert message.topic == f"zodiac/{FARM}/all/bundle"
+            full = decode_bundle(msgpack.unpackb(message.payload)["body"])
+            assert (full.device, full.version, full.full_state) == ("all", 4, True)
+            assert cutter.last_full_state("t1", "base") is None
+    finally:
+        publisher.stop()

@@ -7,6 +7,8 @@ their release, and the ``zodiac-agent`` command line's help texts.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agent import service
@@ -102,6 +104,48 @@ def test_full_state_bundle_replaces_its_stream_only(tmp_path, cloud):
     assert set(agent.reasoner.rules) == {"warm", "cold"}
     assert facts(agent, "temp") == {("temp", "b", 22), ("temp", "z", -5)}
     assert agent.state.applied_versions() == {"base": 7, "ops": 1}
+    agent.close()
+
+
+def test_an_applied_bundle_clears_the_error_it_settles(tmp_path, cloud):
+    """``last_error`` says what is wrong now: a bundle applied on a source clears an error about
+    that source (a gap, once the full state is applied) and an error about no source (a payload
+    that could not be read); an error about another source, and a duplicate, clear nothing."""
+    agent = make_agent(tmp_path, cloud)
+
+    def error() -> dict | None:
+        text = agent.status().last_error
+        return json.loads(text) if text else None
+
+    agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=RULES)))
+    assert agent.handle_bundle(cloud.sign(cloud.bundle("base", 3))).reason == "version_gap"
+    gap = error()
+    assert (gap["reason"], gap["stream"], gap["version"], gap["expected_version"]) == (
+        "version_gap",
+        "base",
+        3,
+        2,
+    )
+    agent.handle_bundle(cloud.sign(cloud.bundle("ops", 1, facts=[("temp", "z", 1)])))
+    assert error() == gap  # another stream: base is still waiting
+    agent.handle_bundle(cloud.sign(cloud.bundle("base", 1)))  # a duplicate changes nothing
+    assert error() == gap
+    full = cloud.bundle("base", 4, full_state=True, rules=RULES)
+    assert agent.handle_bundle(cloud.sign(full)).status == "applied"
+    assert error() is None and agent.status().last_error is None
+    # A refusal about no stream (unreadable) is settled by the next bundle applied.
+    assert agent.handle_bundle(b"\x93garbage").reason == "malformed"
+    assert error()["reason"] == "malformed"
+    agent.handle_bundle(cloud.sign(cloud.bundle("ops", 2, facts=[("temp", "y", 2)])))
+    assert error() is None
+    # And an error on a farm-wide stream is about its source, all:<stream>.
+    farm_gap = cloud.bundle("base", 2, device="all")
+    assert agent.handle_bundle(cloud.sign(farm_gap)).reason == "version_gap"
+    assert error()["stream"] == "all:base"
+    agent.handle_bundle(cloud.sign(cloud.bundle("base", 5, facts=[("temp", "x", 3)])))
+    assert error()["stream"] == "all:base"
+    agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, device="all")))
+    assert error() is None
     agent.close()
 
 
