@@ -228,6 +228,7 @@ class Agent:
                         message=f"version {bundle.version} <= applied {applied}",
                         bundle_id=bundle.bundle_id,
                         stream=bundle.source,
+                        version=bundle.version,
                     )
                 )
             attempts = attempts + 1 if applying == bundle.bundle_id else 1
