@@ -37,6 +37,7 @@ __all__ = [
     "BudgetConfig",
     "ConfigError",
     "KeysConfig",
+    "LimitsConfig",
     "LogConfig",
     "ReasoningConfig",
     "TelemetryConfig",
@@ -247,6 +248,20 @@ class BudgetConfig(_Section):
         )
 
 
+class LimitsConfig(_Section):
+    """``[limits]``: how much the device keeps of what arrives, whoever sends it. Past a limit
+    the new item is refused (a bundle: ``too_many_streams``) or dropped and counted in the
+    status (``dropped``); what the device already holds is not touched. They keep the state and
+    the status, which carries every stream's version and is sent after every bundle, small."""
+
+    # Bundle streams with a version (a device's own and farm-wide ones). A released stream
+    # keeps its place: its version sequence must go on.
+    max_streams: int = Field(64, gt=0)
+    # Sensors (predicate and subject) of the device's own readings; the value of a sensor
+    # already known is always replaced.
+    max_sensors: int = Field(10_000, gt=0)
+
+
 class LogConfig(_Section):
     """``[log]``: logging for journald / Docker (JSON lines by default, for log shippers)."""
 
@@ -269,6 +284,7 @@ class AgentConfig(_Section):
     reasoning: ReasoningConfig = ReasoningConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
     budget: BudgetConfig = BudgetConfig()
+    limits: LimitsConfig = LimitsConfig()
     log: LogConfig = LogConfig()
     # The file this config was loaded from (set by `load`, for messages); not a TOML option.
     source: Path | None = Field(None, exclude=True)

@@ -45,6 +45,8 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
+import msgpack
+
 from agent.claims import OwnershipError
 from agent.config import AgentConfig
 from agent.engine.budget import BudgetExceeded
@@ -82,7 +84,14 @@ POISON_ATTEMPTS = 3
 LOCAL_SOURCE = "local"  # rules and facts from the config file
 REQUEST_TIMEOUT = 30.0  # seconds before an unanswered rule request may be sent again
 MAX_FINDINGS = 100  # facts per status message (a status must stay small)
+MAX_FINDINGS_BYTES = 8_000  # and their size, encoded
 MAX_ERROR_TEXT = 500  # characters of an error message kept in the status (it echoes input)
+# Seconds between two info lines about duplicate bundles: a replayed bundle changes nothing,
+# and thousands of replays must not make thousands of lines (they are counted in the status).
+DUPLICATE_LOG_INTERVAL = 60.0
+DUPLICATE = "bundle: duplicate"  # the status's ``dropped`` count of duplicate bundles
+TOO_MANY_STREAMS = "bundle: too many streams"  # ... of bundles refused by [limits] max_streams
+TOO_MANY_SENSORS = "readings: too many sensors"  # ... of readings dropped by max_sensors
 X = Variable("X")
 
 
@@ -156,6 +165,9 @@ class Agent:
             },
         )
         self.dropped: Counter[str] = Counter()  # incoming messages dropped, by reason
+        # Duplicates since the last info line about them, and when that line was written.
+        self._duplicates_unlogged = 0
+        self._duplicate_logged_at = float("-inf")
         self._buckets: dict[str, tuple[float, float]] = {}  # telemetry rate: tokens, time
         self.sync_local_files()
 
@@ -217,6 +229,7 @@ class Agent:
         try:
             bundle = open_bundle(payload, self.keyring, limits=self.limits)
             self.check_audience(bundle)
+            self.check_stream_limit(bundle)
             applied = self.state.applied_versions().get(bundle.source)
             applying, attempts = self._applying()
             if check_sequence(bundle, applied) == "duplicate":
@@ -289,6 +302,24 @@ class Agent:
                 stream=bundle.source,
             )
 
+    def check_stream_limit(self, bundle: Bundle) -> None:
+        """Refuse a bundle that would add a stream past ``[limits] max_streams``
+        (``too_many_streams``): every stream with a version stays in the state and in every
+        status, so their number must be bounded whoever signs them."""
+        applied = self.state.applied_versions()
+        limit = self.config.limits.max_streams
+        if bundle.source in applied or len(applied) < limit:
+            return
+        self.dropped[TOO_MANY_STREAMS] += 1
+        raise BundleError(
+            "too_many_streams",
+            f"the device holds {len(applied)} streams, the limit ([limits] max_streams = "
+            f"{limit}); a new stream is refused",
+            bundle_id=bundle.bundle_id,
+            stream=bundle.source,
+            version=bundle.version,
+        )
+
     def apply_bundle(self, bundle: Bundle) -> Outcome:
         """Apply an already verified bundle (its operations as one change, made by the
         bundle's source: it may delete only what it, or a stream it supersedes, added)."""
@@ -358,9 +389,15 @@ class Agent:
         if len(telemetry.readings) > limits.max_readings:
             return self.drop("readings: too many")
         applied = self.state.reading_times(SENSOR_SOURCE)
+        room = self.config.limits.max_sensors - len(applied)  # for sensors not known yet
         fresh, times = [], {}
         for fact in telemetry.fact_tuples():
             sensor = sensor_key(fact)
+            if sensor not in applied and sensor not in times:
+                if room <= 0:
+                    self.dropped[TOO_MANY_SENSORS] += 1
+                    continue
+                room -= 1
             if telemetry.sent_at > applied.get(sensor, float("-inf")):
                 fresh.append(fact)
                 times[sensor] = telemetry.sent_at
@@ -602,11 +639,19 @@ class Agent:
         )
 
     def findings(self) -> list[list]:
-        """The derived facts of the configured ``findings`` predicates (encoded, sorted)."""
+        """The derived facts of the configured ``findings`` predicates (encoded, sorted), at
+        most ``MAX_FINDINGS`` of them in at most ``MAX_FINDINGS_BYTES``: they go into every
+        status, and a finding may name a sensor of any length."""
         found = []
         for predicate in self.config.reasoning.findings:
             found += [encode_fact(f) for f in self.reasoner.facts_named(predicate)]
-        return sorted(found, key=repr)[:MAX_FINDINGS]
+        kept, size = [], 0
+        for fact in sorted(found, key=repr)[:MAX_FINDINGS]:
+            size += len(msgpack.packb(fact, use_bin_type=True))
+            if size > MAX_FINDINGS_BYTES:
+                break
+            kept.append(fact)
+        return kept
 
     def note(self, outcome: Outcome, *, quiet: bool = False) -> Outcome:
         """Log an outcome; a refusal also becomes the status's ``last_error``, and an applied
@@ -615,12 +660,30 @@ class Agent:
         if outcome.status == "refused":
             log.warning("refused", extra={"fields": fields})
             self._record_error(outcome)
+        elif outcome.status == "duplicate":
+            self._note_duplicate(fields)
         else:
             if not quiet:
                 log.info(outcome.status, extra={"fields": fields})
             if outcome.status == "applied" and outcome.bundle_id is not None:
                 self._clear_settled_error(outcome.stream)
         return outcome
+
+    def _note_duplicate(self, fields: dict) -> None:
+        """Count a duplicate bundle (the status's ``dropped``) and log it at info level at most
+        once every ``DUPLICATE_LOG_INTERVAL`` seconds, with how many came since the last such
+        line; the others at debug level. A duplicate changes nothing: a broker redelivering
+        after a crash is worth a line, someone replaying a bundle 2,000 times is not worth
+        2,000."""
+        self.dropped[DUPLICATE] += 1
+        self._duplicates_unlogged += 1
+        now = time.monotonic()
+        if now - self._duplicate_logged_at < DUPLICATE_LOG_INTERVAL:
+            log.debug("duplicate", extra={"fields": fields})
+            return
+        log.info("duplicate", extra={"fields": {**fields, "duplicates": self._duplicates_unlogged}})
+        self._duplicates_unlogged = 0
+        self._duplicate_logged_at = now
 
     def _record_error(self, outcome: Outcome) -> None:
         """A refusal as the status's ``last_error``: the reason, the (clipped) message, and

@@ -218,7 +218,8 @@ class AgentService:
         report = None
         if item.topic in (config.topic("bundle"), config.farm_bundle_topic()):
             outcome = self.agent.handle_bundle(item.payload, correlation=item.correlation)
-            report = self.publish_status
+            if outcome.status != "duplicate":  # a duplicate changes nothing to report
+                report = self.publish_status
         elif item.topic == config.topic("readings"):
             outcome = self.agent.record_readings(item.payload)
             if outcome.status == "applied":

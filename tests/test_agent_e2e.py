@@ -16,7 +16,7 @@ import time
 import msgpack
 import pytest
 
-from agent.messages import RuleRequest, decode_model, encode_model
+from agent.messages import RuleRequest, decode_model, decode_status, encode_model
 from tests.agent_harness import (
     AgentProcess,
     Cloud,
@@ -142,6 +142,36 @@ def test_bad_bundles_change_nothing_and_are_reported(tmp_path, make_broker, clou
         assert agent.terminate() == 0
     refusals = [e for e in agent.log_lines() if e.get("message") == "refused"]
     assert {e["reason"] for e in refusals} == {reason for _, _, reason in cases}
+
+
+def test_replayed_duplicates_are_counted_not_reported_or_logged_each(
+    tmp_path, make_broker, cloud
+):
+    """A replayed bundle changes nothing: it costs no retained status publish and no info
+    line each (before: one of each per replay); the status counts them."""
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    topic = f"zodiac/{FARM}/t1/bundle"
+    replays = 200
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-1") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        signed = cloud.sign(cloud.bundle("base", 1, rules=BASE_RULES))
+        client.publish(topic, signed)
+        watcher.wait(lambda s: s.applied.get("base") == 1)
+        for _ in range(replays):
+            client.publish(topic, signed)
+        client.publish(topic, cloud.sign(cloud.bundle("base", 2, facts=[("temp", "t1", 31)])))
+        statuses = []  # every status published from here on, up to version 2's
+        while not statuses or statuses[-1].applied.get("base") != 2:
+            statuses.append(decode_status(client.expect(watcher.topic, timeout=20).payload))
+        assert len(statuses) == 1  # the replays published none
+        assert statuses[0].dropped == {"bundle: duplicate": replays}
+        lines = [e for e in agent.log_lines() if e.get("message") == "duplicate"]
+        assert len(lines) == replays  # the log is at debug level: one each there...
+        infos = [e for e in lines if e["level"] == "INFO"]
+        assert len(infos) == 1 and infos[0]["duplicates"] == 1  # ... one summary at info
+        assert agent.terminate() == 0
 
 
 def test_broker_restart_and_offline_agent_receive_what_was_missed(tmp_path, make_broker, cloud):

@@ -47,6 +47,7 @@ def test_example_config_loads_and_documents_every_option():
         "reasoning": type(config.reasoning),
         "telemetry": type(config.telemetry),
         "budget": type(config.budget),
+        "limits": type(config.limits),
         "log": type(config.log),
     }
     for section, model in sections.items():

@@ -14,7 +14,7 @@ import pytest
 from agent import service
 from agent.config import AgentConfig
 from agent.engine import RDF_TYPE
-from agent.messages import AddRules, DeleteRules, RuleRequest, RuleSpec
+from agent.messages import AddRules, DeleteRules, RuleRequest, RuleSpec, encode_model
 from agent.service import Agent
 from agent.zodiac_agent_cli import build_parser
 from tests.agent_harness import Cloud, readings_payload
@@ -31,7 +31,8 @@ def cloud(tmp_path):
     return Cloud(tmp_path / "cloud")
 
 
-def make_agent(tmp_path, cloud, reasoning: str = "") -> Agent:
+def make_agent(tmp_path, cloud, reasoning: str = "", tables: str = "") -> Agent:
+    """An agent for device t1 of farm1; ``tables`` is more TOML tables (e.g. ``[limits]``)."""
     text = f"""
 device = "t1"
 farm = "farm1"
@@ -40,6 +41,7 @@ database = "t1.db"
 trusted_keys = "{cloud.keys}"
 [reasoning]
 {reasoning}
+{tables}
 """
     path = tmp_path / "agent.toml"
     path.write_text(text)
@@ -146,6 +148,52 @@ def test_an_applied_bundle_clears_the_error_it_settles(tmp_path, cloud):
     assert error()["stream"] == "all:base"
     agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, device="all")))
     assert error() is None
+    agent.close()
+
+
+def test_streams_and_sensors_are_bounded_by_the_limits(tmp_path, cloud):
+    """Past ``[limits]`` a new stream's bundle is refused and a new sensor's reading dropped,
+    both counted; what the device holds is kept and still updated (before: no limit, 3,000
+    streams made a 30 kB status and 100,000 sensor ids were all kept)."""
+    agent = make_agent(tmp_path, cloud, tables="[limits]\nmax_streams = 3\nmax_sensors = 5")
+    for stream in ("s1", "s2", "s3"):
+        assert agent.handle_bundle(cloud.sign(cloud.bundle(stream, 1))).status == "applied"
+    refused = agent.handle_bundle(cloud.sign(cloud.bundle("s4", 1, facts=[("temp", "x", 1)])))
+    assert (refused.status, refused.reason) == ("refused", "too_many_streams")
+    assert "max_streams = 3" in refused.message
+    assert agent.state.applied_versions() == {"s1": 1, "s2": 1, "s3": 1}
+    assert facts(agent, "temp") == set()
+    assert agent.handle_bundle(cloud.sign(cloud.bundle("s1", 2))).status == "applied"
+    readings = [("temp", f"sensor{i}", i) for i in range(8)]
+    assert agent.record_readings(readings_payload("t1", "farm1", readings)).status == "applied"
+    assert facts(agent, "temp") == set(readings[:5])
+    assert (
+        agent.record_readings(
+            readings_payload("t1", "farm1", [("temp", "sensor0", 99), ("temp", "sensor9", 9)])
+        ).status
+        == "applied"
+    )
+    assert ("temp", "sensor0", 99) in facts(agent, "temp")
+    assert ("temp", "sensor9", 9) not in facts(agent, "temp")
+    assert agent.status().dropped == {
+        "bundle: too many streams": 1,
+        "readings: too many sensors": 4,
+    }
+    agent.close()
+
+
+def test_the_status_stays_small_whatever_the_findings(tmp_path, cloud):
+    agent = make_agent(tmp_path, cloud, 'findings = ["Broken"]')
+    rules = {"b": "b: <Broken>(X) :- <temp>(X, T) and COMP(T, >, 50) ."}
+    agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=rules)))
+    readings = [("temp", f"sensor-{i:03d}-" + "x" * 500, 60) for i in range(200)]
+    for start in range(0, 200, 50):  # (a message is at most 64 kB)
+        batch = readings_payload("t1", "farm1", readings[start : start + 50])
+        assert agent.record_readings(batch).status == "applied"
+    assert len(list(agent.reasoner.facts_named("Broken"))) == 200
+    status = agent.status()
+    assert 0 < len(status.findings) < 100
+    assert len(encode_model(status)) < 10_000
     agent.close()
 
 
