@@ -185,6 +185,13 @@ class BundleCutter:
             return None
         return self._record(device, stream, target, operations, full_state=False)
 
+    def last_sent_at(self, device: str, stream: str) -> float | None:
+        """When the last bundle for ``device`` on ``stream`` was cut (cloud time; None: never)."""
+        row = self.conn.execute(
+            "SELECT at FROM sent WHERE device = ? AND stream = ?", (device, stream)
+        ).fetchone()
+        return row[0] if row else None
+
     def last_full_state(self, device: str, stream: str) -> SentFullState | None:
         """The last full state cut for ``device`` on ``stream`` (None: never)."""
         row = self.conn.execute(

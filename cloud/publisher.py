@@ -23,6 +23,7 @@ import logging
 import re
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import paho.mqtt.client as mqtt
@@ -47,6 +48,16 @@ log = logging.getLogger("zodiac.cloud")
 # Seconds a full state sent for a gap is taken to be on its way (a device that still reports
 # the gap meanwhile gets no other one); after that, it was probably lost and is sent again.
 FULL_STATE_TIMEOUT = 60.0
+# Seconds the answer to a rule request is taken to be on its way when the same request comes
+# again: shorter than the 30 s a device waits before asking again (agent/service.py), so that
+# a device asking again after its timeout gets its answer again.
+ANSWER_TIMEOUT = 10.0
+# Rule requests one device may make per minute (in bursts of as many): a device asks once per
+# event, and again after 30 s without an answer; more is a loop or an attack, and each answer
+# may cost a signed bundle.
+MAX_REQUESTS_PER_MINUTE = 6.0
+# Seconds between two warnings about one device's ignored requests (the rest: debug lines).
+WARNING_INTERVAL = 60.0
 
 
 def last_error(status: DeviceStatus) -> dict:
@@ -83,8 +94,9 @@ def finding_predicate(fact: tuple) -> str:
 
 class Publisher:
     """See the module docstring. ``streams`` maps a stream name to {rule id: rule text};
-    ``event_streams`` maps a request's event to the stream that answers it (default: the
-    stream named like the event)."""
+    ``event_streams`` maps each event a device may request to the stream that answers it (by
+    default, each stream of ``resolutions`` answers the event of its name): a request for any
+    other event (``base``, say) is ignored."""
 
     def __init__(
         self,
@@ -103,17 +115,26 @@ class Publisher:
         client_id: str | None = None,
         listen: bool = True,
         full_state_timeout: float = FULL_STATE_TIMEOUT,
+        max_requests_per_minute: float = MAX_REQUESTS_PER_MINUTE,
     ) -> None:
         self.farm = farm
         self.cutter = cutter
         self.streams = streams
         self.private_key = private_key
         self.key_id = key_id
-        self.event_streams = event_streams or {}
         self.full_state_timeout = full_state_timeout
         self.statuses: dict[str, DeviceStatus] = {}
         self.requests: list[tuple[str, str, str]] = []  # (device, event, stream) answered
         self.resolutions = {s: set(p) for s, p in (resolutions or {}).items()}
+        self.event_streams = (
+            dict(event_streams) if event_streams is not None else {s: s for s in self.resolutions}
+        )
+        self.max_requests_per_minute = max_requests_per_minute
+        # (device, what became of the request): answered, held already, on its way, not an
+        # answerable event, over the rate limit.
+        self.request_outcomes: Counter[tuple[str, str]] = Counter()
+        self._request_tokens: dict[str, tuple[float, float]] = {}  # device: tokens, when
+        self._warned_at: dict[tuple[str, str], float] = {}
         # (device, stream, finding, time): the causes reported, in order.
         self.resolved: list[tuple[str, str, tuple, float]] = []
         self.lock = threading.Lock()
@@ -204,18 +225,43 @@ class Publisher:
         return bundle
 
     def _request(self, device: str, message: mqtt.MQTTMessage) -> None:
+        """Answer a rule request with the bundle that brings the device to the event's stream.
+
+        Only events of ``event_streams`` are answered, at most ``max_requests_per_minute`` per
+        device. A request asked again (a device's answer lost, or a replay) cuts no new version
+        when the device holds the stream at its current target already (its status says so) or
+        the last bundle of the stream went out less than ``ANSWER_TIMEOUT`` ago (on its way):
+        nothing is sent, and the device, whose request stays open, asks again after its own
+        timeout. Otherwise (the answer was lost) the full state goes out again."""
         request = decode_request(message.payload)
-        stream = self.event_streams.get(request.event, request.event)
-        rules = self.streams.get(stream)
+        if not self._within_request_rate(device):
+            self._ignore_request(device, "over the rate limit", request.event)
+            return
+        stream = self.event_streams.get(request.event)
+        rules = self.streams.get(stream) if stream is not None else None
         if rules is None:
-            log.warning("device %s asked for unknown event %s", device, request.event)
+            self._ignore_request(device, "not an answerable event", request.event)
             return
         target = Target(rules=dict(rules))
         with self.lock:
             bundle = self.cutter.cut(device, stream, target)
-            if bundle is None:  # the device should already have it: send it whole again
-                bundle = self.cutter.full_state(device, stream, target)
-            self.requests.append((device, request.event, stream))
+            if bundle is None:
+                bundle, outcome = self._answer_again(device, stream, target)
+            else:
+                outcome = "answered"
+            self.request_outcomes[(device, outcome)] += 1
+            version = self.cutter.version(device, stream)
+            if bundle is not None:
+                self.requests.append((device, request.event, stream))
+        if bundle is None:
+            log.info(
+                "%s's request for %s: %s (v%d), nothing sent",
+                device,
+                request.event,
+                outcome,
+                version,
+            )
+            return
         props = getattr(message, "properties", None)
         correlation = getattr(props, "CorrelationData", None) or request.request_id.encode()
         # Always on the requesting device's own bundle topic, whatever response topic the
@@ -229,6 +275,46 @@ class Publisher:
             request.event,
             stream,
             bundle.version,
+        )
+
+    def _answer_again(self, device: str, stream: str, target: Target) -> tuple[Bundle | None, str]:
+        """A request for a stream whose target has not changed since it was last sent (see
+        :meth:`_request`); call with the lock held."""
+        status = self.statuses.get(device)
+        applied = status.applied.get(stream, 0) if status is not None else 0
+        if applied >= self.cutter.version(device, stream):
+            return None, "held already"
+        sent_at = self.cutter.last_sent_at(device, stream)
+        if sent_at is not None and time.time() - sent_at < ANSWER_TIMEOUT:
+            return None, "on its way"
+        return self.cutter.full_state(device, stream, target), "answered"
+
+    def _within_request_rate(self, device: str) -> bool:
+        """A token bucket per device: ``max_requests_per_minute``, bursts of as many."""
+        capacity = self.max_requests_per_minute
+        now = time.monotonic()
+        tokens, at = self._request_tokens.get(device, (capacity, now))
+        tokens = min(capacity, tokens + (now - at) * capacity / 60)
+        allowed = tokens >= 1
+        self._request_tokens[device] = (tokens - 1 if allowed else tokens, now)
+        return allowed
+
+    def _ignore_request(self, device: str, reason: str, event: str) -> None:
+        """Count an ignored request; warn at most once a minute per device and reason (a
+        device in a loop, or replaying, would otherwise fill the log)."""
+        self.request_outcomes[(device, reason)] += 1
+        now = time.monotonic()
+        key = (device, reason)
+        if now - self._warned_at.get(key, float("-inf")) < WARNING_INTERVAL:
+            log.debug("ignored %s's request for %s: %s", device, event, reason)
+            return
+        self._warned_at[key] = now
+        log.warning(
+            "ignored %s's request for %s: %s (%d so far)",
+            device,
+            event[:80],
+            reason,
+            self.request_outcomes[key],
         )
 
     def _status(self, device: str, status: DeviceStatus) -> None:

@@ -7,10 +7,11 @@
 ``publish`` cuts and sends one stream (default ``base``) to the listed devices: the stream's
 rules plus, with ``--facts``, the facts each device needs (about itself and its neighbours) from
 a materialised farm graph (N-Triples/Turtle, e.g. ``zodiac-cloud materialise`` output).
-``serve`` runs until SIGTERM: it answers rule requests from the streams under ``--rules-dir``,
-re-sends full states to devices that report a version gap, and releases a stream from a device
-once the device reports a finding that settles it (``--resolve STREAM=PREDICATE[,PREDICATE]``,
-repeatable). The key id is the key file's
+``serve`` runs until SIGTERM: it answers rule requests for the events it is told to answer
+(``--answer EVENT[=STREAM]``, and the streams of ``--resolve``) from the streams under
+``--rules-dir``, re-sends full states to devices that report a version gap, and releases a
+stream from a device once the device reports a finding that settles it (``--resolve
+STREAM=PREDICATE[,PREDICATE]``, repeatable). The key id is the key file's
 stem (``cloud.key`` -> ``cloud``): devices trust ``<key id>.pub``.
 """
 
@@ -23,6 +24,7 @@ import signal
 import threading
 from pathlib import Path
 
+from agent.engine.errors import ZodiacError
 from agent.keys import load_private_key
 from agent.messages import MAX_BUNDLE_LIFETIME
 from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, device_facts, load_streams
@@ -82,6 +84,16 @@ def add_commands(commands) -> None:
             )
         else:
             sub.add_argument(
+                "--answer",
+                action="append",
+                default=[],
+                type=_answer,
+                metavar="EVENT[=STREAM]",
+                help="answer devices' rule requests for EVENT with STREAM (default: the "
+                "stream named EVENT; repeatable). The streams of --resolve answer the events "
+                "of their names too; a request for any other event is ignored",
+            )
+            sub.add_argument(
                 "--resolve",
                 action="append",
                 default=[],
@@ -103,6 +115,41 @@ def parse_resolutions(items: list[str]) -> dict[str, list[str]]:
             raise ValueError(f"--resolve {item!r}: expected STREAM=PREDICATE[,PREDICATE]")
         resolutions.setdefault(stream.strip(), []).extend(names)
     return resolutions
+
+
+def parse_answers(items: list[str]) -> dict[str, str]:
+    """``["anomaly/x", "hot=anomaly/y"]`` -> ``{"anomaly/x": "anomaly/x", "hot": "anomaly/y"}``."""
+    answers: dict[str, str] = {}
+    for item in items:
+        event, equals, stream = (part.strip() for part in item.partition("="))
+        if not event or (equals and not stream):
+            raise ValueError(f"--answer {item!r}: expected EVENT or EVENT=STREAM")
+        answers[event] = stream or event
+    return answers
+
+
+def _answer(item: str) -> str:
+    """argparse ``type`` of ``--answer``."""
+    try:
+        parse_answers([item])
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--answer ")) from None
+    return item
+
+
+def answerable_events(
+    answers: dict[str, str], resolutions: dict[str, list[str]], streams: dict, rules_dir: Path
+) -> dict[str, str]:
+    """The events ``serve`` answers: each stream of ``--resolve`` answers the event of its name,
+    and ``--answer`` adds (or redirects) events; a stream that does not exist is an error."""
+    events = {stream: stream for stream in resolutions} | answers
+    for event, stream in events.items():
+        if stream not in streams:
+            raise ZodiacError(
+                f"event {event!r} is answered by stream {stream!r}: no such stream under "
+                f"{rules_dir}"
+            )
+    return events
 
 
 def _resolution(item: str) -> str:
@@ -135,17 +182,22 @@ def _publisher(args: argparse.Namespace) -> Publisher:
     client_id = (
         None if args.handler is cmd_serve else f"zodiac-cloud-{args.farm}-publish-{os.getpid()}"
     )
+    streams = load_streams(args.rules_dir)
+    resolutions = parse_resolutions(getattr(args, "resolve", []))
+    answers = parse_answers(getattr(args, "answer", []))
+    events = answerable_events(answers, resolutions, streams, args.rules_dir)  # (before the state)
     return Publisher(
         args.farm,
         BundleCutter(args.state, args.farm, ttl=args.bundle_ttl),
-        load_streams(args.rules_dir),
+        streams,
         load_private_key(args.key),
         args.key.stem,
         host=host or "127.0.0.1",
         port=int(port or 1883),
         username=args.username,
         password=args.password,
-        resolutions=parse_resolutions(getattr(args, "resolve", [])),
+        event_streams=events,
+        resolutions=resolutions,
         client_id=client_id,
         # A one-off ``publish`` must not also answer requests or gaps beside ``serve``: both
         # would cut bundles from the same state, and a device could get two versions.

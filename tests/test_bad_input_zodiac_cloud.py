@@ -169,3 +169,21 @@ def test_a_bad_local_below_is_a_usage_error(tmp_path, capsys, value):
         main([*argv, "--local-below", value])
     assert exit_.value.code == 2 and "--local-below" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_serve_refuses_an_event_answered_by_no_stream(tmp_path, capsys):
+    args = publisher_args(tmp_path)
+    code = main(["serve", *args, "--broker", "127.0.0.1:1", "--answer", "hot=anomaly/nosuch"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.strip().splitlines() == [
+        f"zodiac-cloud: event 'hot' is answered by stream 'anomaly/nosuch': no such stream "
+        f"under {tmp_path / 'streams'}"
+    ]
+    assert not (tmp_path / "cloud.db").exists()  # nothing made
+
+
+@pytest.mark.parametrize("answer", ["", "=base", "hot="])
+def test_a_malformed_answer_is_a_usage_error(tmp_path, capsys, answer):
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", *publisher_args(tmp_path), "--answer", answer])
+    assert exit_.value.code == 2 and "--answer" in capsys.readouterr().err

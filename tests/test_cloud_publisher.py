@@ -13,13 +13,23 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import msgpack
 import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from agent.engine.language import RDF_TYPE
-from agent.messages import DeviceStatus, decode_bundle, decode_status, encode_model, fact_tuple
+from agent.messages import (
+    DeviceStatus,
+    RuleRequest,
+    decode_bundle,
+    decode_status,
+    encode_model,
+    fact_tuple,
+)
 from cloud.bundles import BundleCutter, Target
 from cloud.publisher import Publisher
 from tests.agent_harness import (
@@ -47,8 +57,16 @@ def test_request_answer_release_and_gap_recovery(tmp_path, make_broker):
     reasoning = 'triggers = { "Suspect" = "anomaly/ambient-temperature" }'
     config = write_config(tmp_path / "t1", broker, cloud.keys, reasoning=reasoning)
     cutter = BundleCutter(tmp_path / "cutter.db", "farm1")
+    event = "anomaly/ambient-temperature"
     publisher = Publisher(
-        FARM, cutter, STREAMS, cloud.private, cloud.key_id, host=broker.host, port=broker.port
+        FARM,
+        cutter,
+        STREAMS,
+        cloud.private,
+        cloud.key_id,
+        host=broker.host,
+        port=broker.port,
+        event_streams={event: event},  # the one event devices may request
     ).start()
     try:
         with AgentProcess(config), TestClient(broker, "sensors") as sensors:
@@ -199,7 +217,9 @@ def test_a_gap_gets_one_full_state_however_often_the_device_reports_it(tmp_path,
 # ------------------------------------------------------------- the command line, end to end
 # ``zodiac-cloud publish`` and ``zodiac-cloud serve`` (cloud/publisher_cli.py) as real
 # processes, against the same private broker and real agent process.
-ZODIAC_CLOUD = Path(sys.executable).with_name("zodiac-cloud")
+# ``zodiac-cloud`` as the module the console script runs, from this checkout (cwd = REPO): the
+# console script of the virtual environment imports the package it was installed from.
+ZODIAC_CLOUD = [sys.executable, "-m", "cloud.zodiac_cloud_cli"]
 BASE_RULES = """
 s: <Suspect>(X) :- <temp>(X, T) and COMP(T, >, 60) .
 n: <Near>(X, Y) :- <hasNeighbour>(X, Y) .
@@ -225,7 +245,7 @@ def cloud_command(command: str, broker, rules: Path, key: Path, state: Path, *ar
     """``zodiac-cloud COMMAND`` for farm1 on ``broker`` (a Broker or ``HOST:PORT``)."""
     address = broker if isinstance(broker, str) else f"{broker.host}:{broker.port}"
     return [
-        str(ZODIAC_CLOUD),
+        *ZODIAC_CLOUD,
         command,
         "--farm",
         FARM,
@@ -403,5 +423,94 @@ def test_a_farm_wide_gap_gets_the_farm_wide_full_state(tmp_path, make_broker):
             full = decode_bundle(msgpack.unpackb(message.payload)["body"])
             assert (full.device, full.version, full.full_state) == ("all", 4, True)
             assert cutter.last_full_state("t1", "base") is None
+    finally:
+        publisher.stop()
+
+
+# ------------------------------------------------------------- rule requests, bounded
+def test_repeated_and_unanswerable_requests_cut_no_new_versions(tmp_path, make_broker):
+    """Before, every repeat of a request got a new signed full state (500 requests, 503
+    bundles) and any device could request any stream (``base``). Now a repeat cuts nothing
+    while the answer is on its way or held, only configured events are answered, and a device
+    gets at most MAX_REQUESTS_PER_MINUTE answers a minute."""
+    broker = make_broker()
+    cloud = Cloud(tmp_path / "cloud")
+    cutter = BundleCutter(tmp_path / "cutter.db", FARM)
+    stream = "anomaly/ambient-temperature"
+    publisher = Publisher(
+        FARM,
+        cutter,
+        STREAMS,
+        cloud.private,
+        cloud.key_id,
+        host=broker.host,
+        port=broker.port,
+        resolutions={stream: ["Broken"]},  # the streams it releases are the answerable events
+    ).start()
+    try:
+        with TestClient(broker, "devices") as devices, TestClient(broker, "spy") as spy:
+            spy.subscribe(f"zodiac/{FARM}/+/bundle")
+
+            def ask(device: str, event: str, times: int = 1) -> None:
+                for _ in range(times):
+                    request = RuleRequest(
+                        request_id=uuid.uuid4().hex,
+                        device=device,
+                        farm=FARM,
+                        event=event,
+                        facts=[],
+                        issued_at=time.time(),
+                    )
+                    props = Properties(PacketTypes.PUBLISH)
+                    props.CorrelationData = request.request_id.encode()
+                    devices.publish(
+                        f"zodiac/{FARM}/{device}/request", encode_model(request), properties=props
+                    )
+
+            def answered(device: str) -> int:
+                return sum(1 for d, _, _ in publisher.requests if d == device)
+
+            ask("t1", stream)
+            ask("t1", stream, times=4)  # asked again at once: the answer is on its way
+            status = DeviceStatus(
+                device="t1",
+                farm=FARM,
+                online=True,
+                applied={stream: 1},
+                rules=1,
+                facts=0,
+                explicit_facts=0,
+                updated_at=time.time(),
+            )
+            devices.publish(f"zodiac/{FARM}/t1/status", encode_model(status), retain=True)
+            publisher.wait_status("t1", lambda s: s.applied.get(stream) == 1)
+            ask("t1", stream)  # held already
+            ask("t1", stream, times=20)  # over the rate limit
+            ask("t2", "base")  # not an event: base is never answered on request
+            ask("t2", stream)  # another device has its own rate
+            deadline = time.monotonic() + 10
+            while answered("t2") < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            seen = [
+                (message.topic.split("/")[2], bundle.stream, bundle.version)
+                for message in (spy.drain() or [])
+                for bundle in [decode_bundle(msgpack.unpackb(message.payload)["body"])]
+            ]
+            time.sleep(0.3)
+            seen += [
+                (message.topic.split("/")[2], bundle.stream, bundle.version)
+                for message in spy.drain()
+                for bundle in [decode_bundle(msgpack.unpackb(message.payload)["body"])]
+            ]
+            assert seen == [("t1", stream, 1), ("t2", stream, 1)]
+            assert cutter.version("t1", stream) == 1 and cutter.version("t2", "base") == 0
+            assert dict(publisher.request_outcomes) == {
+                ("t1", "answered"): 1,
+                ("t1", "on its way"): 4,
+                ("t1", "held already"): 1,
+                ("t1", "over the rate limit"): 20,
+                ("t2", "not an answerable event"): 1,
+                ("t2", "answered"): 1,
+            }
     finally:
         publisher.stop()
