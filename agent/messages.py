@@ -35,7 +35,9 @@ This module is imported by the edge agent: it must not import pyspark or anythin
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import reprlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -161,6 +163,10 @@ class LiteralTerm(_Frozen):
         # A language-tagged literal's datatype is implicitly rdf:langString; both is ambiguous.
         if self.dt is not None and self.lang is not None:
             raise ValueError("a literal has a datatype or a language tag, not both")
+        try:  # "NaN"^^xsd:double is valid XSD but no value (docs/semantics.md): invalid here
+            self.value()
+        except ZodiacError as error:
+            raise ValueError(str(error)) from None
         return self
 
     def value(self) -> Value:
@@ -176,6 +182,8 @@ def _term_before(value: Any) -> Any:
     # fall through to float and turn 2**64 into 1.8e19.
     if isinstance(value, int) and not isinstance(value, bool) and not _INT_MIN <= value <= _INT_MAX:
         raise ValueError(f"integer {value} does not fit in 64 bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} is not a value (NaN and infinities are refused)")
     return value
 
 
@@ -249,9 +257,17 @@ def fact_tuple(fact: list[Any]) -> tuple[Value, ...]:
 
 def clip(value: object, limit: int = ECHO_LIMIT) -> str:
     """``repr(value)``, cut to ``limit`` characters: error messages and the status repeat
-    input that nobody signed (a key id, a field of an invalid bundle), which may be huge."""
-    text = repr(value)
+    input that nobody signed (a key id, a field of an invalid bundle), which may be huge or
+    nested a thousand lists deep (``reprlib`` stops at a few levels and a few items, so the
+    text is short and never recurses deeply)."""
+    text = _ECHO.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_ECHO = reprlib.Repr()
+_ECHO.maxlevel = 4
+_ECHO.maxlist = _ECHO.maxtuple = _ECHO.maxdict = _ECHO.maxset = 8
+_ECHO.maxstring = _ECHO.maxother = 2 * ECHO_LIMIT
 
 
 def _check_stream(value: str) -> str:

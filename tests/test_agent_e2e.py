@@ -10,6 +10,7 @@ ACL) is tested in tests/test_deploy_broker.py.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -99,6 +100,14 @@ def test_bad_bundles_change_nothing_and_are_reported(tmp_path, make_broker, clou
             "too_large",
         ),
         ("wrong schema", signed_raw({"bundle_id": "x", "stream": "base"}), "invalid"),
+        ("random bytes again", os.urandom(300), "malformed"),
+        # (These three escaped as exceptions: an "internal error", acknowledged.)
+        # (Each reason differs from the one before: the test waits for it in the status.)
+        ("a signed NaN literal", signed_raw(with_fact(good, NAN_LITERAL)), "invalid"),
+        ("an envelope version nested 1,000 deep", msgpack.packb(dict(envelope, v=nested(1000))),
+         "malformed"),  # fmt: skip
+        ("a signed float NaN deleted", signed_raw(with_fact(good, math.nan, "delete_facts")),
+         "invalid"),  # fmt: skip
         (
             "bad rule",
             cloud.sign(cloud.bundle("base", 2, rules={"r9": "<p>(X) :- <q>(X) and and ."})),
@@ -142,6 +151,42 @@ def test_bad_bundles_change_nothing_and_are_reported(tmp_path, make_broker, clou
         assert agent.terminate() == 0
     refusals = [e for e in agent.log_lines() if e.get("message") == "refused"]
     assert {e["reason"] for e in refusals} == {reason for _, _, reason in cases}
+    assert not [e for e in agent.log_lines() if e.get("message") == "internal error"]
+
+
+NAN_LITERAL = {"lit": "NaN", "dt": "http://www.w3.org/2001/XMLSchema#double", "lang": None}
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def with_fact(bundle, value, op: str = "add_facts") -> dict:
+    """``bundle``'s body as a dict, with one more fact operation whose value is ``value``."""
+    body = bundle.model_dump(mode="python")
+    body["operations"] = [*body["operations"], {"op": op, "facts": [["temp", "t1", value]]}]
+    return body
+
+
+def test_a_bind_of_230_terms_is_applied(tmp_path, make_broker, cloud):
+    """Compiled, a sum of 230 terms nested deeper than Python's 200 parentheses: the bundle
+    escaped as an internal error (a SyntaxError from the compiler)."""
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    total = " + ".join(["T"] * 230)
+    rules = {"sum": f"sum: <total>(X, Y) :- <temp>(X, T) and bind({total} as Y) ."}
+    bundle = cloud.bundle("base", 1, rules=rules, facts=[("temp", "t1", 2)])
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-1") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        client.publish(f"zodiac/{FARM}/t1/bundle", cloud.sign(bundle))
+        status = watcher.wait(lambda s: s.applied.get("base") == 1)
+        assert status.last_error is None
+        assert query(config, "<total>(X, Y)") == [{"X": "t1", "Y": 460}]
+        assert agent.terminate() == 0
 
 
 def test_broker_restart_and_offline_agent_receive_what_was_missed(tmp_path, make_broker, cloud):
