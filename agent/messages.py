@@ -398,7 +398,10 @@ class Bundle(_Frozen):
     same stream name are two sequences of versions, and two sources of rules and facts.
     ``expires_at`` is required: a captured bundle is useless after it.
     ``supersedes`` names the streams (of the same audience) whose rules and facts this bundle
-    may delete; otherwise a stream may only delete what it added itself."""
+    may delete; otherwise a stream may only delete what it added itself.
+    ``answers`` is the id of the device's rule request this bundle answers: signed, it is what
+    links the request to the bundle's stream (and so what the device deletes when the event is
+    resolved); the MQTT correlation data, which anyone on the path could set, is not."""
 
     bundle_id: Annotated[str, Field(min_length=1, max_length=200)]
     farm: Name
@@ -409,6 +412,7 @@ class Bundle(_Frozen):
     expires_at: Timestamp
     full_state: bool = False
     supersedes: list[StreamName] = []
+    answers: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     operations: list[Operation]
 
     @property
@@ -466,7 +470,7 @@ class DeviceStatus(_Frozen):
 class RuleRequest(_Frozen):
     """A device asking the cloud for the rules that handle ``event`` (a trigger predicate)."""
 
-    request_id: Annotated[str, Field(min_length=1)]
+    request_id: Annotated[str, Field(min_length=1, max_length=200)]
     device: Name
     farm: Name
     event: Annotated[str, Field(min_length=1)]

@@ -22,11 +22,13 @@ Choices:
   its whole current snapshot and replaces what it sent before.
 * Rule requests: when a fact of a configured trigger predicate is derived and no request for
   that event is open, the agent asks the cloud (``RuleRequest``); the answer is an ordinary
-  signed bundle carrying the request id as MQTT correlation data, whose stream is then linked to
-  the request. When a configured "resolved" predicate is derived, the rules of the linked
-  streams are deleted locally and the request is closed. The cloud may also release them by
-  sending a bundle on that stream that deletes them (the usual way: the device reports its
-  findings in its status, and the cloud decides that the event is dealt with).
+  signed bundle naming the request in its signed ``answers`` field, whose stream is then linked
+  to the request (the MQTT correlation data the cloud also sets is not trusted for this: anyone
+  on the path could set it, and the linked stream is what the device deletes on release).
+  When a configured "resolved" predicate is derived, the rules of the linked streams are
+  deleted locally and the request is closed. The cloud may also release them by sending a
+  bundle on that stream that deletes them (the usual way: the device reports its findings in
+  its status, and the cloud decides that the event is dealt with).
 * A request's life: ``sent`` -> ``answered`` -> ``resolved`` (its rules are gone) ->
   ``cleared`` (the trigger no longer holds). A resolved event is not requested again while its
   trigger still holds (the broken sensor is still broken: asking again would loop), only after
@@ -208,12 +210,16 @@ class Agent:
         )
 
     # ------------------------------------------------------------------ bundles
-    def handle_bundle(self, payload: bytes, *, correlation: str | None = None) -> Outcome:
+    def handle_bundle(self, payload: bytes) -> Outcome:
         """Verify, address-check, sequence-check and apply one signed bundle, in one
-        transaction."""
+        transaction. A bundle that answers one of the device's rule requests says so in its
+        signed body (``answers``); that, not the MQTT correlation data, links the request to
+        the bundle's stream."""
+        answers: str | None = None
         try:
             bundle = open_bundle(payload, self.keyring, limits=self.limits)
             self.check_audience(bundle)
+            answers = bundle.answers
             applied = self.state.applied_versions().get(bundle.source)
             applying, attempts = self._applying()
             if check_sequence(bundle, applied) == "duplicate":
@@ -248,8 +254,8 @@ class Agent:
             outcome = Outcome(
                 "refused", error.reason, str(error), bundle_id=error.bundle_id, stream=error.stream
             )
-        if outcome.status == "applied" and correlation:
-            self._link_request(correlation, outcome.stream or "")
+        if outcome.status == "applied" and answers:
+            self._link_request(answers, outcome.stream or "")
         if outcome.status == "applied" and outcome.stream:
             self._close_released(outcome.stream)
         return self.note(outcome)

@@ -52,7 +52,6 @@ class Incoming:
     payload: bytes
     mid: int
     qos: int
-    correlation: str | None
 
 
 def client_id(config: AgentConfig) -> str:
@@ -122,7 +121,7 @@ class AgentService:
         client.subscribe(self.subscriptions())
         log.info("connected", extra={"fields": {"session_present": flags.session_present}})
         self.connected.set()
-        self.inbox.put(Incoming("$connected", b"", 0, 0, None))  # publish status from our thread
+        self.inbox.put(Incoming("$connected", b"", 0, 0))  # publish status from our thread
 
     def _on_connect_fail(self, client, userdata) -> None:
         """Log a connection attempt that failed before any CONNACK (then paho retries).
@@ -154,14 +153,7 @@ class AgentService:
             )
 
     def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
-        correlation = None
-        props = getattr(message, "properties", None)
-        data = getattr(props, "CorrelationData", None) if props is not None else None
-        if data:
-            correlation = data.decode("utf-8", "replace")
-        self.inbox.put(
-            Incoming(message.topic, bytes(message.payload), message.mid, message.qos, correlation)
-        )
+        self.inbox.put(Incoming(message.topic, bytes(message.payload), message.mid, message.qos))
 
     # ------------------------------------------------------------------ main loop
     def run(self, *, install_signals: bool = True) -> None:
@@ -217,7 +209,7 @@ class AgentService:
         config = self.config
         report = None
         if item.topic in (config.topic("bundle"), config.farm_bundle_topic()):
-            outcome = self.agent.handle_bundle(item.payload, correlation=item.correlation)
+            outcome = self.agent.handle_bundle(item.payload)
             report = self.publish_status
         elif item.topic == config.topic("readings"):
             outcome = self.agent.record_readings(item.payload)

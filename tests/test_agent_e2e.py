@@ -262,7 +262,7 @@ neighbours = ["t2"]
                 "ok": "ok: <http://ex/Resolved>(X) :- <temp>(X, T) and <temp>(Y, U) and "
                 "COMP(X, !=, Y) and bind(abs(T - U) as D) and COMP(D, <, 5) .",
             },
-        )
+        ).model_copy(update={"answers": request.request_id})  # (signed: what links them)
         props = Properties(PacketTypes.PUBLISH)
         props.CorrelationData = message.properties.CorrelationData
         client.client.publish(
@@ -281,6 +281,61 @@ neighbours = ["t2"]
     ) == [("t1", 70), ("t2", 68)]
     summary = json.loads(run_cli("status", "--config", str(config)).stdout)
     assert summary["open_requests"] == 0
+
+
+def test_correlation_data_does_not_decide_which_stream_a_release_deletes(
+    tmp_path, make_broker, cloud
+):
+    """MQTT correlation data is not signed: a ``base`` bundle delivered with the correlation
+    data of an open rule request was linked to it, and when the event resolved every rule of
+    ``base`` was deleted. The request is linked by the signed ``answers`` field only."""
+    broker = make_broker()
+    reasoning = """
+triggers = { "http://ex/Suspect" = "ambient" }
+resolved = ["http://ex/Resolved"]
+"""
+    config = write_config(tmp_path / "t1", broker, cloud.keys, reasoning=reasoning)
+    base = {
+        "suspect": "suspect: <http://ex/Suspect>(X) :- <temp>(X, T) and COMP(T, >, 60) .",
+        "keep": "keep: <http://ex/Kept>(X) :- <temp>(X, T) .",
+    }
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    with (
+        AgentProcess(config) as agent,
+        TestClient(broker, "cloud-1") as client,
+        TestClient(broker, "cloud-req") as requests,
+    ):
+        requests.subscribe(f"zodiac/{FARM}/t1/request")
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        topic = f"zodiac/{FARM}/t1/bundle"
+        client.publish(topic, cloud.sign(cloud.bundle("base", 1, rules=base)))
+        watcher.wait(lambda s: s.applied.get("base") == 1)
+        client.publish(
+            f"zodiac/{FARM}/t1/readings", readings_payload("t1", FARM, [("temp", "t1", 70)])
+        )
+        message = requests.expect(f"zodiac/{FARM}/t1/request")
+        request = decode_model(message.payload, RuleRequest)
+        answer = cloud.bundle(
+            "event/ambient", 1, rules={"ok": "ok: <http://ex/Resolved>(X) :- <fine>(X) ."}
+        ).model_copy(update={"answers": request.request_id})
+        client.publish(topic, cloud.sign(answer))
+        watcher.wait(lambda s: s.applied.get("event/ambient") == 1)
+        # An ordinary base bundle, delivered with the request's correlation data (by anyone
+        # who can publish on the path: the data is not part of what the cloud signs).
+        props = Properties(PacketTypes.PUBLISH)
+        props.CorrelationData = message.properties.CorrelationData
+        more = cloud.bundle("base", 2, facts=[("temp", "t2", 20)])
+        client.client.publish(topic, cloud.sign(more), qos=1, properties=props)
+        watcher.wait(lambda s: s.applied.get("base") == 2)
+        client.publish(f"zodiac/{FARM}/t1/readings", readings_payload("t1", FARM, [("fine", "t1")]))
+        status = watcher.wait(lambda s: s.rules == 2)  # the event's rule released ...
+        assert agent.terminate() == 0
+    assert status.applied == {"base": 2, "event/ambient": 1}
+    kept = sorted(a["X"] for a in query(config, "<http://ex/Kept>(X)"))
+    assert kept == ["t1", "t2"]  # ... and base's rules kept
 
 
 def test_cli_apply_status_and_errors(tmp_path, make_broker, cloud):
