@@ -225,6 +225,12 @@ class TelemetryConfig(_Section):
     max_message_bytes: int = Field(64_000, gt=0)
     max_readings: int = Field(1_000, gt=0)
     max_messages_per_second: float = Field(5.0, gt=0)
+    # Time (seconds) a reading's or snapshot's time may be ahead of the agent's clock: later
+    # than that it is dropped (it would hold back every correct reading until its time came).
+    max_clock_skew: float = Field(300.0, gt=0)
+    # A reading older than the one applied for its sensor by at most this (seconds) is taken as
+    # a redelivery and dropped; older by more, the sender's clock was stepped back: applied.
+    replay_window: float = Field(60.0, ge=0)
 
 
 class BudgetConfig(_Section):

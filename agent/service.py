@@ -45,6 +45,7 @@ import logging
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.claims import OwnershipError
@@ -154,6 +155,8 @@ class Agent:
                 }
             },
         )
+        # The agent's clock (injectable: tests run minutes of readings in milliseconds).
+        self.clock: Callable[[], float] = time.time
         self.dropped: Counter[str] = Counter()  # incoming messages dropped, by reason
         self._buckets: dict[str, tuple[float, float]] = {}  # telemetry rate: tokens, time
         self.sync_local_files()
@@ -357,13 +360,16 @@ class Agent:
         fresh, times = [], {}
         for fact in telemetry.fact_tuples():
             sensor = sensor_key(fact)
-            if telemetry.sent_at > applied.get(sensor, float("-inf")):
+            order = self.reading_order(telemetry.sent_at, applied.get(sensor))
+            if order in ("newer", "stepped back"):
                 fresh.append(fact)
                 times[sensor] = telemetry.sent_at
-            else:
-                self.dropped["readings: out of date"] += 1
+            if order == "stepped back":
+                self.dropped["readings: clock stepped back (applied)"] += 1
+            elif order != "newer":
+                self.dropped[f"readings: {order}"] += 1
         if not fresh:
-            return Outcome("unchanged", message="every reading older than the one applied")
+            return Outcome("unchanged", message="no reading newer than the one applied")
         return self._replace(SENSOR_SOURCE, fresh, by_sensor=True, times=times)
 
     def handle_telemetry(self, payload: bytes, *, sender: str) -> Outcome:
@@ -388,8 +394,11 @@ class Agent:
         if len(telemetry.readings) > limits.max_readings:
             return self.drop("telemetry: too many readings")
         source = f"telemetry/{sender}"
-        if telemetry.sent_at <= self.state.reading_times(source).get("*", float("-inf")):
-            return self.drop("telemetry: out of date")
+        order = self.reading_order(telemetry.sent_at, self.state.reading_times(source).get("*"))
+        if order not in ("newer", "stepped back"):
+            return self.drop(f"telemetry: {order}")
+        if order == "stepped back":
+            self.dropped["telemetry: clock stepped back (applied)"] += 1
         accepted = self.config.accepted_telemetry_predicates()
         owned = self._owned_subjects(sender)
         readings = []
@@ -402,6 +411,28 @@ class Agent:
             else:
                 readings.append(fact)
         return self._replace(source, readings, by_sensor=False, times={"*": telemetry.sent_at})
+
+    def reading_order(self, sent_at: float, applied: float | None) -> str:
+        """Where a reading (or a neighbour's snapshot) dated ``sent_at`` stands against the
+        newest one applied for its sensor (``applied``; None: none yet), by the rules of
+        ``[telemetry]`` (docs/agent.md, "Readings and time"):
+
+        * ``from the future``: more than ``max_clock_skew`` ahead of the agent's clock;
+          dropped (taken, it would hold back every correct reading until its time came);
+        * ``newer``: applied;
+        * ``out of date``: not newer, by at most ``replay_window``: a message redelivered
+          after a lost acknowledgement; dropped, so it cannot undo a newer reading;
+        * ``stepped back``: older by more than that: the sender's clock was stepped back (an
+          NTP correction); applied (dropping it would freeze the sensor until the clock caught
+          up) and counted."""
+        limits = self.config.telemetry
+        if sent_at > self.clock() + limits.max_clock_skew:
+            return "from the future"
+        if applied is None or sent_at > applied:
+            return "newer"
+        if applied - sent_at <= limits.replay_window:
+            return "out of date"
+        return "stepped back"
 
     def _owned_subjects(self, device: str) -> set:
         """What ``device`` may report about: itself under any of its names (owl:sameAs facts

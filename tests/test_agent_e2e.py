@@ -391,3 +391,24 @@ def test_acknowledged_bundles_are_not_redelivered_and_last_will_marks_offline(
         # Every bundle was acknowledged after its commit: nothing comes back as a duplicate.
         assert "duplicate" not in messages and "applied" not in messages
         assert agent.terminate() == 0
+
+
+def test_a_reading_dated_a_year_ahead_does_not_freeze_the_sensor(tmp_path, make_broker, cloud):
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    topic = f"zodiac/{FARM}/t1/readings"
+    with AgentProcess(config) as agent, TestClient(broker, "controller") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        year = 365 * 24 * 3600
+        ahead = readings_payload("t1", FARM, [("temp", "t1", 99)], time.time() + year)
+        client.publish(topic, ahead)
+        client.publish(topic, readings_payload("t1", FARM, [("temp", "t1", 21)]))
+        deadline = time.monotonic() + 15
+        while query(config, "<temp>(X, T)") != [{"X": "t1", "T": 21}]:
+            assert time.monotonic() < deadline, query(config, "<temp>(X, T)")
+            time.sleep(0.1)
+        client.publish(f"zodiac/{FARM}/t1/bundle", cloud.sign(cloud.bundle("base", 1)))
+        status = watcher.wait(lambda s: s.applied.get("base") == 1)
+        assert status.dropped == {"readings: from the future": 1}
+        assert agent.terminate() == 0
