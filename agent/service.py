@@ -56,7 +56,7 @@ from agent.engine.language import RDF_TYPE, Atom, Constant, Variable
 from agent.engine.net_change import NetChange
 from agent.engine.sameas.component import OWL_SAME_AS
 from agent.engine.terms import fact_identity
-from agent.keys import KeyRing
+from agent.keys import KeyDirectory, KeyRing
 from agent.messages import (
     FARM_WIDE,
     AddFacts,
@@ -131,7 +131,10 @@ class Agent:
 
     def __init__(self, config: AgentConfig, *, keyring: KeyRing | None = None) -> None:
         self.config = config
-        self.keyring = keyring or KeyRing.from_directory(config.keys.trusted_keys)
+        # The trusted keys follow their directory while the agent runs (key rotation), unless
+        # a fixed ring is given (tests, tools).
+        self.keys = None if keyring is not None else KeyDirectory(config.keys.trusted_keys)
+        self.keyring = keyring if keyring is not None else self.keys.ring
         self.limits = BundleLimits(
             max_bytes=config.keys.max_bundle_bytes, max_operations=config.keys.max_operations
         )
@@ -220,7 +223,7 @@ class Agent:
         the bundle's stream."""
         answers: str | None = None
         try:
-            bundle = open_bundle(payload, self.keyring, limits=self.limits)
+            bundle = open_bundle(payload, self.trusted_keys(), limits=self.limits)
             self.check_audience(bundle)
             answers = bundle.answers
             applied = self.state.applied_versions().get(bundle.source)
@@ -262,6 +265,21 @@ class Agent:
         if outcome.status == "applied" and outcome.stream:
             self._close_released(outcome.stream)
         return self.note(outcome)
+
+    def trusted_keys(self) -> KeyRing:
+        """The keys a bundle may be signed by now: the trusted-keys directory as it is (a key
+        added or removed since the last bundle counts at once; docs/agent.md, "Rotating the
+        cloud's key")."""
+        if self.keys is None:
+            return self.keyring
+        before = self.keyring
+        self.keyring = self.keys.current()
+        if self.keyring is not before:
+            log.info(
+                "trusted keys reloaded",
+                extra={"fields": {"keys": self.keyring.ids(), "problems": self.keys.problems}},
+            )
+        return self.keyring
 
     def _applying(self) -> tuple[str | None, int]:
         """The bundle marked as being applied and how many tries it has had (see

@@ -43,6 +43,7 @@ from agent.service import Agent, Outcome
 
 log = logging.getLogger("zodiac.sync")
 
+RELOAD = "$reload-keys"  # an inbox item, not a topic: SIGHUP
 TELEMETRY_HEARTBEAT = 30.0  # seconds: unchanged telemetry is re-sent at least this often
 
 
@@ -160,6 +161,9 @@ class AgentService:
         if install_signals:
             signal.signal(signal.SIGTERM, lambda *_: self.stop())
             signal.signal(signal.SIGINT, lambda *_: self.stop())
+            # SIGHUP: read the trusted keys again now (they are also read again whenever
+            # their directory changes), on the agent's own thread.
+            signal.signal(signal.SIGHUP, lambda *_: self.inbox.put(Incoming(RELOAD, b"", 0, 0)))
         connect_props = Properties(PacketTypes.CONNECT)
         connect_props.SessionExpiryInterval = self.config.broker.session_expiry
         self.client.connect_async(
@@ -195,6 +199,15 @@ class AgentService:
         that crashes the agent would only crash it again (a poison message)."""
         if item.topic == "$connected":
             self.publish_status()
+            return
+        if item.topic == RELOAD:
+            if self.agent.keys is not None:
+                ring = self.agent.keys.reload()
+                self.agent.keyring = ring
+                log.info(
+                    "trusted keys reloaded (SIGHUP)",
+                    extra={"fields": {"keys": ring.ids(), "problems": self.agent.keys.problems}},
+                )
             return
         try:
             self._dispatch(item)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import time
 
 import msgpack
@@ -411,4 +412,33 @@ def test_a_reading_dated_a_year_ahead_does_not_freeze_the_sensor(tmp_path, make_
         client.publish(f"zodiac/{FARM}/t1/bundle", cloud.sign(cloud.bundle("base", 1)))
         status = watcher.wait(lambda s: s.applied.get("base") == 1)
         assert status.dropped == {"readings: from the future": 1}
+        assert agent.terminate() == 0
+
+
+def test_the_cloud_key_rotates_on_a_running_agent(tmp_path, make_broker, cloud):
+    """The trusted keys were read once at start: a revoked key stayed trusted until a restart,
+    and a bundle signed by a newly added key was refused as unknown_key. They follow their
+    directory now (and SIGHUP reads them again)."""
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    new = Cloud(tmp_path / "new-cloud", key_id="cloud-2")
+    topic = f"zodiac/{FARM}/t1/bundle"
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-1") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        client.publish(topic, cloud.sign(cloud.bundle("base", 1, facts=[("temp", "a", 1)])))
+        watcher.wait(lambda s: s.applied.get("base") == 1)
+        # 1. The new key is installed beside the old one: bundles it signs are applied.
+        (cloud.keys / "cloud-2.pub").write_bytes((new.keys / "cloud-2.pub").read_bytes())
+        client.publish(topic, new.sign(new.bundle("base", 2, facts=[("temp", "b", 2)])))
+        status = watcher.wait(lambda s: s.applied.get("base") == 2)
+        assert status.last_error is None
+        # 2. The old key is removed (revoked): bundles it signs are refused.
+        (cloud.keys / "cloud.pub").unlink()
+        client.publish(topic, cloud.sign(cloud.bundle("base", 3, facts=[("temp", "c", 3)])))
+        status = watcher.wait(lambda s: last_error(s).get("reason") == "unknown_key")
+        assert status.applied == {"base": 2}
+        # 3. SIGHUP reads the keys again on demand.
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_log("trusted keys reloaded (SIGHUP)")
         assert agent.terminate() == 0
