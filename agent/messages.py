@@ -429,8 +429,10 @@ class Bundle(_Frozen):
         return [source_name(s, farm_wide=self.farm_wide) for s in self.supersedes]
 
     def operation_count(self) -> int:
-        """What :class:`BundleLimits` bounds: every rule, rule id and fact of every operation."""
-        return sum(op.count() for op in self.operations)
+        """What :class:`BundleLimits` bounds: every rule, rule id and fact of every operation,
+        and every stream it supersedes (each costs the device a look at what that stream
+        claims)."""
+        return sum(op.count() for op in self.operations) + len(self.supersedes)
 
     def parsed_rules(self) -> list[Rule]:
         """Every rule of every ``add_rules`` operation, in order, parsed and checked, with

@@ -104,7 +104,9 @@ class Outcome:
     """What happened to one incoming change."""
 
     status: str  # "applied", "duplicate", "refused", "unchanged"
-    reason: str = ""  # a BundleError reason, or "engine"/"state" for refusals
+    # A BundleError reason, or "engine" / "state" for refusals ("input": a reading or a
+    # neighbour's snapshot refused, see Agent.refuse_input).
+    reason: str = ""
     message: str = ""
     report: dict = field(default_factory=dict)
     bundle_id: str | None = None
@@ -371,7 +373,7 @@ class Agent:
         try:
             telemetry = decode_telemetry(payload)
         except BundleError as error:
-            return self.note(Outcome("refused", error.reason, f"readings: {error}"))
+            return self.refuse_input(f"readings: {error.reason}", f"readings: {error}")
         if len(telemetry.readings) > limits.max_readings:
             return self.drop("readings: too many")
         applied = self.state.reading_times(SENSOR_SOURCE)
@@ -477,6 +479,15 @@ class Agent:
         self._buckets[sender] = (tokens - 1, now)
         return True
 
+    def refuse_input(self, reason: str, message: str) -> Outcome:
+        """A reading or a neighbour's snapshot the agent could not take: counted and logged,
+        but not made the status's ``last_error``, which reports bundles to the cloud (a
+        neighbour's unsigned message must not hide a real bundle error, such as the
+        ``version_gap`` the cloud answers with a full state)."""
+        self.dropped[reason] += 1
+        log.warning("refused", extra={"fields": {"reason": reason, "message": message}})
+        return Outcome("refused", "input", message)
+
     def drop(self, reason: str) -> Outcome:
         """Count a dropped message (reported in the status); logged at debug level only, as a
         misbehaving neighbour could otherwise flood the log."""
@@ -509,8 +520,11 @@ class Agent:
             report = self.state.apply(
                 add_facts=added, delete_facts=gone, source=source, reading_times=times
             )
+        except StateError as error:  # (not saved: not acknowledged, the broker redelivers)
+            return self.note(Outcome("refused", "state", f"{source}: {error}"))
         except ZodiacError as error:
-            return self.note(Outcome("refused", "engine", f"{source}: {error}"))
+            kind = "readings" if source == SENSOR_SOURCE else "telemetry"
+            return self.refuse_input(f"{kind}: refused by the engine", f"{source}: {error}")
         return self.note(Outcome("applied", report=report, stream=source), quiet=True)
 
     def telemetry(self) -> Telemetry:

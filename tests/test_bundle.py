@@ -531,3 +531,13 @@ def test_an_envelope_nested_deep_is_malformed_not_a_crash(private_key, keyring, 
     with pytest.raises(BundleError) as info:
         open_bundle(payload, keyring, now=NOW)
     assert info.value.reason == "malformed"
+
+
+def test_superseded_streams_count_as_operations(private_key, keyring):
+    """``supersedes`` was not counted by ``max_operations``: a bundle of one operation could
+    name any number of streams, each of which the device looks up."""
+    bundle = make_bundle(operations=[], supersedes=[f"s{i}" for i in range(5)])
+    payload = sign_bundle(bundle, private_key, KID)
+    error = refusal(payload, keyring, limits=BundleLimits(max_operations=4))
+    assert error.reason == "too_many_operations"
+    assert open_bundle(payload, keyring, now=NOW, limits=BundleLimits(max_operations=5))

@@ -199,3 +199,38 @@ def test_a_clock_stepped_back_does_not_freeze_its_sensors(agent):
         "readings: clock stepped back (applied)": 1,
         "telemetry: clock stepped back (applied)": 1,
     }
+
+
+def test_refused_telemetry_never_hides_a_bundle_error(tmp_path):
+    """A neighbour's message refused by the engine (here: over the budget) overwrote the
+    persisted ``last_error``: unsigned input could hide a real bundle error (the version gap
+    the cloud answers with a full state). It is counted and logged instead."""
+    cloud = Cloud(tmp_path / "cloud")
+    (tmp_path / "local.rules").write_text("wide: <wide>(X, Y) :- <temp>(X, T) and <big>(Y) .\n")
+    (tmp_path / "big.nt").write_text("".join(f"<b{i}> a <big> .\n" for i in range(10)))
+    (tmp_path / "agent.toml").write_text(f"""
+device = "t1"
+farm = "farm1"
+database = "t1.db"
+[keys]
+trusted_keys = "{cloud.keys}"
+[reasoning]
+rules = ["local.rules"]
+facts = ["big.nt"]
+neighbours = ["t2"]
+telemetry_predicates = ["temp"]
+[budget]
+max_derived_facts = 5
+""")
+    agent = Agent(AgentConfig.load(tmp_path / "agent.toml"))
+    gap = agent.handle_bundle(cloud.sign(cloud.bundle("base", 3)))
+    assert gap.reason == "version_gap"
+    error = agent.status().last_error
+    snapshot = readings_payload("t2", "farm1", [("temp", "t2", 20)])
+    assert agent.handle_telemetry(snapshot, sender="t2").status == "refused"
+    assert agent.status().last_error == error
+    assert agent.status().dropped == {"telemetry: refused by the engine": 1}
+    agent.close()
+    again = Agent(AgentConfig.load(tmp_path / "agent.toml"))
+    assert again.status().last_error == error
+    again.close()
