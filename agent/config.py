@@ -226,6 +226,12 @@ class TelemetryConfig(_Section):
     max_message_bytes: int = Field(64_000, gt=0)
     max_readings: int = Field(1_000, gt=0)
     max_messages_per_second: float = Field(5.0, gt=0)
+    # Time (seconds) a reading's or snapshot's time may be ahead of the agent's clock: later
+    # than that it is dropped (it would hold back every correct reading until its time came).
+    max_clock_skew: float = Field(300.0, gt=0)
+    # A reading older than the one applied for its sensor by at most this (seconds) is taken as
+    # a redelivery and dropped; older by more, the sender's clock was stepped back: applied.
+    replay_window: float = Field(60.0, ge=0)
 
 
 class BudgetConfig(_Section):
@@ -349,6 +355,46 @@ class AgentConfig(_Section):
         except ValidationError as exc:
             raise ConfigError(f"invalid config file {name}:\n{_describe(exc)}") from None
 
+    # ------------------------------------------------------------------------------ files
+    def file_problems(self, *, broker: bool = True) -> list[str]:
+        """What is wrong with the files this configuration names, one line each: a missing or
+        unreadable password, key, certificate, rule or fact file, a trusted-keys path that is
+        not a directory, a database folder that does not exist. Checked before the agent
+        starts (``zodiac-agent run`` / ``apply`` refuse, ``status`` reports), so that a typo
+        is one line at start rather than a traceback when the broker connection is made.
+        ``broker=False`` leaves out the broker's files (``apply`` makes no connection)."""
+        where = f" (in {self.source})" if self.source is not None else ""
+        connection = [
+            ("broker.password_file", self.broker.password_file),
+            ("broker.ca_file", self.broker.ca_file),
+            ("broker.cert_file", self.broker.cert_file),
+            ("broker.key_file", self.broker.key_file),
+        ]
+        files = [
+            *(connection if broker else []),
+            *((f"reasoning.rules[{i}]", path) for i, path in enumerate(self.reasoning.rules)),
+            *((f"reasoning.facts[{i}]", path) for i, path in enumerate(self.reasoning.facts)),
+        ]
+        problems = [
+            f"{option} {path}: {problem}{where}"
+            for option, path in files
+            if path is not None and (problem := _file_problem(path)) is not None
+        ]
+        keys = self.keys.trusted_keys
+        if not keys.is_dir():
+            problem = "no such directory" if not keys.exists() else "not a directory"
+            problems.append(f"keys.trusted_keys {keys}: {problem}{where}")
+        folder = self.database.parent
+        if not folder.is_dir():
+            problems.append(f"database {self.database}: no such directory {folder}{where}")
+        return problems
+
+    def check_files(self, *, broker: bool = True) -> None:
+        """Raise ConfigError naming every problem of `file_problems`."""
+        problems = self.file_problems(broker=broker)
+        if problems:
+            raise ConfigError("; ".join(problems))
+
     # ----------------------------------------------------------------------------- topics
     def topic(self, kind: TopicKind) -> str:
         """This device's topic ``zodiac/<farm>/<device>/<kind>`` (DESIGN.md section 4)."""
@@ -372,6 +418,19 @@ class AgentConfig(_Section):
     def neighbour_telemetry_topics(self) -> list[str]:
         """The telemetry topics of all configured neighbours (what the agent subscribes to)."""
         return [self.neighbour_telemetry_topic(d) for d in self.reasoning.neighbours]
+
+
+def _file_problem(path: Path) -> str | None:
+    """Why a file the configuration names cannot be read, or None."""
+    try:
+        with open(path, "rb"):
+            return None
+    except FileNotFoundError:
+        return "no such file" if not path.is_symlink() else "a symlink to a missing file"
+    except IsADirectoryError:
+        return "a directory, not a file"
+    except OSError as error:
+        return f"cannot be read ({error.strerror or error})"
 
 
 def _describe(exc: ValidationError) -> str:

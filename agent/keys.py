@@ -125,3 +125,59 @@ class KeyRing:
 
     def __len__(self) -> int:
         return len(self._keys)
+
+
+class KeyDirectory:
+    """The trusted keys of a directory of ``<key_id>.pub`` files, kept in step with it while the
+    agent runs, so that the cloud's key can be rotated without restarting a device: a key file
+    added is trusted from the next bundle on, a key file removed (revoked) is no longer.
+
+    `current` looks at the directory (one ``scandir`` of a small folder: names, sizes,
+    modification times, inodes) and reads the keys again only when that changed. At start a
+    file that is not a key is an error (``zodiac-agent run`` refuses the configuration); while
+    running it is skipped and reported in `problems`, the other keys still trusted, so that a
+    half-copied file never stops a device from accepting its cloud's bundles."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.problems: list[str] = []
+        self._seen = self._listing()
+        self.ring = KeyRing.from_directory(self.directory)
+
+    def _listing(self) -> tuple:
+        try:
+            with os.scandir(self.directory) as entries:
+                found = []
+                for entry in entries:
+                    if entry.name.endswith(".pub"):
+                        info = entry.stat()
+                        found.append((entry.name, info.st_mtime_ns, info.st_size, info.st_ino))
+        except OSError as error:
+            return ("unreadable", str(error))
+        return tuple(sorted(found))
+
+    def current(self) -> KeyRing:
+        """The keys as the directory holds them now (read again only if it changed)."""
+        listing = self._listing()
+        if listing != self._seen:
+            self._seen = listing
+            self.reload()
+        return self.ring
+
+    def reload(self) -> KeyRing:
+        """Read every key file again: unreadable ones are skipped and listed in `problems`
+        (an unreadable directory trusts no key, until it can be read again)."""
+        ring, problems = KeyRing(), []
+        try:
+            paths = sorted(self.directory.glob("*.pub"))
+        except OSError as error:
+            paths, problems = [], [f"trusted_keys {self.directory}: {error}"]
+        if not self.directory.is_dir():
+            problems.append(f"trusted_keys {self.directory} is not a directory of keys")
+        for path in paths:
+            try:
+                ring.add(path.stem, load_public_key(path))
+            except (ZodiacError, ValueError) as error:
+                problems.append(str(error))
+        self.ring, self.problems = ring, problems
+        return ring

@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import re
+import reprlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -179,6 +181,10 @@ class LiteralTerm(_Frozen):
         # A language-tagged literal's datatype is implicitly rdf:langString; both is ambiguous.
         if self.dt is not None and self.lang is not None:
             raise ValueError("a literal has a datatype or a language tag, not both")
+        try:  # "NaN"^^xsd:double is valid XSD but no value (docs/semantics.md): invalid here
+            self.value()
+        except ZodiacError as error:
+            raise ValueError(str(error)) from None
         return self
 
     def value(self) -> Value:
@@ -194,6 +200,8 @@ def _term_before(value: Any) -> Any:
     # fall through to float and turn 2**64 into 1.8e19.
     if isinstance(value, int) and not isinstance(value, bool) and not _INT_MIN <= value <= _INT_MAX:
         raise ValueError(f"integer {value} does not fit in 64 bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} is not a value (NaN and infinities are refused)")
     return value
 
 
@@ -267,9 +275,17 @@ def fact_tuple(fact: list[Any]) -> tuple[Value, ...]:
 
 def clip(value: object, limit: int = ECHO_LIMIT) -> str:
     """``repr(value)``, cut to ``limit`` characters: error messages and the status repeat
-    input that nobody signed (a key id, a field of an invalid bundle), which may be huge."""
-    text = repr(value)
+    input that nobody signed (a key id, a field of an invalid bundle), which may be huge or
+    nested a thousand lists deep (``reprlib`` stops at a few levels and a few items, so the
+    text is short and never recurses deeply)."""
+    text = _ECHO.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_ECHO = reprlib.Repr()
+_ECHO.maxlevel = 4
+_ECHO.maxlist = _ECHO.maxtuple = _ECHO.maxdict = _ECHO.maxset = 8
+_ECHO.maxstring = _ECHO.maxother = 2 * ECHO_LIMIT
 
 
 def _check_stream(value: str) -> str:
@@ -422,7 +438,10 @@ class Bundle(_Frozen):
     same stream name are two sequences of versions, and two sources of rules and facts.
     ``expires_at`` is required: a captured bundle is useless after it.
     ``supersedes`` names the streams (of the same audience) whose rules and facts this bundle
-    may delete; otherwise a stream may only delete what it added itself."""
+    may delete; otherwise a stream may only delete what it added itself.
+    ``answers`` is the id of the device's rule request this bundle answers: signed, it is what
+    links the request to the bundle's stream (and so what the device deletes when the event is
+    resolved); the MQTT correlation data, which anyone on the path could set, is not."""
 
     bundle_id: Annotated[str, Field(min_length=1, max_length=200)]
     farm: Name
@@ -433,6 +452,7 @@ class Bundle(_Frozen):
     expires_at: BundleTime
     full_state: bool = False
     supersedes: list[StreamName] = []
+    answers: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     operations: list[Operation]
 
     @model_validator(mode="after")
@@ -468,8 +488,10 @@ class Bundle(_Frozen):
         return [source_name(s, farm_wide=self.farm_wide) for s in self.supersedes]
 
     def operation_count(self) -> int:
-        """What :class:`BundleLimits` bounds: every rule, rule id and fact of every operation."""
-        return sum(op.count() for op in self.operations)
+        """What :class:`BundleLimits` bounds: every rule, rule id and fact of every operation,
+        and every stream it supersedes (each costs the device a look at what that stream
+        claims)."""
+        return sum(op.count() for op in self.operations) + len(self.supersedes)
 
     def parsed_rules(self) -> list[Rule]:
         """Every rule of every ``add_rules`` operation, in order, parsed and checked, with
@@ -509,7 +531,7 @@ class DeviceStatus(_Frozen):
 class RuleRequest(_Frozen):
     """A device asking the cloud for the rules that handle ``event`` (a trigger predicate)."""
 
-    request_id: Annotated[str, Field(min_length=1)]
+    request_id: Annotated[str, Field(min_length=1, max_length=200)]
     device: Name
     farm: Name
     event: Annotated[str, Field(min_length=1)]

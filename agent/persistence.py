@@ -92,6 +92,7 @@ from agent.state_schema import (
     SCHEMA_VERSION,
     TERMS_BY_CHUNK,
     StateError,
+    bookkeeping_problems,
     clip,
     saved_rule_rows,
     table_columns,
@@ -305,6 +306,7 @@ class AgentState:
             name, reason = damage
             problems.append(f"saved rule {clip(name)} is damaged: {clip(reason)}")
         problems += self._check_dictionaries(term_rows)
+        problems += bookkeeping_problems(conn)
         return problems
 
     def _check_dictionaries(self, term_rows: list[tuple] | None = None) -> list[str]:

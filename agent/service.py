@@ -22,11 +22,13 @@ Choices:
   its whole current snapshot and replaces what it sent before.
 * Rule requests: when a fact of a configured trigger predicate is derived and no request for
   that event is open, the agent asks the cloud (``RuleRequest``); the answer is an ordinary
-  signed bundle carrying the request id as MQTT correlation data, whose stream is then linked to
-  the request. When a configured "resolved" predicate is derived, the rules of the linked
-  streams are deleted locally and the request is closed. The cloud may also release them by
-  sending a bundle on that stream that deletes them (the usual way: the device reports its
-  findings in its status, and the cloud decides that the event is dealt with).
+  signed bundle naming the request in its signed ``answers`` field, whose stream is then linked
+  to the request (the MQTT correlation data the cloud also sets is not trusted for this: anyone
+  on the path could set it, and the linked stream is what the device deletes on release).
+  When a configured "resolved" predicate is derived, the rules of the linked streams are
+  deleted locally and the request is closed. The cloud may also release them by sending a
+  bundle on that stream that deletes them (the usual way: the device reports its findings in
+  its status, and the cloud decides that the event is dealt with).
 * A request's life: ``sent`` -> ``answered`` -> ``resolved`` (its rules are gone) ->
   ``cleared`` (the trigger no longer holds). A resolved event is not requested again while its
   trigger still holds (the broken sensor is still broken: asking again would loop), only after
@@ -43,6 +45,7 @@ import logging
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgpack
@@ -55,7 +58,7 @@ from agent.engine.language import RDF_TYPE, Atom, Constant, Variable
 from agent.engine.net_change import NetChange
 from agent.engine.sameas.component import OWL_SAME_AS
 from agent.engine.terms import fact_identity
-from agent.keys import KeyRing
+from agent.keys import KeyDirectory, KeyRing
 from agent.messages import (
     FARM_WIDE,
     AddFacts,
@@ -110,7 +113,9 @@ class Outcome:
     """What happened to one incoming change."""
 
     status: str  # "applied", "duplicate", "refused", "unchanged"
-    reason: str = ""  # a BundleError reason, or "engine"/"state" for refusals
+    # A BundleError reason, or "engine" / "state" for refusals ("input": a reading or a
+    # neighbour's snapshot refused, see Agent.refuse_input).
+    reason: str = ""
     message: str = ""
     report: dict = field(default_factory=dict)
     bundle_id: str | None = None
@@ -140,7 +145,10 @@ class Agent:
 
     def __init__(self, config: AgentConfig, *, keyring: KeyRing | None = None) -> None:
         self.config = config
-        self.keyring = keyring or KeyRing.from_directory(config.keys.trusted_keys)
+        # The trusted keys follow their directory while the agent runs (key rotation), unless
+        # a fixed ring is given (tests, tools).
+        self.keys = None if keyring is not None else KeyDirectory(config.keys.trusted_keys)
+        self.keyring = keyring if keyring is not None else self.keys.ring
         self.limits = BundleLimits(
             max_bytes=config.keys.max_bundle_bytes, max_operations=config.keys.max_operations
         )
@@ -164,6 +172,8 @@ class Agent:
                 }
             },
         )
+        # The agent's clock (injectable: tests run minutes of readings in milliseconds).
+        self.clock: Callable[[], float] = time.time
         self.dropped: Counter[str] = Counter()  # incoming messages dropped, by reason
         # Duplicates since the last info line about them, and when that line was written.
         self._duplicates_unlogged = 0
@@ -223,13 +233,17 @@ class Agent:
         )
 
     # ------------------------------------------------------------------ bundles
-    def handle_bundle(self, payload: bytes, *, correlation: str | None = None) -> Outcome:
+    def handle_bundle(self, payload: bytes) -> Outcome:
         """Verify, address-check, sequence-check and apply one signed bundle, in one
-        transaction."""
+        transaction. A bundle that answers one of the device's rule requests says so in its
+        signed body (``answers``); that, not the MQTT correlation data, links the request to
+        the bundle's stream."""
+        answers: str | None = None
         try:
-            bundle = open_bundle(payload, self.keyring, limits=self.limits)
+            bundle = open_bundle(payload, self.trusted_keys(), limits=self.limits, now=self.clock())
             self.check_audience(bundle)
             self.check_stream_limit(bundle)
+            answers = bundle.answers
             applied = self.state.applied_versions().get(bundle.source)
             applying, attempts = self._applying()
             if check_sequence(bundle, applied) == "duplicate":
@@ -271,11 +285,26 @@ class Agent:
                 version=error.version,
                 expected_version=error.expected_version,
             )
-        if outcome.status == "applied" and correlation:
-            self._link_request(correlation, outcome.stream or "")
+        if outcome.status == "applied" and answers:
+            self._link_request(answers, outcome.stream or "")
         if outcome.status == "applied" and outcome.stream:
             self._close_released(outcome.stream)
         return self.note(outcome)
+
+    def trusted_keys(self) -> KeyRing:
+        """The keys a bundle may be signed by now: the trusted-keys directory as it is (a key
+        added or removed since the last bundle counts at once; docs/agent.md, "Rotating the
+        cloud's key")."""
+        if self.keys is None:
+            return self.keyring
+        before = self.keyring
+        self.keyring = self.keys.current()
+        if self.keyring is not before:
+            log.info(
+                "trusted keys reloaded",
+                extra={"fields": {"keys": self.keyring.ids(), "problems": self.keys.problems}},
+            )
+        return self.keyring
 
     def _applying(self) -> tuple[str | None, int]:
         """The bundle marked as being applied and how many tries it has had (see
@@ -385,7 +414,7 @@ class Agent:
         try:
             telemetry = decode_telemetry(payload)
         except BundleError as error:
-            return self.note(Outcome("refused", error.reason, f"readings: {error}"))
+            return self.refuse_input(f"readings: {error.reason}", f"readings: {error}")
         if len(telemetry.readings) > limits.max_readings:
             return self.drop("readings: too many")
         applied = self.state.reading_times(SENSOR_SOURCE)
@@ -393,18 +422,21 @@ class Agent:
         fresh, times = [], {}
         for fact in telemetry.fact_tuples():
             sensor = sensor_key(fact)
-            if sensor not in applied and sensor not in times:
+            order = self.reading_order(telemetry.sent_at, applied.get(sensor))
+            if order in ("newer", "stepped back") and sensor not in applied:
                 if room <= 0:
                     self.dropped[TOO_MANY_SENSORS] += 1
                     continue
                 room -= 1
-            if telemetry.sent_at > applied.get(sensor, float("-inf")):
+            if order in ("newer", "stepped back"):
                 fresh.append(fact)
                 times[sensor] = telemetry.sent_at
-            else:
-                self.dropped["readings: out of date"] += 1
+            if order == "stepped back":
+                self.dropped["readings: clock stepped back (applied)"] += 1
+            elif order != "newer":
+                self.dropped[f"readings: {order}"] += 1
         if not fresh:
-            return Outcome("unchanged", message="every reading older than the one applied")
+            return Outcome("unchanged", message="no reading newer than the one applied")
         return self._replace(SENSOR_SOURCE, fresh, by_sensor=True, times=times)
 
     def handle_telemetry(self, payload: bytes, *, sender: str) -> Outcome:
@@ -429,8 +461,11 @@ class Agent:
         if len(telemetry.readings) > limits.max_readings:
             return self.drop("telemetry: too many readings")
         source = f"telemetry/{sender}"
-        if telemetry.sent_at <= self.state.reading_times(source).get("*", float("-inf")):
-            return self.drop("telemetry: out of date")
+        order = self.reading_order(telemetry.sent_at, self.state.reading_times(source).get("*"))
+        if order not in ("newer", "stepped back"):
+            return self.drop(f"telemetry: {order}")
+        if order == "stepped back":
+            self.dropped["telemetry: clock stepped back (applied)"] += 1
         accepted = self.config.accepted_telemetry_predicates()
         owned = self._owned_subjects(sender)
         readings = []
@@ -443,6 +478,28 @@ class Agent:
             else:
                 readings.append(fact)
         return self._replace(source, readings, by_sensor=False, times={"*": telemetry.sent_at})
+
+    def reading_order(self, sent_at: float, applied: float | None) -> str:
+        """Where a reading (or a neighbour's snapshot) dated ``sent_at`` stands against the
+        newest one applied for its sensor (``applied``; None: none yet), by the rules of
+        ``[telemetry]`` (docs/agent.md, "Readings and time"):
+
+        * ``from the future``: more than ``max_clock_skew`` ahead of the agent's clock;
+          dropped (taken, it would hold back every correct reading until its time came);
+        * ``newer``: applied;
+        * ``out of date``: not newer, by at most ``replay_window``: a message redelivered
+          after a lost acknowledgement; dropped, so it cannot undo a newer reading;
+        * ``stepped back``: older by more than that: the sender's clock was stepped back (an
+          NTP correction); applied (dropping it would freeze the sensor until the clock caught
+          up) and counted."""
+        limits = self.config.telemetry
+        if sent_at > self.clock() + limits.max_clock_skew:
+            return "from the future"
+        if applied is None or sent_at > applied:
+            return "newer"
+        if applied - sent_at <= limits.replay_window:
+            return "out of date"
+        return "stepped back"
 
     def _owned_subjects(self, device: str) -> set:
         """What ``device`` may report about: itself under any of its names (owl:sameAs facts
@@ -468,6 +525,15 @@ class Agent:
             return False
         self._buckets[sender] = (tokens - 1, now)
         return True
+
+    def refuse_input(self, reason: str, message: str) -> Outcome:
+        """A reading or a neighbour's snapshot the agent could not take: counted and logged,
+        but not made the status's ``last_error``, which reports bundles to the cloud (a
+        neighbour's unsigned message must not hide a real bundle error, such as the
+        ``version_gap`` the cloud answers with a full state)."""
+        self.dropped[reason] += 1
+        log.warning("refused", extra={"fields": {"reason": reason, "message": message}})
+        return Outcome("refused", "input", message)
 
     def drop(self, reason: str) -> Outcome:
         """Count a dropped message (reported in the status); logged at debug level only, as a
@@ -501,8 +567,11 @@ class Agent:
             report = self.state.apply(
                 add_facts=added, delete_facts=gone, source=source, reading_times=times
             )
+        except StateError as error:  # (not saved: not acknowledged, the broker redelivers)
+            return self.note(Outcome("refused", "state", f"{source}: {error}"))
         except ZodiacError as error:
-            return self.note(Outcome("refused", "engine", f"{source}: {error}"))
+            kind = "readings" if source == SENSOR_SOURCE else "telemetry"
+            return self.refuse_input(f"{kind}: refused by the engine", f"{source}: {error}")
         return self.note(Outcome("applied", report=report, stream=source), quiet=True)
 
     def telemetry(self) -> Telemetry:

@@ -114,3 +114,43 @@ def execute_all(conn: sqlite3.Connection, *scripts: str) -> None:
         for statement in script.split(";"):
             if statement.strip():
                 conn.execute(statement)
+
+
+# What the agent reads from its bookkeeping tables as numbers and names: a row of another
+# type (a damaged or hand-edited file) would reach the status message and fail there, after
+# a health check had called the state healthy.
+_BOOKKEEPING_CHECKS = (
+    (
+        "streams",
+        "typeof(stream) != 'text' OR typeof(version) != 'integer' OR version < 0 "
+        "OR typeof(applied_at) NOT IN ('real', 'integer', 'null')",
+        "stream versions",
+    ),
+    (
+        "reading_times",
+        "typeof(source) != 'text' OR typeof(sensor) != 'text' "
+        "OR typeof(at) NOT IN ('real', 'integer')",
+        "reading times",
+    ),
+    (
+        "requests",
+        "typeof(request_id) != 'text' OR typeof(event) != 'text' "
+        "OR status NOT IN ('sent', 'answered', 'resolved', 'cleared') "
+        "OR typeof(created_at) NOT IN ('real', 'integer')",
+        "rule requests",
+    ),
+)
+
+
+def bookkeeping_problems(conn: sqlite3.Connection) -> list[str]:
+    """Rows of the stream, reading-time and request tables whose values are not of the types
+    the agent reads them as, one line per table."""
+    tables = table_names(conn)
+    problems = []
+    for table, wrong, what in _BOOKKEEPING_CHECKS:
+        if table not in tables:  # (an older file: upgraded before use)
+            continue
+        count = conn.execute(f"SELECT count(*) FROM {table} WHERE {wrong}").fetchone()[0]
+        if count:
+            problems.append(f"{count} row(s) of {table} ({what}) hold values of the wrong type")
+    return problems

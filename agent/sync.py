@@ -43,6 +43,7 @@ from agent.service import Agent, Outcome
 
 log = logging.getLogger("zodiac.sync")
 
+RELOAD = "$reload-keys"  # an inbox item, not a topic: SIGHUP
 TELEMETRY_HEARTBEAT = 30.0  # seconds: unchanged telemetry is re-sent at least this often
 
 
@@ -52,7 +53,6 @@ class Incoming:
     payload: bytes
     mid: int
     qos: int
-    correlation: str | None
 
 
 def client_id(config: AgentConfig) -> str:
@@ -122,7 +122,7 @@ class AgentService:
         client.subscribe(self.subscriptions())
         log.info("connected", extra={"fields": {"session_present": flags.session_present}})
         self.connected.set()
-        self.inbox.put(Incoming("$connected", b"", 0, 0, None))  # publish status from our thread
+        self.inbox.put(Incoming("$connected", b"", 0, 0))  # publish status from our thread
 
     def _on_connect_fail(self, client, userdata) -> None:
         """Log a connection attempt that failed before any CONNACK (then paho retries).
@@ -154,20 +154,16 @@ class AgentService:
             )
 
     def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
-        correlation = None
-        props = getattr(message, "properties", None)
-        data = getattr(props, "CorrelationData", None) if props is not None else None
-        if data:
-            correlation = data.decode("utf-8", "replace")
-        self.inbox.put(
-            Incoming(message.topic, bytes(message.payload), message.mid, message.qos, correlation)
-        )
+        self.inbox.put(Incoming(message.topic, bytes(message.payload), message.mid, message.qos))
 
     # ------------------------------------------------------------------ main loop
     def run(self, *, install_signals: bool = True) -> None:
         if install_signals:
             signal.signal(signal.SIGTERM, lambda *_: self.stop())
             signal.signal(signal.SIGINT, lambda *_: self.stop())
+            # SIGHUP: read the trusted keys again now (they are also read again whenever
+            # their directory changes), on the agent's own thread.
+            signal.signal(signal.SIGHUP, lambda *_: self.inbox.put(Incoming(RELOAD, b"", 0, 0)))
         connect_props = Properties(PacketTypes.CONNECT)
         connect_props.SessionExpiryInterval = self.config.broker.session_expiry
         self.client.connect_async(
@@ -204,6 +200,15 @@ class AgentService:
         if item.topic == "$connected":
             self.publish_status()
             return
+        if item.topic == RELOAD:
+            if self.agent.keys is not None:
+                ring = self.agent.keys.reload()
+                self.agent.keyring = ring
+                log.info(
+                    "trusted keys reloaded (SIGHUP)",
+                    extra={"fields": {"keys": ring.ids(), "problems": self.agent.keys.problems}},
+                )
+            return
         try:
             self._dispatch(item)
         except Exception as error:  # noqa: BLE001 - the service must outlive one bad message
@@ -217,7 +222,7 @@ class AgentService:
         config = self.config
         report = None
         if item.topic in (config.topic("bundle"), config.farm_bundle_topic()):
-            outcome = self.agent.handle_bundle(item.payload, correlation=item.correlation)
+            outcome = self.agent.handle_bundle(item.payload)
             if outcome.status != "duplicate":  # a duplicate changes nothing to report
                 report = self.publish_status
         elif item.topic == config.topic("readings"):

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from agent.config import AgentConfig, ConfigError
-from agent.engine.errors import ZodiacError
+from agent.engine.errors import ZodiacError, read_bytes
 
 log = logging.getLogger("zodiac")
 
@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(config)
     try:
         return COMMANDS[args.command](config, args)
+    except ConfigError as error:  # (a file the configuration names, found missing on use)
+        print(f"zodiac-agent: {error}", file=sys.stderr)
+        return 2
     except ZodiacError as error:
         print(f"zodiac-agent: {error}", file=sys.stderr)
         return 1
@@ -117,6 +120,7 @@ def cmd_run(config: AgentConfig, args: argparse.Namespace) -> int:
     from agent.service import Agent
     from agent.sync import AgentService
 
+    config.check_files()
     agent = Agent(config)
     AgentService(agent).run()
     return 0
@@ -137,6 +141,12 @@ def _open_state(config: AgentConfig):
 def cmd_status(config: AgentConfig, args: argparse.Namespace) -> int:
     from agent.persistence import AgentState, StateError
 
+    problems = config.file_problems()
+    if problems:
+        print(json.dumps({"healthy": False, "error": "configuration", "problems": problems}))
+        for problem in problems:
+            print(f"zodiac-agent: {problem}", file=sys.stderr)
+        return 2
     try:
         state = AgentState(config.database, create=False, load=False)
     except StateError as error:
@@ -168,7 +178,11 @@ def cmd_query(config: AgentConfig, args: argparse.Namespace) -> int:
 def cmd_apply(config: AgentConfig, args: argparse.Namespace) -> int:
     from agent.service import Agent
 
-    payload = args.bundle.read_bytes()
+    try:
+        payload = read_bytes(args.bundle, "bundle file")
+    except ZodiacError as error:
+        raise ConfigError(str(error)) from None  # (a usage error: exit 2)
+    config.check_files(broker=False)
     agent = Agent(config)
     try:
         outcome = agent.handle_bundle(payload)

@@ -6,8 +6,9 @@ latest facts cut per device (:class:`cloud.bundles.BundleCutter` remembers what 
 sent). Every bundle is signed for its audience (the farm, and the device or the whole farm)
 and expires after the cutter's time to live. An answer goes to the requesting device's own
 bundle topic (never to a response topic the request names) with the request's correlation
-data, so the device links the answering stream to its request. A device whose status reports a
-``version_gap`` gets the stream's full state, once per gap (:meth:`Publisher._recover`).
+data and the request's id in the signed ``answers`` field, by which the device links the
+answering stream to its request. A device whose status reports a ``version_gap`` gets the
+stream's full state, once per gap (:meth:`Publisher._recover`).
 
 When is an event over? Devices report their findings (derived facts of their configured
 ``findings`` predicates, e.g. ``SensorAnomalyWindTurbine``) in their retained status.
@@ -262,6 +263,9 @@ class Publisher:
                 version,
             )
             return
+        # Which request this answers is signed (``answers``): the device links the request to
+        # the stream by it. The correlation data is set too, as MQTT v5 requests expect.
+        bundle = bundle.model_copy(update={"answers": request.request_id})
         props = getattr(message, "properties", None)
         correlation = getattr(props, "CorrelationData", None) or request.request_id.encode()
         # Always on the requesting device's own bundle topic, whatever response topic the

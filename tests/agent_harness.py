@@ -17,8 +17,11 @@ import time
 import uuid
 from pathlib import Path
 
+import msgpack
+
 from agent.keys import generate_key_pair, load_private_key
 from agent.messages import (
+    ENVELOPE_VERSION,
     AddFacts,
     AddRules,
     Bundle,
@@ -100,6 +103,18 @@ class Cloud:
         """Signed whatever the signer's clock says: tests send expired and not yet valid
         bundles on purpose, to see the device refuse them."""
         return sign_bundle(bundle, self.private, self.key_id, check_times=False)
+
+    def sign_body(self, body: object) -> bytes:
+        """A signed envelope around any msgpack body, valid or not: what a buggy cloud could
+        send (a bundle the models would refuse to build, with a genuine signature)."""
+        encoded = msgpack.packb(body, use_bin_type=True)
+        envelope = {
+            "v": ENVELOPE_VERSION,
+            "kid": self.key_id,
+            "body": encoded,
+            "sig": self.private.sign(encoded),
+        }
+        return msgpack.packb(envelope, use_bin_type=True)
 
 
 def readings_payload(

@@ -10,7 +10,9 @@ ACL) is tested in tests/test_deploy_broker.py.
 from __future__ import annotations
 
 import json
+import math
 import os
+import signal
 import time
 
 import msgpack
@@ -99,6 +101,14 @@ def test_bad_bundles_change_nothing_and_are_reported(tmp_path, make_broker, clou
             "too_large",
         ),
         ("wrong schema", signed_raw({"bundle_id": "x", "stream": "base"}), "invalid"),
+        ("random bytes again", os.urandom(300), "malformed"),
+        # (These three escaped as exceptions: an "internal error", acknowledged.)
+        # (Each reason differs from the one before: the test waits for it in the status.)
+        ("a signed NaN literal", signed_raw(with_fact(good, NAN_LITERAL)), "invalid"),
+        ("an envelope version nested 1,000 deep", msgpack.packb(dict(envelope, v=nested(1000))),
+         "malformed"),  # fmt: skip
+        ("a signed float NaN deleted", signed_raw(with_fact(good, math.nan, "delete_facts")),
+         "invalid"),  # fmt: skip
         (
             "bad rule",
             cloud.sign(cloud.bundle("base", 2, rules={"r9": "<p>(X) :- <q>(X) and and ."})),
@@ -142,6 +152,42 @@ def test_bad_bundles_change_nothing_and_are_reported(tmp_path, make_broker, clou
         assert agent.terminate() == 0
     refusals = [e for e in agent.log_lines() if e.get("message") == "refused"]
     assert {e["reason"] for e in refusals} == {reason for _, _, reason in cases}
+    assert not [e for e in agent.log_lines() if e.get("message") == "internal error"]
+
+
+NAN_LITERAL = {"lit": "NaN", "dt": "http://www.w3.org/2001/XMLSchema#double", "lang": None}
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def with_fact(bundle, value, op: str = "add_facts") -> dict:
+    """``bundle``'s body as a dict, with one more fact operation whose value is ``value``."""
+    body = bundle.model_dump(mode="python")
+    body["operations"] = [*body["operations"], {"op": op, "facts": [["temp", "t1", value]]}]
+    return body
+
+
+def test_a_bind_of_230_terms_is_applied(tmp_path, make_broker, cloud):
+    """Compiled, a sum of 230 terms nested deeper than Python's 200 parentheses: the bundle
+    escaped as an internal error (a SyntaxError from the compiler)."""
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    total = " + ".join(["T"] * 230)
+    rules = {"sum": f"sum: <total>(X, Y) :- <temp>(X, T) and bind({total} as Y) ."}
+    bundle = cloud.bundle("base", 1, rules=rules, facts=[("temp", "t1", 2)])
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-1") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        client.publish(f"zodiac/{FARM}/t1/bundle", cloud.sign(bundle))
+        status = watcher.wait(lambda s: s.applied.get("base") == 1)
+        assert status.last_error is None
+        assert query(config, "<total>(X, Y)") == [{"X": "t1", "Y": 460}]
+        assert agent.terminate() == 0
 
 
 def test_replayed_duplicates_are_counted_not_reported_or_logged_each(
@@ -247,7 +293,7 @@ neighbours = ["t2"]
                 "ok": "ok: <http://ex/Resolved>(X) :- <temp>(X, T) and <temp>(Y, U) and "
                 "COMP(X, !=, Y) and bind(abs(T - U) as D) and COMP(D, <, 5) .",
             },
-        )
+        ).model_copy(update={"answers": request.request_id})  # (signed: what links them)
         props = Properties(PacketTypes.PUBLISH)
         props.CorrelationData = message.properties.CorrelationData
         client.client.publish(
@@ -266,6 +312,61 @@ neighbours = ["t2"]
     ) == [("t1", 70), ("t2", 68)]
     summary = json.loads(run_cli("status", "--config", str(config)).stdout)
     assert summary["open_requests"] == 0
+
+
+def test_correlation_data_does_not_decide_which_stream_a_release_deletes(
+    tmp_path, make_broker, cloud
+):
+    """MQTT correlation data is not signed: a ``base`` bundle delivered with the correlation
+    data of an open rule request was linked to it, and when the event resolved every rule of
+    ``base`` was deleted. The request is linked by the signed ``answers`` field only."""
+    broker = make_broker()
+    reasoning = """
+triggers = { "http://ex/Suspect" = "ambient" }
+resolved = ["http://ex/Resolved"]
+"""
+    config = write_config(tmp_path / "t1", broker, cloud.keys, reasoning=reasoning)
+    base = {
+        "suspect": "suspect: <http://ex/Suspect>(X) :- <temp>(X, T) and COMP(T, >, 60) .",
+        "keep": "keep: <http://ex/Kept>(X) :- <temp>(X, T) .",
+    }
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    with (
+        AgentProcess(config) as agent,
+        TestClient(broker, "cloud-1") as client,
+        TestClient(broker, "cloud-req") as requests,
+    ):
+        requests.subscribe(f"zodiac/{FARM}/t1/request")
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        topic = f"zodiac/{FARM}/t1/bundle"
+        client.publish(topic, cloud.sign(cloud.bundle("base", 1, rules=base)))
+        watcher.wait(lambda s: s.applied.get("base") == 1)
+        client.publish(
+            f"zodiac/{FARM}/t1/readings", readings_payload("t1", FARM, [("temp", "t1", 70)])
+        )
+        message = requests.expect(f"zodiac/{FARM}/t1/request")
+        request = decode_model(message.payload, RuleRequest)
+        answer = cloud.bundle(
+            "event/ambient", 1, rules={"ok": "ok: <http://ex/Resolved>(X) :- <fine>(X) ."}
+        ).model_copy(update={"answers": request.request_id})
+        client.publish(topic, cloud.sign(answer))
+        watcher.wait(lambda s: s.applied.get("event/ambient") == 1)
+        # An ordinary base bundle, delivered with the request's correlation data (by anyone
+        # who can publish on the path: the data is not part of what the cloud signs).
+        props = Properties(PacketTypes.PUBLISH)
+        props.CorrelationData = message.properties.CorrelationData
+        more = cloud.bundle("base", 2, facts=[("temp", "t2", 20)])
+        client.client.publish(topic, cloud.sign(more), qos=1, properties=props)
+        watcher.wait(lambda s: s.applied.get("base") == 2)
+        client.publish(f"zodiac/{FARM}/t1/readings", readings_payload("t1", FARM, [("fine", "t1")]))
+        status = watcher.wait(lambda s: s.rules == 2)  # the event's rule released ...
+        assert agent.terminate() == 0
+    assert status.applied == {"base": 2, "event/ambient": 1}
+    kept = sorted(a["X"] for a in query(config, "<http://ex/Kept>(X)"))
+    assert kept == ["t1", "t2"]  # ... and base's rules kept
 
 
 def test_cli_apply_status_and_errors(tmp_path, make_broker, cloud):
@@ -320,4 +421,54 @@ def test_acknowledged_bundles_are_not_redelivered_and_last_will_marks_offline(
         messages = [e.get("message") for e in agent.log_lines()]
         # Every bundle was acknowledged after its commit: nothing comes back as a duplicate.
         assert "duplicate" not in messages and "applied" not in messages
+        assert agent.terminate() == 0
+
+
+def test_a_reading_dated_a_year_ahead_does_not_freeze_the_sensor(tmp_path, make_broker, cloud):
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    topic = f"zodiac/{FARM}/t1/readings"
+    with AgentProcess(config) as agent, TestClient(broker, "controller") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        year = 365 * 24 * 3600
+        ahead = readings_payload("t1", FARM, [("temp", "t1", 99)], time.time() + year)
+        client.publish(topic, ahead)
+        client.publish(topic, readings_payload("t1", FARM, [("temp", "t1", 21)]))
+        deadline = time.monotonic() + 15
+        while query(config, "<temp>(X, T)") != [{"X": "t1", "T": 21}]:
+            assert time.monotonic() < deadline, query(config, "<temp>(X, T)")
+            time.sleep(0.1)
+        client.publish(f"zodiac/{FARM}/t1/bundle", cloud.sign(cloud.bundle("base", 1)))
+        status = watcher.wait(lambda s: s.applied.get("base") == 1)
+        assert status.dropped == {"readings: from the future": 1}
+        assert agent.terminate() == 0
+
+
+def test_the_cloud_key_rotates_on_a_running_agent(tmp_path, make_broker, cloud):
+    """The trusted keys were read once at start: a revoked key stayed trusted until a restart,
+    and a bundle signed by a newly added key was refused as unknown_key. They follow their
+    directory now (and SIGHUP reads them again)."""
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    new = Cloud(tmp_path / "new-cloud", key_id="cloud-2")
+    topic = f"zodiac/{FARM}/t1/bundle"
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-1") as client:
+        watcher = StatusWatcher(client, FARM, "t1")
+        watcher.wait(lambda s: s.online)
+        client.publish(topic, cloud.sign(cloud.bundle("base", 1, facts=[("temp", "a", 1)])))
+        watcher.wait(lambda s: s.applied.get("base") == 1)
+        # 1. The new key is installed beside the old one: bundles it signs are applied.
+        (cloud.keys / "cloud-2.pub").write_bytes((new.keys / "cloud-2.pub").read_bytes())
+        client.publish(topic, new.sign(new.bundle("base", 2, facts=[("temp", "b", 2)])))
+        status = watcher.wait(lambda s: s.applied.get("base") == 2)
+        assert status.last_error is None
+        # 2. The old key is removed (revoked): bundles it signs are refused.
+        (cloud.keys / "cloud.pub").unlink()
+        client.publish(topic, cloud.sign(cloud.bundle("base", 3, facts=[("temp", "c", 3)])))
+        status = watcher.wait(lambda s: last_error(s).get("reason") == "unknown_key")
+        assert status.applied == {"base": 2}
+        # 3. SIGHUP reads the keys again on demand.
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_log("trusted keys reloaded (SIGHUP)")
         assert agent.terminate() == 0

@@ -75,14 +75,31 @@ CONFIGS = [
     ("database-parent-is-a-file", lambda d, c: parent_is_a_file(d, c), "file"),
     ("trusted-keys-missing", lambda d, c: config_file(d, c, keys=d / "no-keys"), "no-keys"),
     ("trusted-key-garbage", lambda d, c: garbage_key(d, c), "k.pub"),
+    # (run printed a 34-line traceback while status said healthy)
+    ("password-file-missing", lambda d, c: with_password_file(d, c, "none.txt"), "none.txt"),
+    ("password-file-is-directory", lambda d, c: with_password_file(d, c, "."), "directory"),
+    ("rules-file-missing", lambda d, c: with_rules_file(d, c, "none.rules"), "none.rules"),
 ]
 KEYS_ONLY = {"trusted-keys-missing", "trusted-key-garbage"}  # only `run` reads the keys
+CHECKED = {"password-file-missing", "password-file-is-directory", "rules-file-missing"}
 CASES = [
     (case, command)
     for case in CONFIGS
     for command in ("status", "run", "query")
-    if command == "run" or case[0] not in KEYS_ONLY
+    if command == "run"
+    or (case[0] not in KEYS_ONLY and (command == "status" or case[0] not in CHECKED))
 ]
+
+
+def with_password_file(folder, cloud, name):
+    text = CONFIG.format(database="t1.db", keys=cloud.keys)
+    text = text.replace("[keys]", f'[broker]\nusername = "u"\npassword_file = "{name}"\n[keys]')
+    return config_file(folder, cloud, text=text)
+
+
+def with_rules_file(folder, cloud, name):
+    text = CONFIG.format(database="t1.db", keys=cloud.keys) + f'[reasoning]\nrules = ["{name}"]\n'
+    return config_file(folder, cloud, text=text)
 
 
 def parent_is_a_file(folder, cloud):
@@ -104,6 +121,24 @@ def test_a_broken_configuration_is_a_clear_refusal(tmp_path, capsys, cloud, case
     code, text = run([command, "--config", config, *extra], capsys)
     assert code != 0, text
     assert names in text
+    if case[0] in CHECKED:  # a configuration problem: exit 2, one line on stderr
+        assert code == 2, text
+        assert len([line for line in text.splitlines() if "zodiac-agent:" in line]) == 1, text
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "symlink loop"])
+def test_apply_of_a_bundle_file_it_cannot_read_is_one_line(tmp_path, capsys, cloud, kind):
+    """(A missing file, a directory or a symlink loop escaped as a traceback.)"""
+    config = config_file(tmp_path, cloud)
+    path = tmp_path / "bundle.bin"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "symlink loop":
+        path.symlink_to(tmp_path / "other.bin")
+        (tmp_path / "other.bin").symlink_to(path)
+    code, text = run(["apply", "--config", config, path], capsys)
+    assert code == 2, text
+    assert text.count("\n") == 1 and "bundle file" in text and str(path.name) in text, text
 
 
 def damage_term_not_a_term(conn):  # (checksum kept consistent: what it holds is wrong)
@@ -175,7 +210,23 @@ def damage_rule_form_operator_checksummed(conn):
     _rule_rows_checksummed_again(conn)
 
 
+def damage_stream_version(conn):  # (status said healthy; run crashed in pydantic)
+    conn.execute("UPDATE streams SET version = 'two'")
+
+
+def damage_reading_time(conn):
+    conn.execute("INSERT INTO reading_times VALUES ('sensor', 't1', 'yesterday')")
+
+
+def damage_request_status(conn):
+    conn.execute("INSERT INTO requests (request_id, event, status, created_at) "
+                 "VALUES ('r1', 'e', 'maybe', 0)")  # fmt: skip
+
+
 DAMAGES = [
+    damage_stream_version,
+    damage_reading_time,
+    damage_request_status,
     damage_term_not_a_term,
     damage_schema_version,
     damage_missing_term,

@@ -137,7 +137,7 @@ VALUES = [
     False,
     1.5,
     -0.0,
-    float("inf"),
+    1e308,
     Literal("plain"),
     Literal("bonjour", None, "fr"),
     Literal("2025-01-01T00:00:00Z", XSD + "dateTime"),
@@ -153,12 +153,33 @@ def test_terms_survive_the_wire(private_key, keyring):
     assert decoded == fact
     # bool stays bool and float stays float (1 == True == 1.0 in Python, so compare types too)
     assert [type(v) for v in decoded] == [type(v) for v in fact]
-    nan = open_bundle(
-        sign_bundle(make_bundle(operations=[AddFacts(facts=[("x", math.nan)])]), private_key, KID),
-        keyring,
-        now=NOW,
-    )
-    assert math.isnan(next(nan.operations[0].fact_tuples())[1])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        math.nan,
+        math.inf,
+        -math.inf,
+        {"lit": "NaN", "dt": XSD + "double", "lang": None},
+        {"lit": "INF", "dt": XSD + "float", "lang": None},
+    ],
+    ids=["nan", "inf", "-inf", "NaN literal", "INF literal"],
+)
+def test_a_number_that_is_no_value_makes_a_signed_bundle_invalid(value, private_key, keyring):
+    """NaN and infinities are no terms (docs/semantics.md): the cloud's models refuse to build
+    such a fact, and a device refuses a body that holds one, signed or not, as ``invalid``
+    before anything is applied (it escaped as an exception, and deleting one advanced the
+    stream's version)."""
+    with pytest.raises(ValidationError):
+        AddFacts(facts=[["x", "a", value]])
+    for op in ("add_facts", "delete_facts"):
+        body = make_bundle().model_dump(mode="python")
+        body["operations"] = [{"op": op, "facts": [["x", "a", value]]}]
+        payload = sign_raw(msgpack.packb(body, use_bin_type=True), private_key)
+        error = refusal(payload, keyring)
+        assert error.reason == "invalid", error
+        assert "NaN" in str(error) or "inf" in str(error).lower()
 
 
 def test_term_encoding():
@@ -517,3 +538,13 @@ def test_an_envelope_nested_deep_is_malformed_not_a_crash(private_key, keyring, 
     with pytest.raises(BundleError) as info:
         open_bundle(payload, keyring, now=NOW)
     assert info.value.reason == "malformed"
+
+
+def test_superseded_streams_count_as_operations(private_key, keyring):
+    """``supersedes`` was not counted by ``max_operations``: a bundle of one operation could
+    name any number of streams, each of which the device looks up."""
+    bundle = make_bundle(operations=[], supersedes=[f"s{i}" for i in range(5)])
+    payload = sign_bundle(bundle, private_key, KID)
+    error = refusal(payload, keyring, limits=BundleLimits(max_operations=4))
+    assert error.reason == "too_many_operations"
+    assert open_bundle(payload, keyring, now=NOW, limits=BundleLimits(max_operations=5))

@@ -60,6 +60,12 @@ RULES = {
     ],
     "count": ["count: <n>(X, N) :- aggregate( <link>(X, Y) ) on X with count(Y) as N ."],
     "boom": ["boom: <pair>(X, A, Y, B) :- <temp>(X, A) and <temp>(Y, B) ."],
+    # Sums of 230 and 257 terms: deeper than Python's 200 nested parentheses once compiled;
+    # 256 operators are the most an expression may have (257 terms: refused, a bad rule).
+    "long": [
+        f"long: <s>(X, Y) :- <temp>(X, T) and bind({' + '.join(['T'] * n)} as Y) ."
+        for n in (230, 257, 258)
+    ],
     "bad": [
         "bad: <p>(X) :- <q>(X) and and .",  # syntax
         "bad: <p>(X, Y) :- <q>(X) .",  # unsafe
@@ -145,9 +151,27 @@ def bundles(draw: st.DrawFn, applied: dict) -> tuple[str, Bundle]:
     )
     return draw(
         st.sampled_from(
-            ["signed"] * 12 + ["flip", "truncate", "stranger", "unsigned", "garbage", "envelope"]
+            ["signed"] * 12
+            + ["flip", "truncate", "stranger", "unsigned", "garbage", "envelope", "forged"]
         )
     ), bundle
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# Terms no model lets the cloud build, signed anyway (a buggy cloud): NaN and infinities as
+# literals and as msgpack floats.
+NOT_VALUES = [
+    {"lit": "NaN", "dt": "http://www.w3.org/2001/XMLSchema#double", "lang": None},
+    {"lit": "-INF", "dt": "http://www.w3.org/2001/XMLSchema#double", "lang": None},
+    float("nan"),
+    float("inf"),
+]
 
 
 def payload_of(how: str, bundle: Bundle, cloud: Cloud, stranger: Cloud, data) -> bytes:
@@ -169,9 +193,15 @@ def payload_of(how: str, bundle: Bundle, cloud: Cloud, stranger: Cloud, data) ->
         return encode_model(bundle)
     if how == "garbage":
         return data.draw(st.binary(max_size=200))
+    if how == "forged":  # a genuine signature over a body with a fact that is no value
+        body = bundle.model_dump(mode="python")
+        fact = ["temp", "t1", data.draw(st.sampled_from(NOT_VALUES))]
+        op = data.draw(st.sampled_from(["add_facts", "delete_facts"]))
+        body["operations"] = [*body["operations"], {"op": op, "facts": [fact]}]
+        return cloud.sign_body(body)
     envelope = msgpack.unpackb(signed)
     envelope[data.draw(st.sampled_from(["v", "kid", "body", "sig"]))] = data.draw(
-        st.sampled_from([None, 2, "x" * 300, b"", [1, [2, [3]]]])
+        st.sampled_from([None, 2, "x" * 300, b"", [1, [2, [3]]], nested(1000)])
     )
     return msgpack.packb(envelope, use_bin_type=True)
 

@@ -234,7 +234,8 @@ def test_requests_are_sent_once_and_released_when_resolved(tmp_path, cloud):
     assert [r.event for r in requests] == ["ambient"] and isinstance(requests[0], RuleRequest)
     assert agent.new_requests() == []  # one open request per event
     answer = cloud.bundle("event/ambient", 1, rules={"f": "f: <Fine>(X) :- <ok>(X) ."})
-    outcome = agent.handle_bundle(cloud.sign(answer), correlation=requests[0].request_id)
+    answer = answer.model_copy(update={"answers": requests[0].request_id})
+    outcome = agent.handle_bundle(cloud.sign(answer))
     assert outcome.status == "applied" and "f" in agent.reasoner.rules
     assert agent.release_resolved() == []  # nothing resolved yet
     # <ok>(t1, yes) is binary: not Fine(X)
@@ -258,7 +259,7 @@ def test_cloud_release_resolves_the_request_and_a_new_occurrence_asks_again(tmp_
     [request] = agent.new_requests()
     diagnose = {"d": "d: <Broken>(X) :- <Suspect>(X) and <temp>(X, T) and COMP(T, >, 65) ."}
     answer = cloud.bundle("anomaly", 1, rules=diagnose)
-    agent.handle_bundle(cloud.sign(answer), correlation=request.request_id)
+    agent.handle_bundle(cloud.sign(answer.model_copy(update={"answers": request.request_id})))
     assert [tuple(f) for f in agent.status().findings] == [(RDF_TYPE, "t1", "Broken")]
     release = cloud.bundle("anomaly", 2, delete_rules=["d"])
     assert agent.handle_bundle(cloud.sign(release)).status == "applied"

@@ -151,3 +151,86 @@ def test_a_message_naming_another_farm_is_dropped(agent):
     )
     assert agent.handle_telemetry(encode_model(message), sender="t2").status == "unchanged"
     assert agent.status().dropped == {"telemetry: sender mismatch": 1}
+
+
+YEAR = 365 * 24 * 3600.0
+
+
+def test_a_reading_from_the_future_is_dropped_and_holds_nothing_back(agent):
+    """One reading dated a year ahead made every correct later reading of the sensor be
+    dropped as out of date, for a year."""
+    now = agent.clock()
+    ahead = readings_payload("t1", "farm1", [("temp", "t1", 99)], sent_at=now + YEAR)
+    assert agent.record_readings(ahead).status == "unchanged"
+    right = readings_payload("t1", "farm1", [("temp", "t1", 21)], sent_at=now)
+    assert agent.record_readings(right).status == "applied"
+    assert temps(agent) == {("temp", "t1", 21)}
+    # A neighbour's snapshot alike; a small skew (within max_clock_skew) is a clock, not a fault.
+    ahead = readings_payload("t2", "farm1", [("temp", "t2", 99)], sent_at=now + YEAR)
+    assert agent.handle_telemetry(ahead, sender="t2").status == "unchanged"
+    slightly = readings_payload("t2", "farm1", [("temp", "t2", 23)], sent_at=now + 30)
+    assert agent.handle_telemetry(slightly, sender="t2").status == "applied"
+    assert temps(agent) == {("temp", "t1", 21), ("temp", "t2", 23)}
+    assert agent.status().dropped == {
+        "readings: from the future": 1,
+        "telemetry: from the future": 1,
+    }
+
+
+def test_a_clock_stepped_back_does_not_freeze_its_sensors(agent):
+    """A controller clock stepped back an hour (an NTP correction) froze its sensors for that
+    hour: every reading was older than the last one applied. A redelivery (older by less than
+    replay_window) is still dropped."""
+    now = agent.clock()
+    agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 20)], sent_at=now))
+    again = readings_payload("t1", "farm1", [("temp", "t1", 18)], sent_at=now - 5)
+    assert agent.record_readings(again).status == "unchanged"  # a late redelivery
+    stepped = readings_payload("t1", "farm1", [("temp", "t1", 19)], sent_at=now - 3600)
+    assert agent.record_readings(stepped).status == "applied"
+    later = readings_payload("t1", "farm1", [("temp", "t1", 17)], sent_at=now - 3590)
+    assert agent.record_readings(later).status == "applied"  # the stepped clock goes on
+    assert temps(agent) == {("temp", "t1", 17)}
+    agent.handle_telemetry(readings_payload("t2", "farm1", [("temp", "t2", 30)]), sender="t2")
+    old_clock = readings_payload("t2", "farm1", [("temp", "t2", 31)], sent_at=now - 3600)
+    assert agent.handle_telemetry(old_clock, sender="t2").status == "applied"
+    assert ("temp", "t2", 31) in temps(agent)
+    assert agent.status().dropped == {
+        "readings: out of date": 1,
+        "readings: clock stepped back (applied)": 1,
+        "telemetry: clock stepped back (applied)": 1,
+    }
+
+
+def test_refused_telemetry_never_hides_a_bundle_error(tmp_path):
+    """A neighbour's message refused by the engine (here: over the budget) overwrote the
+    persisted ``last_error``: unsigned input could hide a real bundle error (the version gap
+    the cloud answers with a full state). It is counted and logged instead."""
+    cloud = Cloud(tmp_path / "cloud")
+    (tmp_path / "local.rules").write_text("wide: <wide>(X, Y) :- <temp>(X, T) and <big>(Y) .\n")
+    (tmp_path / "big.nt").write_text("".join(f"<b{i}> a <big> .\n" for i in range(10)))
+    (tmp_path / "agent.toml").write_text(f"""
+device = "t1"
+farm = "farm1"
+database = "t1.db"
+[keys]
+trusted_keys = "{cloud.keys}"
+[reasoning]
+rules = ["local.rules"]
+facts = ["big.nt"]
+neighbours = ["t2"]
+telemetry_predicates = ["temp"]
+[budget]
+max_derived_facts = 5
+""")
+    agent = Agent(AgentConfig.load(tmp_path / "agent.toml"))
+    gap = agent.handle_bundle(cloud.sign(cloud.bundle("base", 3)))
+    assert gap.reason == "version_gap"
+    error = agent.status().last_error
+    snapshot = readings_payload("t2", "farm1", [("temp", "t2", 20)])
+    assert agent.handle_telemetry(snapshot, sender="t2").status == "refused"
+    assert agent.status().last_error == error
+    assert agent.status().dropped == {"telemetry: refused by the engine": 1}
+    agent.close()
+    again = Agent(AgentConfig.load(tmp_path / "agent.toml"))
+    assert again.status().last_error == error
+    again.close()

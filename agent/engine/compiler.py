@@ -73,6 +73,9 @@ RUNTIME = {
     "EVAL_ERRORS": EVAL_ERRORS,
     **values.RUNTIME,  # the language's operators, by their code names
 }
+# Calls nested in one generated expression before the inner ones go to a temporary (Python
+# refuses more than 200 nested parentheses; see Compiler.value_code).
+SPILL_DEPTH = 32
 # Python allows 20 statically nested blocks in a function: deeper plans are split into nested
 # functions (see ``_RuleGenerator.regenerate_segmented``).
 MAX_NESTING = 17
@@ -190,22 +193,38 @@ class _RuleGenerator:
             return self.names[term]
         return str(self.terms.encode(term.value))
 
-    def value_code(self, expr: Expr) -> str:
-        """Code computing an expression's Python value."""
+    def value_code(self, expr: Expr, spilled: list[str]) -> str:
+        """Code computing an expression's Python value. Sub-expressions nested deeper than
+        SPILL_DEPTH calls are computed first into temporaries, whose assignments are appended
+        to ``spilled`` (to run before the code, in the same ``try``): Python refuses more than
+        200 nested parentheses in one expression, and the language allows 256 operators
+        (a sum of 230 terms is 229 nested calls)."""
+        code, _ = self._value_code(expr, spilled)
+        return code
+
+    def _value_code(self, expr: Expr, spilled: list[str]) -> tuple[str, int]:
+        """(code, how many calls deep it nests)."""
         if isinstance(expr, Variable):
-            return f"V[{self.names[expr]}]"
+            return f"V[{self.names[expr]}]", 0
         if isinstance(expr, Constant):
             value = expr.value
             if value.__class__ in (int, float) and math.isfinite(value):
-                return repr(value)
+                return repr(value), 0
             self.constant_values.append(value)
-            return f"KV[{len(self.constant_values) - 1}]"
+            return f"KV[{len(self.constant_values) - 1}]", 0
         if isinstance(expr, BinaryOp):
-            code = values.ARITHMETIC[expr.op].code
-            return f"{code}({self.value_code(expr.left)}, {self.value_code(expr.right)})"
-        assert isinstance(expr, Call)
-        args = ", ".join(self.value_code(a) for a in expr.args)
-        return f"{values.FUNCTIONS[expr.function].code}({args})"
+            function, operands = values.ARITHMETIC[expr.op].code, (expr.left, expr.right)
+        else:
+            assert isinstance(expr, Call)
+            function, operands = values.FUNCTIONS[expr.function].code, expr.args
+        parts = [self._value_code(operand, spilled) for operand in operands]
+        code = f"{function}({', '.join(part for part, _ in parts)})"
+        depth = 1 + max((depth for _, depth in parts), default=0)
+        if depth < SPILL_DEPTH:
+            return code, depth
+        temporary = self.fresh()
+        spilled.append(f"{temporary} = {code}")
+        return temporary, 0
 
     @staticmethod
     def key_code(parts: list[str]) -> str:
@@ -565,23 +584,27 @@ class _RuleGenerator:
             negate = "!=" if op == "=" else "=="
             self.out.line(f"if {self.term_id(left)} {negate} {self.term_id(right)}: continue")
             return
-        code = f"{values.COMPARISONS[op].code}({self.value_code(left)}, {self.value_code(right)})"
-        self.emit_guarded(f"ok = {code}")
+        spilled: list[str] = []
+        sides = f"{self.value_code(left, spilled)}, {self.value_code(right, spilled)}"
+        self.emit_guarded(*spilled, f"ok = {values.COMPARISONS[op].code}({sides})")
         self.out.line("if not ok: continue")
 
     def emit_bind(self, expr: Expr, variable: Variable) -> None:
         """Bind a fresh variable; when the variable is already bound (a rule evaluated with its
         head bound, or a maintenance variant), the bind becomes an equality test."""
+        spilled: list[str] = []
+        value = self.value_code(expr, spilled)
         if variable in self.names:
-            self.emit_guarded(f"ok = ENC({self.value_code(expr)}) == {self.names[variable]}")
+            self.emit_guarded(*spilled, f"ok = ENC({value}) == {self.names[variable]}")
             self.out.line("if not ok: continue")
             return
-        self.emit_guarded(f"{self.var(variable)} = ENC({self.value_code(expr)})")
+        self.emit_guarded(*spilled, f"{self.var(variable)} = ENC({value})")
 
-    def emit_guarded(self, statement: str) -> None:
+    def emit_guarded(self, *statements: str) -> None:
         out = self.out
         out.line("try:")
-        out.line(f"    {statement}")
+        for statement in statements:
+            out.line(f"    {statement}")
         out.line("except EVAL_ERRORS:")
         out.line("    ERR[0] += 1")
         out.line("    continue")
