@@ -20,7 +20,8 @@ Counted, per device and in all:
 
 * published: bundles the publisher signed and sent (difference bundles and full states);
 * lost: bundles published that the device never received (no log line applied, refused or
-  duplicate names their version: the agents log at debug level for this);
+  duplicate names their version: the agents log at debug level for this), and in how many
+  runs of consecutive versions (a kill loses whatever the broker held for the device);
 * full states: full-state bundles sent in answer to gap reports;
 * gap refusals: bundles the devices refused as ``version_gap`` (several per loss: whatever
   arrives before the full state).
@@ -77,6 +78,7 @@ class DeviceResult:
     published: int = 0
     full_states: int = 0
     lost: int = 0
+    holes: int = 0  # runs of consecutive lost versions (one kill may lose several bundles)
     gap_refusals: int = 0
     last_version: int = 0  # the publisher's
     applied: int | None = None  # the device's state file, read after the run
@@ -110,6 +112,7 @@ class Result:
             "broker_kills": self.kills,
             "published": self.total("published"),
             "lost": self.total("lost"),
+            "holes": self.total("holes"),
             "full_states": self.total("full_states"),
             "gap_refusals": self.total("gap_refusals"),
             "converged": all(d.converged for d in self.devices),
@@ -119,6 +122,7 @@ class Result:
                     "device": d.device,
                     "published": d.published,
                     "lost": d.lost,
+                    "holes": d.holes,
                     "full_states": d.full_states,
                     "gap_refusals": d.gap_refusals,
                     "last_version": d.last_version,
@@ -134,16 +138,17 @@ class Result:
         out = [
             f"{self.seconds:.0f} s, {self.kills} broker kills (kill -9, restarted from its file)",
             f"bundles published: {self.total('published')}",
-            f"bundles lost (acknowledged by the broker, never received): {self.total('lost')}",
+            f"bundles lost (acknowledged by the broker, never received): {self.total('lost')}, "
+            f"in {self.total('holes')} runs of consecutive versions",
             f"full states sent (answers to gap reports): {self.total('full_states')}",
             f"bundles refused as version gaps: {self.total('gap_refusals')}",
         ]
         for d in self.devices:
             state = "converged" if d.converged else "NOT converged"
             out.append(
-                f"  {d.device}: published {d.published}, lost {d.lost}, full states "
-                f"{d.full_states}, gap refusals {d.gap_refusals}; publisher's last version "
-                f"{d.last_version}, applied {d.applied}: {state}"
+                f"  {d.device}: published {d.published}, lost {d.lost} ({d.holes} runs), "
+                f"full states {d.full_states}, gap refusals {d.gap_refusals}; publisher's last "
+                f"version {d.last_version}, applied {d.applied}: {state}"
             )
         verdict = "OK" if self.ok else "FAILED"
         out.append(f"{verdict}: at most one full state per lost bundle, every device converged")
@@ -408,12 +413,14 @@ class BrokerKills:
             received, gaps = agent.received_versions()
             saved = agent.saved_state()
             error = saved.get("last_error")
+            lost = {v for v, _ in sent} - received
             result.devices.append(
                 DeviceResult(
                     device=device,
                     published=len(sent),
                     full_states=sum(full for _, full in sent),
-                    lost=len({v for v, _ in sent} - received),
+                    lost=len(lost),
+                    holes=sum(1 for v in lost if v - 1 not in lost),
                     gap_refusals=gaps,
                     last_version=self.publisher.cutter.version(device, STREAM),
                     applied=(saved.get("applied") or {}).get(STREAM),
