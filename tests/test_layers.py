@@ -26,7 +26,7 @@ ENGINE_LAYERS: list[set[str]] = [
     {"values", "terms"},
     {"validation"},
     {"parser", "rdf", "loaders", "rule_form"},
-    {"dependency", "heads"},
+    {"dependency", "heads", "net_change"},
     {"store", "budget", "subject_facts"},
     {"planner", "decomposition"},
     {"rewrites"},
