@@ -35,6 +35,7 @@ holding them; a new, split or recomputed one is written in full; a dropped one i
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -92,6 +93,7 @@ from agent.state_schema import (
     SCHEMA_VERSION,
     TERMS_BY_CHUNK,
     StateError,
+    StatePathError,
     clip,
     saved_rule_rows,
     table_columns,
@@ -162,11 +164,13 @@ class AgentState:
         self.modules = modules
         self.decompositions = decompositions  # Reasoner(decompositions=...)
         self.budget = budget  # limits every change (not the load: a saved state is trusted)
-        existed = _has_content(self.path) or _has_content(_wal_of(self.path))
+        # The file the path names, links followed: SQLite keeps its -wal and -shm next to it.
+        self.file = _state_file(self.path)
+        existed = _has_content(self.file) or _has_content(_wal_of(self.file))
         if not existed and not create:
             raise StateError(f"{self.path}: no agent state here (run the agent once to create it)")
         if not existed:
-            _create_atomically(self.path)
+            _create_atomically(self.file)
         # The collector paused while the file is read, and what is alive then frozen, as after
         # a materialisation (gcpause.py): a load builds the reasoner's whole state, objects
         # that live as long as the agent. Without it, in a process just started, the first
@@ -180,7 +184,7 @@ class AgentState:
     def _open(self, existed: bool, synchronous: str, load: bool) -> None:
         """Connect, check the file (migrating an older schema when ``load``) and load the
         reasoner from it (``load``); see ``__init__``."""
-        self.conn = _connect(self.path)
+        self.conn = _connect(self.file)
         try:
             # Before anything that writes, such as the WAL switch. A health check
             # (``load=False``) reads an older file as it is, without migrating it.
@@ -924,6 +928,32 @@ class AgentState:
 # ---------------------------------------------------------------------- encoding helpers
 class _RolledBack(Exception):
     """Ends a transaction that must change nothing (``with conn`` then rolls it back)."""
+
+
+def _state_file(path: Path) -> Path:
+    """The file ``path`` names, symbolic links followed. A link on the way that leads nowhere
+    (a volume not mounted yet at boot) or to itself (a loop) is refused: creating a state
+    there would put a new empty state in the link's place, abandoning the real one and
+    deleting the operator's link."""
+    for place in (path, *path.parents):
+        if not place.is_symlink():
+            continue
+        try:
+            place.stat()
+        except FileNotFoundError:
+            raise StatePathError(
+                f"{path}: {place} is a symbolic link to {os.readlink(place)}, which does not "
+                "exist (a volume not mounted yet?); the agent does not create a state in its "
+                "place: mount the volume, or correct the link or the configured database"
+            ) from None
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise StateError(f"{path}: cannot use {place} ({error.strerror})") from None
+            raise StatePathError(
+                f"{path}: {place} is a loop of symbolic links; the agent does not create a "
+                "state in its place: correct the link or the configured database"
+            ) from None
+    return Path(os.path.realpath(path))
 
 
 def _has_content(path: Path) -> bool:

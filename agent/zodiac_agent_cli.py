@@ -23,6 +23,7 @@ from pathlib import Path
 
 from agent.config import AgentConfig, ConfigError
 from agent.engine.errors import ZodiacError
+from agent.state_schema import StatePathError
 
 log = logging.getLogger("zodiac")
 
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(config)
     try:
         return COMMANDS[args.command](config, args)
+    except StatePathError as error:  # (the configured database path: a deployment error)
+        print(f"zodiac-agent: {error}", file=sys.stderr)
+        return 2
     except ZodiacError as error:
         print(f"zodiac-agent: {error}", file=sys.stderr)
         return 1
