@@ -166,6 +166,7 @@ class AgentState:
         self.budget = budget  # limits every change (not the load: a saved state is trusted)
         # The file the path names, links followed: SQLite keeps its -wal and -shm next to it.
         self.file = _state_file(self.path)
+        _refuse_orphaned_log(self.path, self.file)
         existed = _has_content(self.file) or _has_content(_wal_of(self.file))
         if not existed and not create:
             raise StateError(f"{self.path}: no agent state here (run the agent once to create it)")
@@ -185,6 +186,11 @@ class AgentState:
         """Connect, check the file (migrating an older schema when ``load``) and load the
         reasoner from it (``load``); see ``__init__``."""
         self.conn = _connect(self.file)
+        # The file this state is: a path that later names another file, or none, means the
+        # file was replaced or deleted under the agent (see ``check_file``).
+        self._identity = _identity(self.file)
+        self._companions: dict[Path, tuple[int, int] | None] = {}
+        self.gone: str | None = None
         try:
             # Before anything that writes, such as the WAL switch. A health check
             # (``load=False``) reads an older file as it is, without migrating it.
@@ -193,6 +199,10 @@ class AgentState:
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
             if load:
                 self._check_writable()
+                self._companions = {
+                    companion: _identity(companion)
+                    for companion in (_wal_of(self.file), _shm_of(self.file))
+                }
         except sqlite3.DatabaseError as error:
             self.conn.close()
             raise StateError(
@@ -390,8 +400,35 @@ class AgentState:
                 "permissions and its disk"
             ) from None
 
+    def check_file(self) -> None:
+        """Raise StateError if the configured path no longer names the file this state opened
+        (deleted, moved away, or replaced by another file, while the agent runs). SQLite goes
+        on writing to the file it has open, so a change committed then would be acknowledged
+        into a file no path names: lost at the next start. Found once, it is remembered
+        (``gone``): every later change is refused, and ``close`` cleans up."""
+        if self.gone is None:
+            self.gone = _gone(self.path, self._identity)
+        if self.gone is not None:
+            raise StateError(self.gone)
+
     def close(self) -> None:
+        """Close the file. A state whose file is gone (``check_file``) first moves what its
+        write-ahead log holds into the file it has open, then removes its own -wal and -shm,
+        which no path's state owns any more: the next start finds no leftovers beside the
+        path, and a state file put there instead (a restored copy) is not paired with them."""
+        if self.gone is None:
+            self.conn.close()
+            return
+        try:
+            busy, frames, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            emptied = busy == 0 and frames == 0
+        except sqlite3.Error:
+            emptied = False
         self.conn.close()
+        if emptied:
+            for companion, identity in self._companions.items():
+                if identity is not None and _identity(companion) == identity:
+                    companion.unlink(missing_ok=True)
 
     def __enter__(self) -> AgentState:
         return self
@@ -608,9 +645,11 @@ class AgentState:
         sources claim. ``version`` records a bundle's stream version and ``reading_times`` the
         times of the newest readings per sensor, in the same transaction. Bad input (syntax,
         safety, stratification, ownership) raises the engine's error and changes nothing. A
-        failed write raises StateError after restoring memory from the file."""
+        failed write raises StateError after restoring memory from the file. A change while
+        the path no longer names the file opened raises StateError too (``check_file``)."""
         if self._damaged is not None:
             raise StateError(self._damaged)
+        self.check_file()
         # Deletions, then additions (ground facts written in rule text among them), folded
         # into their net change by identity (engine/net_change.py).
         program = load_program(add_rules) if add_rules is not None else Program()
@@ -674,6 +713,7 @@ class AgentState:
                     "the agent state is as before the change"
                 ) from error
             raise
+        self.check_file()  # (committed to the file opened: is it still the state's?)
         self._claim_rules_in_memory(change, source)
         return report
 
@@ -956,12 +996,55 @@ def _state_file(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file ``path`` names, links followed; None if it names none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _gone(path: Path, identity: tuple[int, int] | None) -> str | None:
+    """Why ``path`` no longer names the state file opened as ``identity``, or None."""
+    now = _identity(path)
+    if now == identity:
+        return None
+    what = "deleted or moved away" if now is None else "replaced by another file"
+    return (
+        f"{path}: the state file was {what} while the agent had it open; nothing more is "
+        "acknowledged and the agent stops (started again, it opens what the path names then)"
+    )
+
+
+def _refuse_orphaned_log(path: Path, file: Path) -> None:
+    """Refuse to start beside the write-ahead log of a state file that is missing: the file
+    was deleted or moved away while an agent had it open (and that agent was killed before it
+    noticed). The log alone is not a state (what it held before its last checkpoint is in the
+    file), and SQLite would pair it with any new file made at the path."""
+    wal = _wal_of(file)
+    if file.exists() or not _has_content(wal):
+        return
+    shm = _shm_of(file)
+    raise StateError(
+        f"{path}: the state file is missing, but its write-ahead log {wal.name} "
+        f"({wal.stat().st_size} bytes) and {shm.name} are still there: the state file was "
+        "deleted or moved away while an agent had it open. If it was moved, move it back "
+        f"(its -wal and -shm with it); to start with a new empty state instead (the cloud then "
+        f"resends the streams' full state), delete {wal} and {shm}"
+    )
+
+
 def _has_content(path: Path) -> bool:
     return path.exists() and path.stat().st_size > 0
 
 
 def _wal_of(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
+
+
+def _shm_of(path: Path) -> Path:
+    return path.with_name(path.name + "-shm")
 
 
 def _create_atomically(path: Path) -> None:
@@ -977,7 +1060,7 @@ def _create_atomically(path: Path) -> None:
         raise StateError(
             f"{path}: cannot create the agent state here ({error.strerror or error})"
         ) from None
-    leftovers = [*path.parent.glob(f".{path.name}.creating-*"), path.with_name(path.name + "-shm")]
+    leftovers = [*path.parent.glob(f".{path.name}.creating-*"), _shm_of(path)]
     for stale in leftovers:
         stale.unlink(missing_ok=True)
     _wal_of(path).unlink(missing_ok=True)  # empty (else the state would not be created anew)

@@ -39,6 +39,7 @@ from paho.mqtt.properties import Properties
 
 from agent.config import AgentConfig
 from agent.messages import Telemetry, encode_model
+from agent.persistence import StateError
 from agent.service import Agent, Outcome
 
 log = logging.getLogger("zodiac.sync")
@@ -103,6 +104,7 @@ class AgentService:
         self.client.will_set(self.config.topic("status"), offline, qos=1, retain=True)
         self.reported_findings: list | None = None  # as in the last published status
         self.sent_telemetry: tuple[list, float] | None = None  # readings, when
+        self.failure: str | None = None  # why the service stopped by itself (see run)
 
     # ------------------------------------------------------------------ paho callbacks
     def subscriptions(self) -> list[tuple[str, int]]:
@@ -187,13 +189,31 @@ class AgentService:
                 try:
                     item = self.inbox.get(timeout=0.2)
                 except queue.Empty:
+                    self.watch_state()
                     continue
                 self.handle(item)
+                self.watch_state()
         finally:
             self._shutdown()
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def watch_state(self) -> None:
+        """Stop the service, with ``failure`` saying why, once the state file was deleted or
+        replaced under it (``AgentState.check_file``, also run before and after every commit):
+        a change committed then would be acknowledged into a file no path names. Looked at
+        between messages too, so that an idle agent notices within a fraction of a second and
+        its clean stop leaves nothing beside the path (``AgentState.close``); the service
+        manager's restart then opens what the path names (a new state, or the file put back)."""
+        try:
+            self.agent.state.check_file()
+        except StateError as error:
+            if self.failure is None:
+                self.failure = str(error)
+                log.error("state file gone; stopping", extra={"fields": {"error": str(error)}})
+                self.agent.note(Outcome("refused", "state", str(error)), quiet=True)
+            self.stop()
 
     def handle(self, item: Incoming) -> None:
         """One message: apply, acknowledge once durable, then react (requests, release).

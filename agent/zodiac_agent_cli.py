@@ -122,7 +122,11 @@ def cmd_run(config: AgentConfig, args: argparse.Namespace) -> int:
     from agent.sync import AgentService
 
     agent = Agent(config)
-    AgentService(agent).run()
+    service = AgentService(agent)
+    service.run()
+    if service.failure is not None:  # (stopped by itself: the state file went away)
+        print(f"zodiac-agent: {service.failure}", file=sys.stderr)
+        return 1
     return 0
 
 

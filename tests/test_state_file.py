@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
 
-from tests.agent_harness import Cloud, run_cli
+from tests.agent_harness import (
+    AgentProcess,
+    Cloud,
+    StatusWatcher,
+    last_error,
+    run_cli,
+    write_config,
+)
+from tests.broker import TestClient
+from tests.test_service import make_agent
 
 CONFIG = """device = "t1"
 farm = "farm1"
@@ -113,3 +123,103 @@ def test_a_state_behind_a_link_is_created_where_the_link_leads(tmp_path, cloud):
     assert (volume / "agent.db").stat().st_size > 0
     status = json.loads(run_cli("status", "--config", str(config)).stdout)
     assert status["healthy"] and status["applied"] == {"base": 1}
+
+
+# ------------------------------------------------------------------ a file deleted under the agent
+def bundle_ids_seen(agent: AgentProcess) -> list[str]:
+    """The bundle ids an agent process logged an outcome for, in order."""
+    return [line["bundle_id"] for line in agent.log_lines() if line.get("bundle_id")]
+
+
+def test_a_state_file_deleted_under_a_running_agent_acknowledges_nothing_more(
+    tmp_path, make_broker, cloud
+):
+    """Before: bundles v2 and v3 were applied, acknowledged and reported into the deleted
+    file (lost at the restart), and the leftover -wal/-shm then stopped the restart with a
+    misleading message. Now the agent notices that the path no longer names its file, stops
+    (exit 1, one line) without acknowledging anything more, removes its own -wal and -shm,
+    and the restart is a first start: the broker redelivers v2 and v3, which the new empty
+    state refuses as a version gap, and the stream's full state applies."""
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    database = tmp_path / "t1" / "t1.db"
+    topic = "zodiac/farm1/t1/bundle"
+    with TestClient(broker, "cloud-del") as client:
+        watcher = StatusWatcher(client, "farm1", "t1")
+        with AgentProcess(config) as agent:
+            watcher.wait(lambda s: s.online)
+            client.publish(topic, cloud.sign(cloud.bundle("base", 1, facts=[("a", "x1")])))
+            watcher.wait(lambda s: s.applied.get("base") == 1)
+            database.unlink()
+            later = [cloud.bundle("base", v, facts=[("a", f"x{v}")]) for v in (2, 3)]
+            for bundle in later:
+                client.publish(topic, cloud.sign(bundle))
+            assert agent.process.wait(20) == 1
+            log = agent.log.read_text()
+            assert "deleted or moved away while the agent had it open" in log
+            assert not [e for e in agent.log_lines() if e.get("status") == "applied"][1:]
+        offline = watcher.wait(lambda s: not s.online)
+        assert offline.applied == {"base": 1}
+        assert "state file was deleted" in last_error(offline)["message"]
+        assert sorted(p.name for p in database.parent.glob("t1.db*")) == []
+        with AgentProcess(config) as agent:
+            agent.wait_log("connected", timeout=30)
+            for bundle in later:  # never acknowledged: delivered again
+                gap = agent.wait_log("refused", count=later.index(bundle) + 1)
+                assert (gap["bundle_id"], gap["reason"]) == (bundle.bundle_id, "version_gap")
+            full = cloud.bundle("base", 4, full_state=True, facts=[("a", "x4")])
+            client.publish(topic, cloud.sign(full))
+            status = watcher.wait(lambda s: s.applied.get("base") == 4)
+            assert status.explicit_facts == 1
+            assert agent.terminate() == 0
+
+
+def test_a_change_after_the_file_is_replaced_is_refused_unacknowledged(tmp_path, cloud):
+    """The check before (and after) every commit: a bundle arriving after the file was
+    replaced is a ``state`` refusal (not acknowledged over MQTT), and the replacement is
+    left as it was."""
+    agent = make_agent(tmp_path, cloud)
+    first = cloud.bundle("base", 1, facts=[("a", "x")])
+    assert agent.handle_bundle(cloud.sign(first)).status == "applied"
+    database = tmp_path / "t1.db"
+    replacement = tmp_path / "copy.db"
+    replacement.write_bytes(b"an operator's copy")
+    os.replace(replacement, database)
+    outcome = agent.handle_bundle(cloud.sign(cloud.bundle("base", 2, facts=[("a", "y")])))
+    assert (outcome.status, outcome.reason) == ("refused", "state")
+    assert not outcome.committed and "replaced by another file" in outcome.message
+    agent.close()
+    assert database.read_bytes() == b"an operator's copy"
+    assert sorted(p.name for p in tmp_path.glob("t1.db*")) == ["t1.db"]
+
+
+def test_a_log_left_by_a_deleted_state_is_explained_at_start(tmp_path, make_broker, cloud):
+    """An agent killed before it noticed that its file was deleted leaves the -wal and -shm
+    beside the path. The next start (and ``status``) says what they are and what to do, and
+    touches neither; done as it says, the agent starts."""
+    broker = make_broker()
+    config = write_config(tmp_path / "t1", broker, cloud.keys)
+    database = tmp_path / "t1" / "t1.db"
+    with TestClient(broker, "cloud-left") as client, AgentProcess(config) as agent:
+        watcher = StatusWatcher(client, "farm1", "t1")
+        watcher.wait(lambda s: s.online)
+        client.publish("zodiac/farm1/t1/bundle", cloud.sign(cloud.bundle("base", 1)))
+        watcher.wait(lambda s: s.applied.get("base") == 1)
+        agent.process.send_signal(signal.SIGSTOP)  # (so that it cannot notice first)
+        database.unlink()
+        agent.kill()
+    left = listing(database.parent)
+    assert {"t1.db-wal", "t1.db-shm"} <= set(left) and "t1.db" not in left
+    run = run_cli("run", "--config", str(config), timeout=30)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    line = run.stderr.strip().splitlines()[-1]
+    assert "the state file is missing, but its write-ahead log t1.db-wal" in line
+    assert "move it back" in line and f"delete {database}-wal and {database}-shm" in line
+    status = run_cli("status", "--config", str(config))
+    assert status.returncode == 1 and "write-ahead log" in json.loads(status.stdout)["error"]
+    assert listing(database.parent) == left
+    for name in ("t1.db-wal", "t1.db-shm"):
+        (database.parent / name).unlink()
+    with AgentProcess(config) as agent:
+        agent.wait_log("connected", timeout=30)
+        assert agent.terminate() == 0
