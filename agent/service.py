@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 import uuid
 from collections import Counter
@@ -153,6 +154,8 @@ class Agent:
             },
         )
         self.dropped: Counter[str] = Counter()  # incoming messages dropped, by reason
+        # The last refusal when the state could not take it (a full disk): see ``note``.
+        self.unsaved_error: str | None = None
         self._buckets: dict[str, tuple[float, float]] = {}  # telemetry rate: tokens, time
         self.sync_local_files()
 
@@ -218,7 +221,7 @@ class Agent:
             applying, attempts = self._applying()
             if check_sequence(bundle, applied) == "duplicate":
                 if applying == bundle.bundle_id:  # applied, then killed before the marker went
-                    self.state.set_meta(APPLYING, None)
+                    self._clear_marker()
                 return self.note(
                     Outcome(
                         "duplicate",
@@ -231,7 +234,7 @@ class Agent:
             if attempts > POISON_ATTEMPTS:
                 # The agent died applying this very bundle every time it tried (killed for
                 # memory or time, which no budget check saw): refuse it rather than die again.
-                self.state.set_meta(APPLYING, None)
+                self._clear_marker()
                 raise BundleError(
                     "budget_exceeded",
                     f"the agent stopped {POISON_ATTEMPTS} times while applying this bundle "
@@ -239,20 +242,59 @@ class Agent:
                     bundle_id=bundle.bundle_id,
                     stream=bundle.source,
                 )
-            self.state.set_meta(APPLYING, json.dumps([bundle.bundle_id, attempts]))
+            try:
+                self.state.set_meta(APPLYING, json.dumps([bundle.bundle_id, attempts]))
+            except sqlite3.Error as error:  # (a full disk): not tried without its marker
+                return self.note(self._unwritable(bundle, error))
             try:
                 outcome = self.apply_bundle(bundle)
             finally:
-                self.state.set_meta(APPLYING, None)
+                self._clear_marker()
         except BundleError as error:
             outcome = Outcome(
                 "refused", error.reason, str(error), bundle_id=error.bundle_id, stream=error.stream
             )
-        if outcome.status == "applied" and correlation:
-            self._link_request(correlation, outcome.stream or "")
-        if outcome.status == "applied" and outcome.stream:
-            self._close_released(outcome.stream)
+        if outcome.status == "applied":
+            self._after_applied(outcome, correlation)
         return self.note(outcome)
+
+    def _unwritable(self, bundle: Bundle, error: sqlite3.Error) -> Outcome:
+        """The refusal of a bundle whose marker could not be written (a full disk, say): a
+        ``state`` refusal, which the transport does not acknowledge, so that the bundle is
+        tried again once the state can be written."""
+        return Outcome(
+            "refused",
+            "state",
+            f"{self.state.path}: could not write to the agent state ({error}); the bundle is "
+            "not applied and is tried again",
+            bundle_id=bundle.bundle_id,
+            stream=bundle.source,
+        )
+
+    def _clear_marker(self) -> None:
+        """Remove the poison-bundle marker. A failure (a full disk) is only logged: the
+        outcome stands, and a marker left behind is cleared at the bundle's next delivery (a
+        duplicate once applied) or counted as one try."""
+        try:
+            self.state.set_meta(APPLYING, None)
+        except sqlite3.Error as error:
+            log.warning(
+                "could not clear the bundle marker", extra={"fields": {"error": str(error)}}
+            )
+
+    def _after_applied(self, outcome: Outcome, correlation: str | None) -> None:
+        """Link the stream to its rule request and close released requests. The bundle is
+        committed already: a failure to write this (a full disk) must not undo its
+        acknowledgement, so it is only logged."""
+        try:
+            if correlation:
+                self._link_request(correlation, outcome.stream or "")
+            if outcome.stream:
+                self._close_released(outcome.stream)
+        except sqlite3.Error as error:
+            log.warning(
+                "could not update the rule requests", extra={"fields": {"error": str(error)}}
+            )
 
     def _applying(self) -> tuple[str | None, int]:
         """The bundle marked as being applied and how many tries it has had (see
@@ -454,6 +496,8 @@ class Agent:
             report = self.state.apply(
                 add_facts=added, delete_facts=gone, source=source, reading_times=times
             )
+        except StateError as error:  # (not durable: not acknowledged, tried again)
+            return self.note(Outcome("refused", "state", f"{source}: {error}", stream=source))
         except ZodiacError as error:
             return self.note(Outcome("refused", "engine", f"{source}: {error}"))
         return self.note(Outcome("applied", report=report, stream=source), quiet=True)
@@ -586,7 +630,7 @@ class Agent:
             findings=self.findings(),
             facts=reasoner.count(),
             explicit_facts=reasoner.edb.size(),
-            last_error=self.state.get_meta("last_error"),
+            last_error=self.unsaved_error or self.state.get_meta("last_error"),
             updated_at=time.time(),
             dropped=dict(self.dropped),
         )
@@ -598,26 +642,33 @@ class Agent:
             found += [encode_fact(f) for f in self.reasoner.facts_named(predicate)]
         return sorted(found, key=repr)[:MAX_FINDINGS]
 
+    @staticmethod
+    def _error_text(outcome: Outcome) -> str:
+        """A refusal as the status's ``last_error`` (JSON)."""
+        return json.dumps(
+            {
+                "reason": outcome.reason,
+                "message": clip_text(outcome.message, MAX_ERROR_TEXT),
+                "bundle_id": outcome.bundle_id,
+                "stream": outcome.stream,
+                "at": time.time(),
+            }
+        )
+
     def note(self, outcome: Outcome, *, quiet: bool = False) -> Outcome:
         """Log an outcome; a refusal also becomes the status's ``last_error``."""
         fields = outcome.as_log()
         if outcome.status == "refused":
             log.warning("refused", extra={"fields": fields})
             try:
-                self.state.set_meta(
-                    "last_error",
-                    json.dumps(
-                        {
-                            "reason": outcome.reason,
-                            "message": clip_text(outcome.message, MAX_ERROR_TEXT),
-                            "bundle_id": outcome.bundle_id,
-                            "stream": outcome.stream,
-                            "at": time.time(),
-                        }
-                    ),
-                )
-            except Exception:  # noqa: BLE001 - reporting must not fail the agent
-                log.exception("could not record the error")
-        elif not quiet:
-            log.info(outcome.status, extra={"fields": fields})
+                self.state.set_meta("last_error", self._error_text(outcome))
+                self.unsaved_error = None
+            except Exception as error:  # noqa: BLE001 - reporting must not fail the agent
+                # (a full disk): the status still says it, from memory
+                self.unsaved_error = self._error_text(outcome)
+                log.warning("could not record the error", extra={"fields": {"error": str(error)}})
+        else:
+            self.unsaved_error = None  # (the change it was about went through, or another)
+            if not quiet:
+                log.info(outcome.status, extra={"fields": fields})
         return outcome

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import queue
 import signal
+import sqlite3
 import ssl
 import sys
 import threading
@@ -45,6 +46,11 @@ from agent.service import Agent, Outcome
 log = logging.getLogger("zodiac.sync")
 
 TELEMETRY_HEARTBEAT = 30.0  # seconds: unchanged telemetry is re-sent at least this often
+# Seconds between two tries of a message whose change could not be made durable (a full disk):
+# doubling from the first to the last, so that a disk freed is seen soon, a disk that stays
+# full costs a try (a log line, a status) every few seconds at most.
+STATE_RETRY_FIRST = 0.5
+STATE_RETRY_LAST = 8.0
 
 
 @dataclass
@@ -218,22 +224,43 @@ class AgentService:
     def handle(self, item: Incoming) -> None:
         """One message: apply, acknowledge once durable, then react (requests, release).
 
-        An unexpected error (a bug) is logged and reported in the status, and the message is
-        acknowledged anyway: the state was rolled back to the file, and redelivering a message
-        that crashes the agent would only crash it again (a poison message)."""
+        A message whose change could not be made durable (a ``state`` refusal: a full disk, a
+        file that cannot be written) is not acknowledged and is tried again, with back-off,
+        until it goes through: the messages after it wait their turn (their order matters:
+        versions, newest readings), queued by the broker meanwhile. It is never dropped: a
+        stop (or a crash) meanwhile leaves it unacknowledged, and the broker delivers it
+        again at the next start."""
         if item.topic == "$connected":
             self.publish_status()
             return
+        delay = STATE_RETRY_FIRST
+        while not self._handle_once(item):
+            if self.agent.state.gone is not None or self.stopping.wait(delay):
+                return  # (not acknowledged: delivered again at the next start)
+            delay = min(2 * delay, STATE_RETRY_LAST)
+
+    def _handle_once(self, item: Incoming) -> bool:
+        """Dispatch a message once; False when it is still to be done (see ``handle``).
+
+        A storage error that escaped (sqlite3.Error) is a ``state`` refusal too. Any other
+        unexpected error (a bug) is logged and reported in the status, and the message is
+        acknowledged anyway: the state was rolled back to the file, and redelivering a message
+        that crashes the agent would only crash it again (a poison message)."""
         try:
-            self._dispatch(item)
+            return self._dispatch(item).committed
+        except sqlite3.Error as error:
+            self.agent.note(Outcome("refused", "state", f"{type(error).__name__}: {error}"))
+            self.publish_status()
+            return False
         except Exception as error:  # noqa: BLE001 - the service must outlive one bad message
             log.exception("internal error", extra={"fields": {"topic": item.topic}})
             self.agent.note(Outcome("refused", "internal", f"{type(error).__name__}: {error}"))
             if item.qos > 0:
                 self.client.ack(item.mid, item.qos)
             self.publish_status()
+            return True
 
-    def _dispatch(self, item: Incoming) -> None:
+    def _dispatch(self, item: Incoming) -> Outcome:
         config = self.config
         report = None
         if item.topic in (config.topic("bundle"), config.farm_bundle_topic()):
@@ -246,6 +273,8 @@ class AgentService:
         else:  # zodiac/<farm>/<neighbour>/telemetry: the topic names the sender
             sender = item.topic.split("/")[2] if item.topic.count("/") == 3 else ""
             outcome = self.agent.handle_telemetry(item.payload, sender=sender)
+        if not outcome.committed:  # (a reading kept for another try: said in the status too)
+            report = self.publish_status
         if item.qos > 0 and outcome.committed:
             # Only now (the change is durable), and before it is reported: the broker gets the
             # acknowledgement ahead of the status on the same connection, so a status showing
@@ -254,7 +283,13 @@ class AgentService:
         if report is not None:
             report()
         if outcome.status == "applied":
-            self.after_change()
+            try:
+                self.after_change()
+            except sqlite3.Error as error:  # (acknowledged already: tried after the next change)
+                log.warning(
+                    "could not record rule requests", extra={"fields": {"error": str(error)}}
+                )
+        return outcome
 
     def after_change(self) -> None:
         """Trigger rule requests and release resolved ones after any applied change."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from tests.agent_harness import (
     Cloud,
     StatusWatcher,
     last_error,
+    readings_payload,
     run_cli,
     write_config,
 )
@@ -223,3 +226,69 @@ def test_a_log_left_by_a_deleted_state_is_explained_at_start(tmp_path, make_brok
     with AgentProcess(config) as agent:
         agent.wait_log("connected", timeout=30)
         assert agent.terminate() == 0
+
+
+# ------------------------------------------------------------------ a full disk
+def checkpoint(database: Path) -> None:
+    """Empty the live agent's write-ahead log into its file, as SQLite's own checkpoints do,
+    from a connection of the test: the agent's next commit then needs new space on the disk
+    (a log being reused takes none)."""
+    with closing(sqlite3.connect(database, timeout=10)) as conn:
+        busy, *_ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    assert busy == 0
+
+
+def wide_facts(tag: str, count: int = 40) -> list[tuple]:
+    """Facts of a few kB that need new pages in the state."""
+    return [("note", f"{tag}{i}", f"{tag}-{i}-" + "w" * 200) for i in range(count)]
+
+
+def test_a_full_disk_loses_no_acknowledged_message(tmp_path, make_broker, cloud, small_disk):
+    """Before: on a full disk the bundle marker's write raised, the service logged "internal
+    error" and acknowledged the bundle; freed and restarted, the device was still at the old
+    version. Now every write a bundle or a reading needs is a ``state`` refusal, reported in
+    the status (from memory: the disk cannot take it), never acknowledged: the agent keeps
+    running and tries the message again, so it applies once space is freed, and the messages
+    behind it follow in order; killed while the disk is full, the restarted agent gets the
+    message again from the broker."""
+    broker = make_broker()
+    database = small_disk.mount / "t1.db"
+    config = write_config(tmp_path / "t1", broker, cloud.keys, database=database)
+    topic = "zodiac/farm1/t1/bundle"
+    with TestClient(broker, "cloud-full") as client:
+        watcher = StatusWatcher(client, "farm1", "t1")
+        with AgentProcess(config) as agent:
+            watcher.wait(lambda s: s.online)
+            client.publish(topic, cloud.sign(cloud.bundle("base", 1, facts=wide_facts("a"))))
+            watcher.wait(lambda s: s.applied.get("base") == 1)
+            checkpoint(database)
+            small_disk.fill()
+            second = cloud.bundle("base", 2, facts=wide_facts("b"))
+            client.publish(topic, cloud.sign(second))
+            reading = readings_payload("t1", "farm1", [("temp", "t1", 21)])
+            client.publish("zodiac/farm1/t1/readings", reading)
+            status = watcher.wait(lambda s: last_error(s).get("reason") == "state")
+            assert status.online and status.applied == {"base": 1}
+            assert last_error(status)["bundle_id"] == second.bundle_id
+            assert "disk is full" in last_error(status)["message"]
+            assert agent.process.poll() is None
+            small_disk.free()
+            status = watcher.wait(lambda s: s.applied.get("base") == 2, timeout=30)
+            assert status.explicit_facts == 80
+            # Full again, and this time the agent is killed before space is freed.
+            checkpoint(database)
+            small_disk.fill()
+            reading = readings_payload("t1", "farm1", [("temp", "t1", 22)])
+            client.publish("zodiac/farm1/t1/readings", reading)
+            third = cloud.bundle("base", 3, facts=wide_facts("c"))
+            client.publish(topic, cloud.sign(third))
+            status = watcher.wait(lambda s: last_error(s).get("reason") == "state")
+            assert last_error(status)["stream"] == "sensor"
+            agent.kill()
+        small_disk.free()
+        with AgentProcess(config) as agent:
+            status = watcher.wait(lambda s: s.online and s.applied.get("base") == 3, timeout=30)
+            assert agent.terminate() == 0
+    assert status.explicit_facts == 121  # (the reading among them)
+    answers = run_cli("query", "--config", str(config), "<temp>(X, Y)")
+    assert json.loads(answers.stdout) == {"X": "t1", "Y": 22}
