@@ -632,6 +632,7 @@ class AgentState:
         version: StreamVersion | None = None,
         superseded: Iterable[str] = (),
         reading_times: dict[str, float] | None = None,
+        forget_meta: Iterable[str] = (),
     ) -> dict:
         """Apply one change made by ``source`` in memory and commit it in one transaction.
 
@@ -643,7 +644,8 @@ class AgentState:
         ``telemetry/<device>``, ``local``): the change adds and removes that source's claims
         (agent/claims.py), and may delete only what it claims, or what the ``superseded``
         sources claim. ``version`` records a bundle's stream version and ``reading_times`` the
-        times of the newest readings per sensor, in the same transaction. Bad input (syntax,
+        times of the newest readings per sensor, in the same transaction, which also deletes
+        the ``forget_meta`` notes (a bundle's marker, bundle_costs.py). Bad input (syntax,
         safety, stratification, ownership) raises the engine's error and changes nothing. A
         failed write raises StateError after restoring memory from the file. A change while
         the path no longer names the file opened raises StateError too (``check_file``)."""
@@ -705,6 +707,9 @@ class AgentState:
                         "ON CONFLICT (source, sensor) DO UPDATE SET at = excluded.at",
                         ((source, sensor, at) for sensor, at in reading_times.items()),
                     )
+                self.conn.executemany(
+                    "DELETE FROM meta WHERE key = ?", ((key,) for key in forget_meta)
+                )
         except BaseException as error:
             self.reload()
             if isinstance(error, sqlite3.Error):

@@ -46,9 +46,19 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 
+from agent.bundle_costs import (
+    MARKER,
+    OVER_TIME,
+    Account,
+    Heartbeat,
+    begin_try,
+    over_time_recorded,
+    over_time_refusal,
+    payload_digest,
+)
 from agent.claims import OwnershipError
 from agent.config import AgentConfig
-from agent.engine.budget import BudgetExceeded
+from agent.engine.budget import Budget, BudgetExceeded
 from agent.engine.errors import ZodiacError
 from agent.engine.language import RDF_TYPE, Atom, Constant, Variable
 from agent.engine.net_change import NetChange
@@ -75,11 +85,7 @@ from agent.signing import BundleLimits, check_sequence, open_bundle
 log = logging.getLogger("zodiac.agent")
 
 SENSOR_SOURCE = "sensor"  # the device's own readings
-APPLYING = "applying_bundle"  # meta key: the bundle being applied (see handle_bundle)
-# Tries at applying one bundle that each ended with the process gone before the bundle is
-# refused: one kill (a power cut, an operator's restart) must not cost a bundle, a bundle that
-# exhausts memory every time must not keep the agent in a restart loop.
-POISON_ATTEMPTS = 3
+APPLYING = MARKER  # meta key: the bundle being applied, and its tries' cost (bundle_costs.py)
 LOCAL_SOURCE = "local"  # rules and facts from the config file
 REQUEST_TIMEOUT = 30.0  # seconds before an unanswered rule request may be sent again
 MAX_FINDINGS = 100  # facts per status message (a status must stay small)
@@ -218,10 +224,10 @@ class Agent:
             bundle = open_bundle(payload, self.keyring, limits=self.limits)
             self.check_audience(bundle)
             applied = self.state.applied_versions().get(bundle.source)
-            applying, attempts = self._applying()
+            account = Account.read(self.state.get_meta(APPLYING))
             if check_sequence(bundle, applied) == "duplicate":
-                if applying == bundle.bundle_id:  # applied, then killed before the marker went
-                    self._clear_marker()
+                if account is not None and account.bundle_id == bundle.bundle_id:
+                    self._clear_marker()  # (applied by an older agent, killed before it went)
                 return self.note(
                     Outcome(
                         "duplicate",
@@ -230,26 +236,7 @@ class Agent:
                         stream=bundle.source,
                     )
                 )
-            attempts = attempts + 1 if applying == bundle.bundle_id else 1
-            if attempts > POISON_ATTEMPTS:
-                # The agent died applying this very bundle every time it tried (killed for
-                # memory or time, which no budget check saw): refuse it rather than die again.
-                self._clear_marker()
-                raise BundleError(
-                    "budget_exceeded",
-                    f"the agent stopped {POISON_ATTEMPTS} times while applying this bundle "
-                    "(out of memory or killed); refused so that it cannot cause a restart loop",
-                    bundle_id=bundle.bundle_id,
-                    stream=bundle.source,
-                )
-            try:
-                self.state.set_meta(APPLYING, json.dumps([bundle.bundle_id, attempts]))
-            except sqlite3.Error as error:  # (a full disk): not tried without its marker
-                return self.note(self._unwritable(bundle, error))
-            try:
-                outcome = self.apply_bundle(bundle)
-            finally:
-                self._clear_marker()
+            outcome = self._try_bundle(bundle, payload, account)
         except BundleError as error:
             outcome = Outcome(
                 "refused", error.reason, str(error), bundle_id=error.bundle_id, stream=error.stream
@@ -296,17 +283,49 @@ class Agent:
                 "could not update the rule requests", extra={"fields": {"error": str(error)}}
             )
 
-    def _applying(self) -> tuple[str | None, int]:
-        """The bundle marked as being applied and how many tries it has had (see
-        handle_bundle); a marker written by an older agent (the bare id) counts as one try."""
-        marker = self.state.get_meta(APPLYING)
-        if marker is None:
-            return None, 0
+    def _try_bundle(self, bundle: Bundle, payload: bytes, account: Account | None) -> Outcome:
+        """Apply a bundle that is due for its stream, unless what it cost before refuses it
+        (agent/bundle_costs.py): it went over the time budget already, or tries of it that
+        got the agent killed have together cost the budget. The try is marked, with what it
+        costs as it goes, until its outcome is known."""
+        budget = self.state.budget or Budget()
+        digest = payload_digest(payload)
+        where = {"bundle_id": bundle.bundle_id, "stream": bundle.source}
+        refusal = over_time_refusal(self.state.get_meta(OVER_TIME), digest, budget)
+        if refusal is not None:
+            raise BundleError("budget_exceeded", refusal, **where)
+        account = begin_try(account, bundle.bundle_id, budget)
+        poison = account.poison(budget)
+        if poison is not None:
+            self._clear_marker()
+            raise BundleError("budget_exceeded", poison, **where)
         try:
-            bundle_id, attempts = json.loads(marker)
-            return str(bundle_id), int(attempts)
-        except (ValueError, TypeError):
-            return marker, 1
+            self.state.set_meta(APPLYING, account.to_text())
+        except sqlite3.Error as error:  # (a full disk): not tried without its marker
+            return self._unwritable(bundle, error)
+        outcome = None
+        try:
+            with Heartbeat(self.state.file, account):
+                outcome = self.apply_bundle(bundle)  # (its commit removes the marker)
+        finally:
+            if outcome is None or outcome.status != "applied":
+                self._clear_marker()
+        if outcome.reason == "budget_exceeded" and outcome.report.get("limit") == "seconds":
+            self._remember_over_time(digest, bundle, outcome.report["allowed"])
+        return outcome
+
+    def _remember_over_time(self, digest: str, bundle: Bundle, allowed: float) -> None:
+        """A bundle stopped by the time budget: not tried again while the budget is as small
+        (agent/bundle_costs.py). A failure to write it (a full disk) costs one more try."""
+        try:
+            recorded = over_time_recorded(
+                self.state.get_meta(OVER_TIME), digest, bundle.bundle_id, allowed
+            )
+            self.state.set_meta(OVER_TIME, recorded)
+        except sqlite3.Error as error:
+            log.warning(
+                "could not record the bundle over budget", extra={"fields": {"error": str(error)}}
+            )
 
     def check_audience(self, bundle: Bundle) -> None:
         """A signature says who made a bundle; its signed audience says for whom. Refuse a
@@ -361,6 +380,7 @@ class Agent:
                 bundle_id=bundle.bundle_id,
                 version=StreamVersion(source, bundle.version, bundle.bundle_id),
                 superseded=bundle.superseded_sources(),
+                forget_meta=(APPLYING,),  # (the marker goes with the commit)
             )
         except StateError as error:
             return Outcome("refused", "state", str(error), **where)

@@ -16,7 +16,7 @@ Where the checks are (cheap, cooperative, never in the middle of a store mutatio
   raised in steps of ``PULSE_STEP`` facts, so time and memory are looked at every step too.
 
 A loop that runs long without producing anything is seen only at its end; the agent's
-poison-bundle marker (agent/service.py) covers what no check sees (a kill by the kernel).
+poison-bundle marker (agent/bundle_costs.py) covers what no check sees (a kill by the kernel).
 """
 
 from __future__ import annotations
@@ -74,15 +74,15 @@ class BudgetExceeded(ZodiacError):
         units = {"derived_facts": "derived facts", "memory_bytes": "bytes of memory"}
         unit = units.get(limit, "seconds")
         super().__init__(
-            f"update stopped: it needed more than {_figure(allowed)} {unit} "
-            f"({_figure(used)} when stopped); the state is as before the update"
+            f"update stopped: it needed more than {figure(allowed)} {unit} "
+            f"({figure(used)} when stopped); the state is as before the update"
         )
 
     def figures(self) -> dict:
         return {"limit": self.limit, "allowed": self.allowed, "used": self.used}
 
 
-def _figure(value: float) -> str:
+def figure(value: float) -> str:
     """A budget's figure for a message: whole numbers with thousands separators, others with
     three significant digits (a limit of 0.001 s must not read 0.00)."""
     return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:.3g}"
