@@ -42,7 +42,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -99,6 +99,7 @@ from agent.state_schema import (
     table_columns,
     table_names,
 )
+from agent.stream_budgets import StreamBudgets
 from agent.term_rows import load_terms, write_terms
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -152,11 +153,14 @@ class AgentState:
         create: bool = True,
         load: bool = True,
         budget: Budget | None = None,
+        stream_budgets: StreamBudgets | None = None,
     ) -> None:
         """Open (or, with ``create``, create) the state file and load the reasoner from it.
 
         Raises :class:`StateError` for a file that is not an agent state (never overwritten),
-        a corrupt file, or a schema newer than this program knows."""
+        a corrupt file, or a schema newer than this program knows. ``budget`` limits every
+        change, and ``stream_budgets`` the derived facts each source's rules may hold
+        (agent/stream_budgets.py)."""
         self.path = Path(path)
         synchronous = synchronous.upper()
         if synchronous not in SYNCHRONOUS_MODES:
@@ -164,6 +168,7 @@ class AgentState:
         self.modules = modules
         self.decompositions = decompositions  # Reasoner(decompositions=...)
         self.budget = budget  # limits every change (not the load: a saved state is trusted)
+        self.stream_budgets = stream_budgets
         # The file the path names, links followed: SQLite keeps its -wal and -shm next to it.
         self.file = _state_file(self.path)
         _refuse_orphaned_log(self.path, self.file)
@@ -681,6 +686,7 @@ class AgentState:
                 delete_rules=change.delete_rules,
                 add_facts=change.add_facts,
                 delete_facts=change.delete_facts,
+                budget=self._budget_for(change, source),
             )
         except ZodiacError:
             raise  # checked before anything changed: memory is as it was, nothing to write
@@ -721,6 +727,20 @@ class AgentState:
         self.check_file()  # (committed to the file opened: is it still the state's?)
         self._claim_rules_in_memory(change, source)
         return report
+
+    def _budget_for(self, change: ClaimChange, source: str) -> Budget | None:
+        """The budget of one change: the reasoner's (``budget``), with the derived facts each
+        owner's rules may hold once the change is made (``stream_budgets``); None: the
+        reasoner's as it is."""
+        if self.stream_budgets is None:
+            return None
+        claims = {name: dict(holders) for name, holders in self._rule_claims.items()}
+        for name, holder in change.released_rules:
+            claims.get(name, {}).pop(holder, None)
+        for rule in change.claimed_rules:
+            claims.setdefault(rule.id, {})[source] = rule.key
+        limits = self.stream_budgets.fact_limits(source, claims, self.reasoner.nodes)
+        return replace(self.reasoner.budget or Budget(), fact_limits=limits)
 
     def reading_times(self, source: str) -> dict[str, float]:
         """Sensor -> time of the newest reading of ``source`` applied so far."""

@@ -145,6 +145,7 @@ class Agent:
             modules=config.reasoning.modules,
             decompositions=config.reasoning.decompositions,
             budget=config.budget.budget(),
+            stream_budgets=config.budget.stream_budgets(),
         )
         report = self.state.load_report
         log.info(
@@ -518,6 +519,16 @@ class Agent:
             )
         except StateError as error:  # (not durable: not acknowledged, tried again)
             return self.note(Outcome("refused", "state", f"{source}: {error}", stream=source))
+        except BudgetExceeded as error:
+            return self.note(
+                Outcome(
+                    "refused",
+                    "budget_exceeded",
+                    f"{source}: {error}",
+                    report=error.figures(),
+                    stream=source,
+                )
+            )
         except ZodiacError as error:
             return self.note(Outcome("refused", "engine", f"{source}: {error}"))
         return self.note(Outcome("applied", report=report, stream=source), quiet=True)

@@ -26,11 +26,13 @@ from agent.engine import Budget, BudgetExceeded, Program, Reasoner
 from agent.engine.errors import RuleError
 from agent.engine.parser import parse_program
 from agent.service import APPLYING
+from agent.stream_budgets import StreamBudgets
 from tests.agent_harness import (
     AgentProcess,
     Cloud,
     StatusWatcher,
     last_error,
+    readings_payload,
     run_cli,
     write_config,
 )
@@ -470,3 +472,99 @@ def test_a_bundle_over_the_time_budget_is_not_tried_again(tmp_path, cloud):
     raised, _ = apply()
     assert "more than 1.5 seconds" in raised["detail"]
     assert "without another try" not in raised["detail"]
+
+
+# ------------------------------------------------------------------ budgets per stream
+COUNT_RULES = {
+    "start": "start: <num>(X) :- <start>(X) .",
+    "next": "next: <num>(Y) :- <num>(X) and bind(X + 1 as Y) and COMP(X, <, {n}) .",
+}
+SENSOR_RULES = {
+    "hot": "hot: <Hot>(S) :- <temp>(S, T) and COMP(T, >, 30) .",
+    "warm": "warm: <Warm>(S) :- <temp>(S, T) and COMP(T, >, 20) .",
+}
+
+
+def test_each_stream_has_its_own_budget_and_readings_have_headroom(
+    tmp_path, make_broker, cloud
+):
+    """Before: one budget for the whole device, so a valid bundle deriving just under it made
+    the device refuse other streams and its own readings (as ``engine``). Now each stream's
+    rules have their own limit (``[budget] max_derived_facts``, or its own figure in
+    ``[budget.streams]``), the device's own changes have headroom beyond it, and a refusal is
+    ``budget_exceeded`` naming the stream with the figures."""
+    broker = make_broker()
+    budget = '[budget]\nmax_derived_facts = 20000\n[budget.streams]\n"anomaly/y" = 100\n'
+    config = write_config(tmp_path / "t1", broker, cloud.keys, extra=budget)
+    topic = "zodiac/farm1/t1/bundle"
+    count = {name: text.format(n=19_998) for name, text in COUNT_RULES.items()}
+    with AgentProcess(config) as agent, TestClient(broker, "cloud-shares") as client:
+        watcher = StatusWatcher(client, "farm1", "t1")
+        watcher.wait(lambda s: s.online)
+        # base's rules derive 19,999 facts: within its 20,000.
+        base = cloud.bundle("base", 1, rules={**count, **SENSOR_RULES}, facts=[("start", 0)])
+        client.publish(topic, cloud.sign(base))
+        status = watcher.wait(lambda s: s.applied.get("base") == 1)
+        assert status.facts - status.explicit_facts == 19_999
+        # Another stream: its own budget.
+        small = {"q": "q: <q>(X) :- <num>(X) and COMP(X, <, 140) ."}
+        client.publish(topic, cloud.sign(cloud.bundle("anomaly/x", 1, rules=small)))
+        status = watcher.wait(lambda s: s.applied.get("anomaly/x") == 1)
+        assert last_error(status) == {}
+        # The device's readings grow base's facts past its limit: headroom.
+        reading = readings_payload("t1", "farm1", [("temp", "t1", 35)])
+        client.publish("zodiac/farm1/t1/readings", reading)
+        assert wait_for_fact(config, "<Hot>(X)") == [{"X": "t1"}]
+        # base may not grow itself further: refused, naming base and the figures.
+        more = cloud.bundle("base", 2, facts=[("start", -5)])
+        client.publish(topic, cloud.sign(more))
+        status = watcher.wait(lambda s: last_error(s).get("stream") == "base")
+        error = last_error(status)
+        assert error["reason"] == "budget_exceeded" and status.applied["base"] == 1
+        assert "the rules of stream 'base' would hold more than 20,001 derived facts" in (
+            error["message"]
+        )
+        # A stream with its own, smaller figure.
+        other = {"r": "r: <r>(X) :- <num>(X) and COMP(X, <, 150) ."}
+        client.publish(topic, cloud.sign(cloud.bundle("anomaly/y", 1, rules=other)))
+        status = watcher.wait(lambda s: last_error(s).get("stream") == "anomaly/y")
+        assert "the rules of stream 'anomaly/y' would hold more than 100 derived facts" in (
+            last_error(status)["message"]
+        )
+        assert status.applied == {"base": 1, "anomaly/x": 1}
+        assert agent.terminate() == 0
+
+
+def wait_for_fact(config, pattern: str, timeout: float = 20) -> list[dict]:
+    """Answers to ``pattern`` from the live agent's file (``zodiac-agent query``), once any."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = run_cli("query", "--config", str(config), pattern)
+        answers = [json.loads(line) for line in result.stdout.splitlines()]
+        if answers:
+            return answers
+        time.sleep(0.2)
+    raise AssertionError(f"no answer to {pattern}")
+
+
+def test_readings_past_a_streams_headroom_are_refused_as_budget_exceeded(tmp_path, cloud):
+    """Readings have headroom beyond a stream's limit, not an unbounded one: past it they are
+    refused as ``budget_exceeded`` naming the stream (before: ``engine``), and nothing
+    changes."""
+    agent = make_agent(tmp_path, cloud, "")
+    agent.state.stream_budgets = StreamBudgets(max_derived_facts=100, readings_headroom=0.1)
+    count = {name: text.format(n=99) for name, text in COUNT_RULES.items()}
+    base = cloud.bundle("base", 1, rules={**count, **SENSOR_RULES}, facts=[("start", 0)])
+    assert agent.handle_bundle(cloud.sign(base)).status == "applied"  # 100 facts: its limit
+    for i in range(5):  # Hot and Warm: 10 facts more, the headroom
+        reading = readings_payload("t1", "farm1", [("temp", f"s{i}", 35)])
+        assert agent.record_readings(reading).status == "applied"
+    before = state_of(agent.reasoner)
+    outcome = agent.record_readings(readings_payload("t1", "farm1", [("temp", "s5", 35)]))
+    assert (outcome.status, outcome.reason) == ("refused", "budget_exceeded")
+    assert "the rules of stream 'base' would hold more than 110 derived facts" in outcome.message
+    assert outcome.report["scope"] == "the rules of stream 'base'"
+    assert state_of(agent.reasoner) == before
+    cooler = readings_payload("t1", "farm1", [("temp", "s0", 10)])  # (shrinks: applies)
+    assert agent.record_readings(cooler).status == "applied"
+    agent.close()
