@@ -38,6 +38,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -210,6 +211,11 @@ class AgentState:
                 }
         except sqlite3.DatabaseError as error:
             self.conn.close()
+            if _disk_full(self.file):  # (SQLite cannot make its -shm there: an I/O error)
+                raise StateError(
+                    f"{self.path}: cannot open the agent state: its disk is full ({error}); "
+                    "free space and start the agent again"
+                ) from None
             raise StateError(
                 f"{self.path}: not a readable SQLite database ({error}); refusing to touch it"
             ) from error
@@ -1019,6 +1025,14 @@ def _state_file(path: Path) -> Path:
                 "state in its place: correct the link or the configured database"
             ) from None
     return Path(os.path.realpath(path))
+
+
+def _disk_full(file: Path) -> bool:
+    """Whether the disk holding ``file`` has less than a few pages free."""
+    try:
+        return shutil.disk_usage(file.parent).free < 64 * 1024
+    except OSError:
+        return False
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
