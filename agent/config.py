@@ -238,19 +238,36 @@ class BudgetConfig(_Section):
     """``[budget]``: what one change (a bundle, a batch of readings) may cost the device. A
     change over budget is stopped and refused (``budget_exceeded``, with the figures, in the
     status), the state stays exactly as before and the agent keeps running. The defaults fit
-    a small controller; a gateway raises them."""
+    a small controller; a gateway raises them.
+
+    Derived facts are budgeted per stream (agent/stream_budgets.py): ``max_derived_facts`` is
+    what the rules of one stream (or the device's local rules) may hold, ``streams`` gives a
+    stream (or ``local``) its own figure, and ``readings_headroom`` is how far beyond its
+    limit the device's own changes (readings, neighbours' telemetry, local files) may still
+    take any of them. Memory and time bound every change as a whole."""
 
     max_derived_facts: int = Field(1_000_000, gt=0)
     max_memory_mb: int = Field(512, gt=0)
     max_update_seconds: float = Field(60.0, gt=0)
+    readings_headroom: float = Field(0.1, ge=0)
+    streams: dict[str, Annotated[int, Field(gt=0)]] = {}
 
     def budget(self):
+        """Memory and time, for every change (derived facts: ``stream_budgets``)."""
         from agent.engine.budget import Budget
 
         return Budget(
-            max_derived_facts=self.max_derived_facts,
             max_memory_bytes=self.max_memory_mb * 1024 * 1024,
             max_seconds=self.max_update_seconds,
+        )
+
+    def stream_budgets(self):
+        from agent.stream_budgets import StreamBudgets
+
+        return StreamBudgets(
+            max_derived_facts=self.max_derived_facts,
+            streams=dict(self.streams),
+            readings_headroom=self.readings_headroom,
         )
 
 
@@ -359,7 +376,8 @@ class AgentConfig(_Section):
     def file_problems(self, *, broker: bool = True) -> list[str]:
         """What is wrong with the files this configuration names, one line each: a missing or
         unreadable password, key, certificate, rule or fact file, a trusted-keys path that is
-        not a directory, a database folder that does not exist. Checked before the agent
+        not a directory (the database path is the state's to check, as it opens it:
+        ``StatePathError``). Checked before the agent
         starts (``zodiac-agent run`` / ``apply`` refuse, ``status`` reports), so that a typo
         is one line at start rather than a traceback when the broker connection is made.
         ``broker=False`` leaves out the broker's files (``apply`` makes no connection)."""
@@ -384,9 +402,6 @@ class AgentConfig(_Section):
         if not keys.is_dir():
             problem = "no such directory" if not keys.exists() else "not a directory"
             problems.append(f"keys.trusted_keys {keys}: {problem}{where}")
-        folder = self.database.parent
-        if not folder.is_dir():
-            problems.append(f"database {self.database}: no such directory {folder}{where}")
         return problems
 
     def check_files(self, *, broker: bool = True) -> None:

@@ -35,13 +35,15 @@ holding them; a new, split or recomputed one is written in full; a dropped one i
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -92,12 +94,14 @@ from agent.state_schema import (
     SCHEMA_VERSION,
     TERMS_BY_CHUNK,
     StateError,
+    StatePathError,
     bookkeeping_problems,
     clip,
     saved_rule_rows,
     table_columns,
     table_names,
 )
+from agent.stream_budgets import StreamBudgets
 from agent.term_rows import load_terms, write_terms
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -151,11 +155,14 @@ class AgentState:
         create: bool = True,
         load: bool = True,
         budget: Budget | None = None,
+        stream_budgets: StreamBudgets | None = None,
     ) -> None:
         """Open (or, with ``create``, create) the state file and load the reasoner from it.
 
         Raises :class:`StateError` for a file that is not an agent state (never overwritten),
-        a corrupt file, or a schema newer than this program knows."""
+        a corrupt file, or a schema newer than this program knows. ``budget`` limits every
+        change, and ``stream_budgets`` the derived facts each source's rules may hold
+        (agent/stream_budgets.py)."""
         self.path = Path(path)
         synchronous = synchronous.upper()
         if synchronous not in SYNCHRONOUS_MODES:
@@ -163,11 +170,15 @@ class AgentState:
         self.modules = modules
         self.decompositions = decompositions  # Reasoner(decompositions=...)
         self.budget = budget  # limits every change (not the load: a saved state is trusted)
-        existed = _has_content(self.path) or _has_content(_wal_of(self.path))
+        self.stream_budgets = stream_budgets
+        # The file the path names, links followed: SQLite keeps its -wal and -shm next to it.
+        self.file = _state_file(self.path)
+        _refuse_orphaned_log(self.path, self.file)
+        existed = _has_content(self.file) or _has_content(_wal_of(self.file))
         if not existed and not create:
             raise StateError(f"{self.path}: no agent state here (run the agent once to create it)")
         if not existed:
-            _create_atomically(self.path)
+            _create_atomically(self.file)
         # The collector paused while the file is read, and what is alive then frozen, as after
         # a materialisation (gcpause.py): a load builds the reasoner's whole state, objects
         # that live as long as the agent. Without it, in a process just started, the first
@@ -181,7 +192,12 @@ class AgentState:
     def _open(self, existed: bool, synchronous: str, load: bool) -> None:
         """Connect, check the file (migrating an older schema when ``load``) and load the
         reasoner from it (``load``); see ``__init__``."""
-        self.conn = _connect(self.path)
+        self.conn = _connect(self.file)
+        # The file this state is: a path that later names another file, or none, means the
+        # file was replaced or deleted under the agent (see ``check_file``).
+        self._identity = _identity(self.file)
+        self._companions: dict[Path, tuple[int, int] | None] = {}
+        self.gone: str | None = None
         try:
             # Before anything that writes, such as the WAL switch. A health check
             # (``load=False``) reads an older file as it is, without migrating it.
@@ -190,8 +206,17 @@ class AgentState:
             self.conn.execute(f"PRAGMA synchronous={synchronous}")
             if load:
                 self._check_writable()
+                self._companions = {
+                    companion: _identity(companion)
+                    for companion in (_wal_of(self.file), _shm_of(self.file))
+                }
         except sqlite3.DatabaseError as error:
             self.conn.close()
+            if _disk_full(self.file):  # (SQLite cannot make its -shm there: an I/O error)
+                raise StateError(
+                    f"{self.path}: cannot open the agent state: its disk is full ({error}); "
+                    "free space and start the agent again"
+                ) from None
             raise StateError(
                 f"{self.path}: not a readable SQLite database ({error}); refusing to touch it"
             ) from error
@@ -388,8 +413,35 @@ class AgentState:
                 "permissions and its disk"
             ) from None
 
+    def check_file(self) -> None:
+        """Raise StateError if the configured path no longer names the file this state opened
+        (deleted, moved away, or replaced by another file, while the agent runs). SQLite goes
+        on writing to the file it has open, so a change committed then would be acknowledged
+        into a file no path names: lost at the next start. Found once, it is remembered
+        (``gone``): every later change is refused, and ``close`` cleans up."""
+        if self.gone is None:
+            self.gone = _gone(self.path, self._identity)
+        if self.gone is not None:
+            raise StateError(self.gone)
+
     def close(self) -> None:
+        """Close the file. A state whose file is gone (``check_file``) first moves what its
+        write-ahead log holds into the file it has open, then removes its own -wal and -shm,
+        which no path's state owns any more: the next start finds no leftovers beside the
+        path, and a state file put there instead (a restored copy) is not paired with them."""
+        if self.gone is None:
+            self.conn.close()
+            return
+        try:
+            busy, frames, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            emptied = busy == 0 and frames == 0
+        except sqlite3.Error:
+            emptied = False
         self.conn.close()
+        if emptied:
+            for companion, identity in self._companions.items():
+                if identity is not None and _identity(companion) == identity:
+                    companion.unlink(missing_ok=True)
 
     def __enter__(self) -> AgentState:
         return self
@@ -593,6 +645,7 @@ class AgentState:
         version: StreamVersion | None = None,
         superseded: Iterable[str] = (),
         reading_times: dict[str, float] | None = None,
+        forget_meta: Iterable[str] = (),
     ) -> dict:
         """Apply one change made by ``source`` in memory and commit it in one transaction.
 
@@ -604,11 +657,14 @@ class AgentState:
         ``telemetry/<device>``, ``local``): the change adds and removes that source's claims
         (agent/claims.py), and may delete only what it claims, or what the ``superseded``
         sources claim. ``version`` records a bundle's stream version and ``reading_times`` the
-        times of the newest readings per sensor, in the same transaction. Bad input (syntax,
+        times of the newest readings per sensor, in the same transaction, which also deletes
+        the ``forget_meta`` notes (a bundle's marker, bundle_costs.py). Bad input (syntax,
         safety, stratification, ownership) raises the engine's error and changes nothing. A
-        failed write raises StateError after restoring memory from the file."""
+        failed write raises StateError after restoring memory from the file. A change while
+        the path no longer names the file opened raises StateError too (``check_file``)."""
         if self._damaged is not None:
             raise StateError(self._damaged)
+        self.check_file()
         # Deletions, then additions (ground facts written in rule text among them), folded
         # into their net change by identity (engine/net_change.py).
         program = load_program(add_rules) if add_rules is not None else Program()
@@ -638,6 +694,7 @@ class AgentState:
                 delete_rules=change.delete_rules,
                 add_facts=change.add_facts,
                 delete_facts=change.delete_facts,
+                budget=self._budget_for(change, source),
             )
         except ZodiacError:
             raise  # checked before anything changed: memory is as it was, nothing to write
@@ -664,6 +721,9 @@ class AgentState:
                         "ON CONFLICT (source, sensor) DO UPDATE SET at = excluded.at",
                         ((source, sensor, at) for sensor, at in reading_times.items()),
                     )
+                self.conn.executemany(
+                    "DELETE FROM meta WHERE key = ?", ((key,) for key in forget_meta)
+                )
         except BaseException as error:
             self.reload()
             if isinstance(error, sqlite3.Error):
@@ -672,8 +732,23 @@ class AgentState:
                     "the agent state is as before the change"
                 ) from error
             raise
+        self.check_file()  # (committed to the file opened: is it still the state's?)
         self._claim_rules_in_memory(change, source)
         return report
+
+    def _budget_for(self, change: ClaimChange, source: str) -> Budget | None:
+        """The budget of one change: the reasoner's (``budget``), with the derived facts each
+        owner's rules may hold once the change is made (``stream_budgets``); None: the
+        reasoner's as it is."""
+        if self.stream_budgets is None:
+            return None
+        claims = {name: dict(holders) for name, holders in self._rule_claims.items()}
+        for name, holder in change.released_rules:
+            claims.get(name, {}).pop(holder, None)
+        for rule in change.claimed_rules:
+            claims.setdefault(rule.id, {})[source] = rule.key
+        limits = self.stream_budgets.fact_limits(source, claims, self.reasoner.nodes)
+        return replace(self.reasoner.budget or Budget(), fact_limits=limits)
 
     def reading_times(self, source: str) -> dict[str, float]:
         """Sensor -> time of the newest reading of ``source`` applied so far."""
@@ -928,12 +1003,89 @@ class _RolledBack(Exception):
     """Ends a transaction that must change nothing (``with conn`` then rolls it back)."""
 
 
+def _state_file(path: Path) -> Path:
+    """The file ``path`` names, symbolic links followed. A link on the way that leads nowhere
+    (a volume not mounted yet at boot) or to itself (a loop) is refused: creating a state
+    there would put a new empty state in the link's place, abandoning the real one and
+    deleting the operator's link."""
+    for place in (path, *path.parents):
+        if not place.is_symlink():
+            continue
+        try:
+            place.stat()
+        except FileNotFoundError:
+            raise StatePathError(
+                f"{path}: {place} is a symbolic link to {os.readlink(place)}, which does not "
+                "exist (a volume not mounted yet?); the agent does not create a state in its "
+                "place: mount the volume, or correct the link or the configured database"
+            ) from None
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise StateError(f"{path}: cannot use {place} ({error.strerror})") from None
+            raise StatePathError(
+                f"{path}: {place} is a loop of symbolic links; the agent does not create a "
+                "state in its place: correct the link or the configured database"
+            ) from None
+    return Path(os.path.realpath(path))
+
+
+def _disk_full(file: Path) -> bool:
+    """Whether the disk holding ``file`` has less than a few pages free."""
+    try:
+        return shutil.disk_usage(file.parent).free < 64 * 1024
+    except OSError:
+        return False
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file ``path`` names, links followed; None if it names none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _gone(path: Path, identity: tuple[int, int] | None) -> str | None:
+    """Why ``path`` no longer names the state file opened as ``identity``, or None."""
+    now = _identity(path)
+    if now == identity:
+        return None
+    what = "deleted or moved away" if now is None else "replaced by another file"
+    return (
+        f"{path}: the state file was {what} while the agent had it open; nothing more is "
+        "acknowledged and the agent stops (started again, it opens what the path names then)"
+    )
+
+
+def _refuse_orphaned_log(path: Path, file: Path) -> None:
+    """Refuse to start beside the write-ahead log of a state file that is missing: the file
+    was deleted or moved away while an agent had it open (and that agent was killed before it
+    noticed). The log alone is not a state (what it held before its last checkpoint is in the
+    file), and SQLite would pair it with any new file made at the path."""
+    wal = _wal_of(file)
+    if file.exists() or not _has_content(wal):
+        return
+    shm = _shm_of(file)
+    raise StateError(
+        f"{path}: the state file is missing, but its write-ahead log {wal.name} "
+        f"({wal.stat().st_size} bytes) and {shm.name} are still there: the state file was "
+        "deleted or moved away while an agent had it open. If it was moved, move it back "
+        f"(its -wal and -shm with it); to start with a new empty state instead (the cloud then "
+        f"resends the streams' full state), delete {wal} and {shm}"
+    )
+
+
 def _has_content(path: Path) -> bool:
     return path.exists() and path.stat().st_size > 0
 
 
 def _wal_of(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
+
+
+def _shm_of(path: Path) -> Path:
+    return path.with_name(path.name + "-shm")
 
 
 def _create_atomically(path: Path) -> None:
@@ -949,7 +1101,7 @@ def _create_atomically(path: Path) -> None:
         raise StateError(
             f"{path}: cannot create the agent state here ({error.strerror or error})"
         ) from None
-    leftovers = [*path.parent.glob(f".{path.name}.creating-*"), path.with_name(path.name + "-shm")]
+    leftovers = [*path.parent.glob(f".{path.name}.creating-*"), _shm_of(path)]
     for stale in leftovers:
         stale.unlink(missing_ok=True)
     _wal_of(path).unlink(missing_ok=True)  # empty (else the state would not be created anew)

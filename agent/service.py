@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 import uuid
 from collections import Counter
@@ -50,9 +51,19 @@ from dataclasses import dataclass, field
 
 import msgpack
 
+from agent.bundle_costs import (
+    MARKER,
+    OVER_TIME,
+    Account,
+    Heartbeat,
+    begin_try,
+    over_time_recorded,
+    over_time_refusal,
+    payload_digest,
+)
 from agent.claims import OwnershipError
 from agent.config import AgentConfig
-from agent.engine.budget import BudgetExceeded
+from agent.engine.budget import Budget, BudgetExceeded
 from agent.engine.errors import ZodiacError
 from agent.engine.language import RDF_TYPE, Atom, Constant, Variable
 from agent.engine.net_change import NetChange
@@ -79,11 +90,7 @@ from agent.signing import BundleLimits, check_sequence, open_bundle
 log = logging.getLogger("zodiac.agent")
 
 SENSOR_SOURCE = "sensor"  # the device's own readings
-APPLYING = "applying_bundle"  # meta key: the bundle being applied (see handle_bundle)
-# Tries at applying one bundle that each ended with the process gone before the bundle is
-# refused: one kill (a power cut, an operator's restart) must not cost a bundle, a bundle that
-# exhausts memory every time must not keep the agent in a restart loop.
-POISON_ATTEMPTS = 3
+APPLYING = MARKER  # meta key: the bundle being applied, and its tries' cost (bundle_costs.py)
 LOCAL_SOURCE = "local"  # rules and facts from the config file
 REQUEST_TIMEOUT = 30.0  # seconds before an unanswered rule request may be sent again
 MAX_FINDINGS = 100  # facts per status message (a status must stay small)
@@ -158,6 +165,7 @@ class Agent:
             modules=config.reasoning.modules,
             decompositions=config.reasoning.decompositions,
             budget=config.budget.budget(),
+            stream_budgets=config.budget.stream_budgets(),
         )
         report = self.state.load_report
         log.info(
@@ -178,6 +186,8 @@ class Agent:
         # Duplicates since the last info line about them, and when that line was written.
         self._duplicates_unlogged = 0
         self._duplicate_logged_at = float("-inf")
+        # The last refusal when the state could not take it (a full disk): see ``note``.
+        self.unsaved_error: str | None = None
         self._buckets: dict[str, tuple[float, float]] = {}  # telemetry rate: tokens, time
         self.sync_local_files()
 
@@ -245,10 +255,10 @@ class Agent:
             self.check_stream_limit(bundle)
             answers = bundle.answers
             applied = self.state.applied_versions().get(bundle.source)
-            applying, attempts = self._applying()
+            account = Account.read(self.state.get_meta(APPLYING))
             if check_sequence(bundle, applied) == "duplicate":
-                if applying == bundle.bundle_id:  # applied, then killed before the marker went
-                    self.state.set_meta(APPLYING, None)
+                if account is not None and account.bundle_id == bundle.bundle_id:
+                    self._clear_marker()  # (applied by an older agent, killed before it went)
                 return self.note(
                     Outcome(
                         "duplicate",
@@ -258,23 +268,7 @@ class Agent:
                         version=bundle.version,
                     )
                 )
-            attempts = attempts + 1 if applying == bundle.bundle_id else 1
-            if attempts > POISON_ATTEMPTS:
-                # The agent died applying this very bundle every time it tried (killed for
-                # memory or time, which no budget check saw): refuse it rather than die again.
-                self.state.set_meta(APPLYING, None)
-                raise BundleError(
-                    "budget_exceeded",
-                    f"the agent stopped {POISON_ATTEMPTS} times while applying this bundle "
-                    "(out of memory or killed); refused so that it cannot cause a restart loop",
-                    bundle_id=bundle.bundle_id,
-                    stream=bundle.source,
-                )
-            self.state.set_meta(APPLYING, json.dumps([bundle.bundle_id, attempts]))
-            try:
-                outcome = self.apply_bundle(bundle)
-            finally:
-                self.state.set_meta(APPLYING, None)
+            outcome = self._try_bundle(bundle, payload, account)
         except BundleError as error:
             outcome = Outcome(
                 "refused",
@@ -285,10 +279,8 @@ class Agent:
                 version=error.version,
                 expected_version=error.expected_version,
             )
-        if outcome.status == "applied" and answers:
-            self._link_request(answers, outcome.stream or "")
-        if outcome.status == "applied" and outcome.stream:
-            self._close_released(outcome.stream)
+        if outcome.status == "applied":
+            self._after_applied(outcome, answers)
         return self.note(outcome)
 
     def trusted_keys(self) -> KeyRing:
@@ -306,17 +298,87 @@ class Agent:
             )
         return self.keyring
 
-    def _applying(self) -> tuple[str | None, int]:
-        """The bundle marked as being applied and how many tries it has had (see
-        handle_bundle); a marker written by an older agent (the bare id) counts as one try."""
-        marker = self.state.get_meta(APPLYING)
-        if marker is None:
-            return None, 0
+    def _unwritable(self, bundle: Bundle, error: sqlite3.Error) -> Outcome:
+        """The refusal of a bundle whose marker could not be written (a full disk, say): a
+        ``state`` refusal, which the transport does not acknowledge, so that the bundle is
+        tried again once the state can be written."""
+        return Outcome(
+            "refused",
+            "state",
+            f"{self.state.path}: could not write to the agent state ({error}); the bundle is "
+            "not applied and is tried again",
+            bundle_id=bundle.bundle_id,
+            stream=bundle.source,
+        )
+
+    def _clear_marker(self) -> None:
+        """Remove the poison-bundle marker. A failure (a full disk) is only logged: the
+        outcome stands, and a marker left behind is cleared at the bundle's next delivery (a
+        duplicate once applied) or counted as one try."""
         try:
-            bundle_id, attempts = json.loads(marker)
-            return str(bundle_id), int(attempts)
-        except (ValueError, TypeError):
-            return marker, 1
+            self.state.set_meta(APPLYING, None)
+        except sqlite3.Error as error:
+            log.warning(
+                "could not clear the bundle marker", extra={"fields": {"error": str(error)}}
+            )
+
+    def _after_applied(self, outcome: Outcome, answers: str | None) -> None:
+        """Link the stream to its rule request and close released requests. The bundle is
+        committed already: a failure to write this (a full disk) must not undo its
+        acknowledgement, so it is only logged."""
+        try:
+            if answers:
+                self._link_request(answers, outcome.stream or "")
+            if outcome.stream:
+                self._close_released(outcome.stream)
+        except sqlite3.Error as error:
+            log.warning(
+                "could not update the rule requests", extra={"fields": {"error": str(error)}}
+            )
+
+    def _try_bundle(self, bundle: Bundle, payload: bytes, account: Account | None) -> Outcome:
+        """Apply a bundle that is due for its stream, unless what it cost before refuses it
+        (agent/bundle_costs.py): it went over the time budget already, or tries of it that
+        got the agent killed have together cost the budget. The try is marked, with what it
+        costs as it goes, until its outcome is known."""
+        budget = self.state.budget or Budget()
+        digest = payload_digest(payload)
+        where = {"bundle_id": bundle.bundle_id, "stream": bundle.source}
+        refusal = over_time_refusal(self.state.get_meta(OVER_TIME), digest, budget)
+        if refusal is not None:
+            raise BundleError("budget_exceeded", refusal, **where)
+        account = begin_try(account, bundle.bundle_id, budget)
+        poison = account.poison(budget)
+        if poison is not None:
+            self._clear_marker()
+            raise BundleError("budget_exceeded", poison, **where)
+        try:
+            self.state.set_meta(APPLYING, account.to_text())
+        except sqlite3.Error as error:  # (a full disk): not tried without its marker
+            return self._unwritable(bundle, error)
+        outcome = None
+        try:
+            with Heartbeat(self.state.file, account):
+                outcome = self.apply_bundle(bundle)  # (its commit removes the marker)
+        finally:
+            if outcome is None or outcome.status != "applied":
+                self._clear_marker()
+        if outcome.reason == "budget_exceeded" and outcome.report.get("limit") == "seconds":
+            self._remember_over_time(digest, bundle, outcome.report["allowed"])
+        return outcome
+
+    def _remember_over_time(self, digest: str, bundle: Bundle, allowed: float) -> None:
+        """A bundle stopped by the time budget: not tried again while the budget is as small
+        (agent/bundle_costs.py). A failure to write it (a full disk) costs one more try."""
+        try:
+            recorded = over_time_recorded(
+                self.state.get_meta(OVER_TIME), digest, bundle.bundle_id, allowed
+            )
+            self.state.set_meta(OVER_TIME, recorded)
+        except sqlite3.Error as error:
+            log.warning(
+                "could not record the bundle over budget", extra={"fields": {"error": str(error)}}
+            )
 
     def check_audience(self, bundle: Bundle) -> None:
         """A signature says who made a bundle; its signed audience says for whom. Refuse a
@@ -389,6 +451,7 @@ class Agent:
                 bundle_id=bundle.bundle_id,
                 version=StreamVersion(source, bundle.version, bundle.bundle_id),
                 superseded=bundle.superseded_sources(),
+                forget_meta=(APPLYING,),  # (the marker goes with the commit)
             )
         except StateError as error:
             return Outcome("refused", "state", str(error), **where)
@@ -526,14 +589,17 @@ class Agent:
         self._buckets[sender] = (tokens - 1, now)
         return True
 
-    def refuse_input(self, reason: str, message: str) -> Outcome:
-        """A reading or a neighbour's snapshot the agent could not take: counted and logged,
-        but not made the status's ``last_error``, which reports bundles to the cloud (a
-        neighbour's unsigned message must not hide a real bundle error, such as the
-        ``version_gap`` the cloud answers with a full state)."""
-        self.dropped[reason] += 1
+    def refuse_input(
+        self, counted: str, message: str, *, reason: str = "input", report: dict | None = None
+    ) -> Outcome:
+        """A reading or a neighbour's snapshot the agent could not take: counted (under
+        ``counted`` in the status's ``dropped``) and logged, but not made the status's
+        ``last_error``, which reports bundles to the cloud (a neighbour's unsigned message must
+        not hide a real bundle error, such as the ``version_gap`` the cloud answers with a
+        full state)."""
+        self.dropped[counted] += 1
         log.warning("refused", extra={"fields": {"reason": reason, "message": message}})
-        return Outcome("refused", "input", message)
+        return Outcome("refused", reason, message, report=report or {})
 
     def drop(self, reason: str) -> Outcome:
         """Count a dropped message (reported in the status); logged at debug level only, as a
@@ -567,8 +633,16 @@ class Agent:
             report = self.state.apply(
                 add_facts=added, delete_facts=gone, source=source, reading_times=times
             )
-        except StateError as error:  # (not saved: not acknowledged, the broker redelivers)
-            return self.note(Outcome("refused", "state", f"{source}: {error}"))
+        except StateError as error:  # (not durable: not acknowledged, tried again)
+            return self.note(Outcome("refused", "state", f"{source}: {error}", stream=source))
+        except BudgetExceeded as error:
+            kind = "readings" if source == SENSOR_SOURCE else "telemetry"
+            return self.refuse_input(
+                f"{kind}: over the budget",
+                f"{source}: {error}",
+                reason="budget_exceeded",
+                report=error.figures(),
+            )
         except ZodiacError as error:
             kind = "readings" if source == SENSOR_SOURCE else "telemetry"
             return self.refuse_input(f"{kind}: refused by the engine", f"{source}: {error}")
@@ -702,7 +776,7 @@ class Agent:
             findings=self.findings(),
             facts=reasoner.count(),
             explicit_facts=reasoner.edb.size(),
-            last_error=self.state.get_meta("last_error"),
+            last_error=self.unsaved_error or self.state.get_meta("last_error"),
             updated_at=time.time(),
             dropped=dict(self.dropped),
         )
@@ -734,6 +808,8 @@ class Agent:
         else:
             if not quiet:
                 log.info(outcome.status, extra={"fields": fields})
+            if outcome.status == "applied":
+                self.unsaved_error = None  # (a change went through: the state takes writes)
             if outcome.status == "applied" and outcome.bundle_id is not None:
                 self._clear_settled_error(outcome.stream)
         return outcome
@@ -769,10 +845,14 @@ class Agent:
             error["version"] = outcome.version
         if outcome.expected_version is not None:
             error["expected_version"] = outcome.expected_version
+        text = json.dumps(error)
         try:
-            self.state.set_meta("last_error", json.dumps(error))
-        except Exception:  # noqa: BLE001 - reporting must not fail the agent
-            log.exception("could not record the error")
+            self.state.set_meta("last_error", text)
+            self.unsaved_error = None
+        except Exception as failure:  # noqa: BLE001 - reporting must not fail the agent
+            # (a full disk): the status still says it, from memory
+            self.unsaved_error = text
+            log.warning("could not record the error", extra={"fields": {"error": str(failure)}})
 
     def _clear_settled_error(self, source: str | None) -> None:
         """A bundle of ``source`` was applied: the ``last_error`` no longer holds if it was

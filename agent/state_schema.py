@@ -82,6 +82,12 @@ class StateError(ZodiacError):
     """The database file cannot be used (corrupt, foreign, newer schema) or a write failed."""
 
 
+class StatePathError(StateError):
+    """The configured path cannot name a state as it is (a symbolic link to nothing, a loop of
+    links): the deployment is wrong, not the state, so the command line says so as it says a
+    bad configuration (exit 2)."""
+
+
 def table_names(conn: sqlite3.Connection) -> set[str]:
     """The file's tables, asked of SQLite directly. (This was the agent's one use of
     sqlite-utils, whose ``Database`` wrapper scans every installed package's entry points for

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import queue
 import signal
+import sqlite3
 import ssl
 import sys
 import threading
@@ -39,12 +40,18 @@ from paho.mqtt.properties import Properties
 
 from agent.config import AgentConfig
 from agent.messages import Telemetry, encode_model
+from agent.persistence import StateError
 from agent.service import Agent, Outcome
 
 log = logging.getLogger("zodiac.sync")
 
 RELOAD = "$reload-keys"  # an inbox item, not a topic: SIGHUP
 TELEMETRY_HEARTBEAT = 30.0  # seconds: unchanged telemetry is re-sent at least this often
+# Seconds between two tries of a message whose change could not be made durable (a full disk):
+# doubling from the first to the last, so that a disk freed is seen soon, a disk that stays
+# full costs a try (a log line, a status) every few seconds at most.
+STATE_RETRY_FIRST = 0.5
+STATE_RETRY_LAST = 8.0
 
 
 @dataclass
@@ -103,6 +110,7 @@ class AgentService:
         self.client.will_set(self.config.topic("status"), offline, qos=1, retain=True)
         self.reported_findings: list | None = None  # as in the last published status
         self.sent_telemetry: tuple[list, float] | None = None  # readings, when
+        self.failure: str | None = None  # why the service stopped by itself (see run)
 
     # ------------------------------------------------------------------ paho callbacks
     def subscriptions(self) -> list[tuple[str, int]]:
@@ -183,20 +191,41 @@ class AgentService:
                 try:
                     item = self.inbox.get(timeout=0.2)
                 except queue.Empty:
+                    self.watch_state()
                     continue
                 self.handle(item)
+                self.watch_state()
         finally:
             self._shutdown()
 
     def stop(self) -> None:
         self.stopping.set()
 
+    def watch_state(self) -> None:
+        """Stop the service, with ``failure`` saying why, once the state file was deleted or
+        replaced under it (``AgentState.check_file``, also run before and after every commit):
+        a change committed then would be acknowledged into a file no path names. Looked at
+        between messages too, so that an idle agent notices within a fraction of a second and
+        its clean stop leaves nothing beside the path (``AgentState.close``); the service
+        manager's restart then opens what the path names (a new state, or the file put back)."""
+        try:
+            self.agent.state.check_file()
+        except StateError as error:
+            if self.failure is None:
+                self.failure = str(error)
+                log.error("state file gone; stopping", extra={"fields": {"error": str(error)}})
+                self.agent.note(Outcome("refused", "state", str(error)), quiet=True)
+            self.stop()
+
     def handle(self, item: Incoming) -> None:
         """One message: apply, acknowledge once durable, then react (requests, release).
 
-        An unexpected error (a bug) is logged and reported in the status, and the message is
-        acknowledged anyway: the state was rolled back to the file, and redelivering a message
-        that crashes the agent would only crash it again (a poison message)."""
+        A message whose change could not be made durable (a ``state`` refusal: a full disk, a
+        file that cannot be written) is not acknowledged and is tried again, with back-off,
+        until it goes through: the messages after it wait their turn (their order matters:
+        versions, newest readings), queued by the broker meanwhile. It is never dropped: a
+        stop (or a crash) meanwhile leaves it unacknowledged, and the broker delivers it
+        again at the next start."""
         if item.topic == "$connected":
             self.publish_status()
             return
@@ -209,16 +238,34 @@ class AgentService:
                     extra={"fields": {"keys": ring.ids(), "problems": self.agent.keys.problems}},
                 )
             return
+        delay = STATE_RETRY_FIRST
+        while not self._handle_once(item):
+            if self.agent.state.gone is not None or self.stopping.wait(delay):
+                return  # (not acknowledged: delivered again at the next start)
+            delay = min(2 * delay, STATE_RETRY_LAST)
+
+    def _handle_once(self, item: Incoming) -> bool:
+        """Dispatch a message once; False when it is still to be done (see ``handle``).
+
+        A storage error that escaped (sqlite3.Error) is a ``state`` refusal too. Any other
+        unexpected error (a bug) is logged and reported in the status, and the message is
+        acknowledged anyway: the state was rolled back to the file, and redelivering a message
+        that crashes the agent would only crash it again (a poison message)."""
         try:
-            self._dispatch(item)
+            return self._dispatch(item).committed
+        except sqlite3.Error as error:
+            self.agent.note(Outcome("refused", "state", f"{type(error).__name__}: {error}"))
+            self.publish_status()
+            return False
         except Exception as error:  # noqa: BLE001 - the service must outlive one bad message
             log.exception("internal error", extra={"fields": {"topic": item.topic}})
             self.agent.note(Outcome("refused", "internal", f"{type(error).__name__}: {error}"))
             if item.qos > 0:
                 self.client.ack(item.mid, item.qos)
             self.publish_status()
+            return True
 
-    def _dispatch(self, item: Incoming) -> None:
+    def _dispatch(self, item: Incoming) -> Outcome:
         config = self.config
         report = None
         if item.topic in (config.topic("bundle"), config.farm_bundle_topic()):
@@ -232,6 +279,8 @@ class AgentService:
         else:  # zodiac/<farm>/<neighbour>/telemetry: the topic names the sender
             sender = item.topic.split("/")[2] if item.topic.count("/") == 3 else ""
             outcome = self.agent.handle_telemetry(item.payload, sender=sender)
+        if not outcome.committed:  # (a reading kept for another try: said in the status too)
+            report = self.publish_status
         if item.qos > 0 and outcome.committed:
             # Only now (the change is durable), and before it is reported: the broker gets the
             # acknowledgement ahead of the status on the same connection, so a status showing
@@ -240,7 +289,13 @@ class AgentService:
         if report is not None:
             report()
         if outcome.status == "applied":
-            self.after_change()
+            try:
+                self.after_change()
+            except sqlite3.Error as error:  # (acknowledged already: tried after the next change)
+                log.warning(
+                    "could not record rule requests", extra={"fields": {"error": str(error)}}
+                )
+        return outcome
 
     def after_change(self) -> None:
         """Trigger rule requests and release resolved ones after any applied change."""

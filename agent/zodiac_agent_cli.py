@@ -23,6 +23,7 @@ from pathlib import Path
 
 from agent.config import AgentConfig, ConfigError
 from agent.engine.errors import ZodiacError, read_bytes
+from agent.state_schema import StatePathError
 
 log = logging.getLogger("zodiac")
 
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:  # (a file the configuration names, found missing on use)
         print(f"zodiac-agent: {error}", file=sys.stderr)
         return 2
+    except StatePathError as error:  # (the configured database path: a deployment error)
+        print(f"zodiac-agent: {error}", file=sys.stderr)
+        return 2
     except ZodiacError as error:
         print(f"zodiac-agent: {error}", file=sys.stderr)
         return 1
@@ -122,7 +126,11 @@ def cmd_run(config: AgentConfig, args: argparse.Namespace) -> int:
 
     config.check_files()
     agent = Agent(config)
-    AgentService(agent).run()
+    service = AgentService(agent)
+    service.run()
+    if service.failure is not None:  # (stopped by itself: the state file went away)
+        print(f"zodiac-agent: {service.failure}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -141,12 +141,14 @@ def write_config(
     extra: str = "",
     reasoning: str = "",
     broker_extra: str = "",
+    database: str | Path | None = None,
 ) -> Path:
     """Write ``<directory>/<device>.toml`` for an agent talking to ``broker``.
 
     ``extra`` is TOML for the top level, ``reasoning`` the body of ``[reasoning]`` and
     ``broker_extra`` more lines for ``[broker]`` (e.g. ``tls = true`` and ``ca_file``): each
     goes inside its table because TOML has no way to reopen a table later in the file.
+    ``database`` is the state's path (default ``<device>.db`` beside the file).
     """
     directory.mkdir(parents=True, exist_ok=True)
     auth = ""
@@ -155,7 +157,7 @@ def write_config(
     text = f"""
 device = "{device}"
 farm = "{farm}"
-database = "{device}.db"
+database = "{database or f"{device}.db"}"
 {extra}
 [broker]
 host = "{broker.host}"

@@ -9,14 +9,18 @@ Hypothesis profiles:
 * ``long``: 120 times the examples, for one file at a time, outside CI:
   ``HYPOTHESIS_PROFILE=long pytest tests/test_incremental_differential.py``.
 
-Fixtures: private MQTT brokers (``broker``, ``make_broker``) and the one SparkSession of the
+Fixtures: private MQTT brokers (``broker``, ``make_broker``), a small real filesystem that
+fills up (``small_disk``, a tmpfs) and the one SparkSession of the
 pytest session (``spark``; one per pytest-xdist worker that needs it), shared by the Spark job's
 tests and the Spark benchmark's smoke test.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -94,6 +98,50 @@ def started_brokers(kind, tmp_path: Path, prefix: str) -> Iterator[Callable[...,
     yield make
     for made_broker in made:
         made_broker.stop()
+
+
+# ------------------------------------------------------------------------- a small real disk
+class SmallDisk:
+    """A tmpfs of a few MiB: a real filesystem that runs out of space (ENOSPC, which SQLite
+    reports as "database or disk is full"), filled and freed by the test."""
+
+    def __init__(self, mount: Path) -> None:
+        self.mount = mount
+        self.filler = mount / ".filler"
+
+    def fill(self) -> None:
+        """Take every free byte, down to the last page (a file of zeros grown until ENOSPC)."""
+        with open(self.filler, "ab", buffering=0) as filler:
+            for chunk in (1 << 16, 4096, 512):
+                try:
+                    while True:
+                        filler.write(bytes(chunk))
+                except OSError as error:
+                    if error.errno != errno.ENOSPC:
+                        raise
+        assert shutil.disk_usage(self.mount).free < 4096
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    """A private 8 MiB tmpfs under the test's ``tmp_path`` (``mount -t tmpfs``: root, as in
+    the project's containers). A failure, not a skip, where it cannot be mounted."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs for the full-disk tests: {done.stderr.strip()}")
+    try:
+        yield SmallDisk(mount)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 # ------------------------------------------------------------------------- Spark

@@ -202,7 +202,7 @@ def test_a_clock_stepped_back_does_not_freeze_its_sensors(agent):
 
 
 def test_refused_telemetry_never_hides_a_bundle_error(tmp_path):
-    """A neighbour's message refused by the engine (here: over the budget) overwrote the
+    """A neighbour's message refused (here: over the budget) overwrote the
     persisted ``last_error``: unsigned input could hide a real bundle error (the version gap
     the cloud answers with a full state). It is counted and logged instead."""
     cloud = Cloud(tmp_path / "cloud")
@@ -229,7 +229,7 @@ max_derived_facts = 5
     snapshot = readings_payload("t2", "farm1", [("temp", "t2", 20)])
     assert agent.handle_telemetry(snapshot, sender="t2").status == "refused"
     assert agent.status().last_error == error
-    assert agent.status().dropped == {"telemetry: refused by the engine": 1}
+    assert agent.status().dropped == {"telemetry: over the budget": 1}
     agent.close()
     again = Agent(AgentConfig.load(tmp_path / "agent.toml"))
     assert again.status().last_error == error

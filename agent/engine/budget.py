@@ -16,7 +16,7 @@ Where the checks are (cheap, cooperative, never in the middle of a store mutatio
   raised in steps of ``PULSE_STEP`` facts, so time and memory are looked at every step too.
 
 A loop that runs long without producing anything is seen only at its end; the agent's
-poison-bundle marker (agent/service.py) covers what no check sees (a kill by the kernel).
+poison-bundle marker (agent/bundle_costs.py) covers what no check sees (a kill by the kernel).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .errors import ZodiacError
@@ -36,17 +36,36 @@ UNLIMITED = sys.maxsize
 
 
 @dataclass(frozen=True)
+class FactLimit:
+    """A bound on the derived facts held by the hyper-nodes of some rules (one owner's: the
+    agent gives each stream its own, agent/stream_budgets.py): ``rules`` are their ids and
+    content keys, ``scope`` names them in the refusal ("the rules of stream 'base'"). A
+    hyper-node holding rules of several owners counts for each of them."""
+
+    scope: str
+    rules: frozenset[str]
+    allowed: int
+
+    def counts(self, rules: Iterable) -> bool:
+        """Whether a hyper-node of ``rules`` counts against this limit."""
+        mine = self.rules
+        return any(rule.key in mine or rule.id in mine for rule in rules)
+
+
+@dataclass(frozen=True)
 class Budget:
     """Limits for one update; None means no limit.
 
     ``max_derived_facts`` bounds the derived facts the reasoner holds during and after the
-    update (all hyper-nodes together), ``max_memory_bytes`` the process's resident memory
-    (an update is stopped when the process is over it and has grown during the update),
-    ``max_seconds`` the update's wall time."""
+    update (all hyper-nodes together), ``fact_limits`` those of the hyper-nodes of given
+    rules, ``max_memory_bytes`` the process's resident memory (an update is stopped when the
+    process is over it and has grown during the update), ``max_seconds`` the update's wall
+    time."""
 
     max_derived_facts: int | None = None
     max_memory_bytes: int | None = None
     max_seconds: float | None = None
+    fact_limits: tuple[FactLimit, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("max_derived_facts", "max_memory_bytes", "max_seconds"):
@@ -56,7 +75,7 @@ class Budget:
 
     @property
     def limited(self) -> bool:
-        return any(
+        return bool(self.fact_limits) or any(
             v is not None for v in (self.max_derived_facts, self.max_memory_bytes, self.max_seconds)
         )
 
@@ -65,24 +84,30 @@ class BudgetExceeded(ZodiacError):
     """An update went over its budget; the reasoner is back to the state before it.
 
     ``limit`` names the budget (``derived_facts``, ``memory_bytes``, ``seconds``), ``allowed``
-    and ``used`` are the figures at the check that stopped it."""
+    and ``used`` are the figures at the check that stopped it, ``scope`` whose facts they are
+    when the limit is a `FactLimit` (None: the whole reasoner's)."""
 
-    def __init__(self, limit: str, allowed: float, used: float) -> None:
+    def __init__(self, limit: str, allowed: float, used: float, scope: str | None = None) -> None:
         self.limit = limit
         self.allowed = allowed
         self.used = used
+        self.scope = scope
         units = {"derived_facts": "derived facts", "memory_bytes": "bytes of memory"}
         unit = units.get(limit, "seconds")
+        needed = f"{scope} would hold" if scope else "it needed"
         super().__init__(
-            f"update stopped: it needed more than {_figure(allowed)} {unit} "
-            f"({_figure(used)} when stopped); the state is as before the update"
+            f"update stopped: {needed} more than {figure(allowed)} {unit} "
+            f"({figure(used)} when stopped); the state is as before the update"
         )
 
     def figures(self) -> dict:
-        return {"limit": self.limit, "allowed": self.allowed, "used": self.used}
+        found = {"limit": self.limit, "allowed": self.allowed, "used": self.used}
+        if self.scope is not None:
+            found["scope"] = self.scope
+        return found
 
 
-def _figure(value: float) -> str:
+def figure(value: float) -> str:
     """A budget's figure for a message: whole numbers with thousands separators, others with
     three significant digits (a limit of 0.001 s must not read 0.00)."""
     return f"{value:,.0f}" if value >= 100 or value == int(value) else f"{value:.3g}"
@@ -106,14 +131,21 @@ class BudgetGuard:
     def __init__(self, budget: Budget | None = None) -> None:
         self.budget = budget or Budget()
         self.held: Callable[[], int] = lambda: 0
+        self.nodes: Callable[[], Iterable] = tuple  # the hyper-nodes, for ``fact_limits``
+        self.current: object | None = None  # the hyper-node being computed (None: unknown)
+        self._counted: dict[frozenset[str], tuple[int, ...]] = {}  # rule keys -> limits
         self.started = time.monotonic()
         self.cap = UNLIMITED
         self.active = False
         self.last_tick = 0.0
         self.memory_at_start = 0
 
-    def start(self, held: Callable[[], int]) -> BudgetGuard:
+    def start(self, held: Callable[[], int], nodes: Callable[[], Iterable] = tuple) -> BudgetGuard:
+        """Start the update's clock. ``held`` counts the derived facts held now, ``nodes``
+        gives the hyper-nodes (``NodeState``: rules, IDB) that ``fact_limits`` look at."""
         self.held = held
+        self.nodes = nodes
+        self.current = None
         self.started = time.monotonic()
         self.active = self.budget.limited
         if self.budget.max_memory_bytes is not None:
@@ -139,6 +171,8 @@ class BudgetGuard:
             held = self.held() + in_flight
             if held > budget.max_derived_facts:
                 self._exceeded("derived_facts", budget.max_derived_facts, held)
+        if budget.fact_limits:
+            self._check_fact_limits(in_flight)
         if budget.max_memory_bytes is not None:
             memory = resident_memory()
             # Over the limit and grown in this update: memory an earlier (abandoned) update
@@ -150,6 +184,36 @@ class BudgetGuard:
                 and memory - self.memory_at_start > MEMORY_SLACK
             ):
                 self._exceeded("memory_bytes", budget.max_memory_bytes, memory)
+
+    def _check_fact_limits(self, in_flight: int) -> None:
+        """Each `FactLimit` against the facts of the hyper-nodes it counts; the facts in
+        flight belong to the hyper-node being computed (to every limit, when it is not
+        known)."""
+        limits = self.budget.fact_limits
+        held = [0] * len(limits)
+        for node in self.nodes():
+            size = node.idb.size()
+            if size:
+                for index in self._limits_of(node):
+                    held[index] += size
+        if in_flight:
+            current = self.current
+            for index in range(len(limits)) if current is None else self._limits_of(current):
+                held[index] += in_flight
+        for limit, facts in zip(limits, held, strict=True):
+            if facts > limit.allowed:
+                self._exceeded("derived_facts", limit.allowed, facts, limit.scope)
+
+    def _limits_of(self, node) -> tuple[int, ...]:
+        """The indices of the fact limits a hyper-node counts for (its rules never change:
+        remembered by their keys)."""
+        keys = node.logical.rule_keys
+        found = self._counted.get(keys)
+        if found is None:
+            limits = self.budget.fact_limits
+            found = tuple(i for i, limit in enumerate(limits) if limit.counts(node.rules))
+            self._counted[keys] = found
+        return found
 
     def tick(self) -> None:
         """A cheap check point for code that runs often (every compiled rule call, every
@@ -166,9 +230,9 @@ class BudgetGuard:
         self.check(len(out))
         self.cap = len(out) + PULSE_STEP
 
-    def _exceeded(self, limit: str, allowed: float, used: float) -> None:
+    def _exceeded(self, limit: str, allowed: float, used: float, scope: str | None = None) -> None:
         self.stop()
-        raise BudgetExceeded(limit, allowed, used)
+        raise BudgetExceeded(limit, allowed, used, scope)
 
 
 class InFlight:

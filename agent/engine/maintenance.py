@@ -208,7 +208,9 @@ class UpdateDriver:
             if transition.reuses_idb(extend_merges):
                 self.touched += [s for s in transition.sources if s not in self.touched]
             guard.check()
+            guard.current = nodes[index]  # (facts in flight are its: budget.FactLimit)
             self.update_node(nodes[index], transition, old_views, extend_merges)
+            guard.current = None
             guard.check()
         self.report["seconds"] = time.perf_counter() - started
         return nodes

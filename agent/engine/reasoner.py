@@ -416,7 +416,9 @@ class Reasoner:
         self.journal = Journal()
         if structural or added or removed:
             pure_insertion = not (deleted_keys or added or removed)
-            self.executor.guard = guard.start(lambda: sum(n.idb.size() for n in driver.nodes))
+            self.executor.guard = guard.start(
+                lambda: sum(n.idb.size() for n in driver.nodes), lambda: driver.nodes
+            )
             try:
                 deleted = {key: self.program[key] for key in deleted_keys}
                 self.nodes = driver.run(deleted, extend_merges=pure_insertion)
