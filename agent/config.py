@@ -240,8 +240,8 @@ class BudgetConfig(_Section):
     status), the state stays exactly as before and the agent keeps running. The defaults fit
     a small controller; a gateway raises them.
 
-    Derived facts are budgeted per stream (agent/stream_budgets.py): ``max_derived_facts`` is
-    what the rules of one stream (or the device's local rules) may hold, ``streams`` gives a
+    Derived facts are budgeted per stream (agent/budgets/stream_budgets.py): ``max_derived_facts``
+    is what the rules of one stream (or the device's local rules) may hold, ``streams`` gives a
     stream (or ``local``) its own figure, and ``readings_headroom`` is how far beyond its
     limit the device's own changes (readings, neighbours' telemetry, local files) may still
     take any of them. Memory and time bound every change as a whole."""
@@ -262,7 +262,7 @@ class BudgetConfig(_Section):
         )
 
     def stream_budgets(self):
-        from agent.stream_budgets import StreamBudgets
+        from agent.budgets.stream_budgets import StreamBudgets
 
         return StreamBudgets(
             max_derived_facts=self.max_derived_facts,

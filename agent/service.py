@@ -1,7 +1,7 @@
 """The agent's behaviour, independent of how messages arrive: what a turbine does with a bundle,
 a reading, a neighbour's telemetry, and when it asks the cloud for rules or releases them.
 
-``Agent`` owns the persistent reasoner (:class:`agent.persistence.AgentState`) and the trusted
+``Agent`` owns the persistent reasoner (:class:`agent.state.agent_state.AgentState`) and the trusted
 keys. Every method that changes state is one transaction: it returns an :class:`Outcome` that
 says what happened (applied, duplicate, refused and why), so the transport (``agent/sync.py``
 over MQTT, or ``zodiac-agent apply`` from a file) can acknowledge, report and log it. The agent
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from agent.bundle_costs import (
+from agent.budgets.bundle_costs import (
     MARKER,
     OVER_TIME,
     Account,
@@ -61,16 +61,15 @@ from agent.bundle_costs import (
     over_time_refusal,
     payload_digest,
 )
-from agent.claims import OwnershipError
 from agent.config import AgentConfig
 from agent.engine.budget import Budget, BudgetExceeded
+from agent.engine.equality.component import OWL_SAME_AS
 from agent.engine.errors import ZodiacError
 from agent.engine.language import RDF_TYPE, Atom, Constant, Variable
-from agent.engine.net_change import NetChange
-from agent.engine.sameas.component import OWL_SAME_AS
 from agent.engine.terms import fact_identity
-from agent.keys import KeyDirectory, KeyRing
-from agent.messages import (
+from agent.engine.update.net_change import NetChange
+from agent.protocol.keys import KeyDirectory, KeyRing
+from agent.protocol.messages import (
     FARM_WIDE,
     AddFacts,
     AddRules,
@@ -84,8 +83,9 @@ from agent.messages import (
     decode_telemetry,
     encode_fact,
 )
-from agent.persistence import AgentState, StateError, StreamVersion
-from agent.signing import BundleLimits, check_sequence, open_bundle
+from agent.protocol.signing import BundleLimits, check_sequence, open_bundle
+from agent.state.agent_state import AgentState, StateError, StreamVersion
+from agent.state.claims import OwnershipError
 
 log = logging.getLogger("zodiac.agent")
 
@@ -205,7 +205,7 @@ class Agent:
         since, all converge at the next start. A file that does not parse raises (ParseError
         with its line and column): the agent must not run with half its local program."""
         reasoning = self.config.reasoning
-        from agent.engine.loaders import load_facts, load_program
+        from agent.engine.program.loaders import load_facts, load_program
 
         rules = {rule.id: rule for path in reasoning.rules for rule in load_program(path).rules}
         facts = {
@@ -338,7 +338,7 @@ class Agent:
 
     def _try_bundle(self, bundle: Bundle, payload: bytes, account: Account | None) -> Outcome:
         """Apply a bundle that is due for its stream, unless what it cost before refuses it
-        (agent/bundle_costs.py): it went over the time budget already, or tries of it that
+        (agent/budgets/bundle_costs.py): it went over the time budget already, or tries of it that
         got the agent killed have together cost the budget. The try is marked, with what it
         costs as it goes, until its outcome is known."""
         budget = self.state.budget or Budget()
@@ -369,7 +369,7 @@ class Agent:
 
     def _remember_over_time(self, digest: str, bundle: Bundle, allowed: float) -> None:
         """A bundle stopped by the time budget: not tried again while the budget is as small
-        (agent/bundle_costs.py). A failure to write it (a full disk) costs one more try."""
+        (agent/budgets/bundle_costs.py). A failure to write it (a full disk) costs one more try."""
         try:
             recorded = over_time_recorded(
                 self.state.get_meta(OVER_TIME), digest, bundle.bundle_id, allowed

@@ -39,9 +39,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from agent.config import AgentConfig
-from agent.messages import Telemetry, encode_model
-from agent.persistence import StateError
+from agent.protocol.messages import Telemetry, encode_model
 from agent.service import Agent, Outcome
+from agent.state.agent_state import StateError
 
 log = logging.getLogger("zodiac.sync")
 

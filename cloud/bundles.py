@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.engine.errors import ZodiacError
-from agent.engine.parser import parse_file
-from agent.messages import (
+from agent.engine.program.parser import parse_file
+from agent.protocol.messages import (
     MAX_BUNDLE_LIFETIME,
     AddFacts,
     AddRules,

@@ -32,7 +32,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from agent.engine.language import RDF_TYPE
-from agent.messages import (
+from agent.protocol.messages import (
     FARM_WIDE,
     Bundle,
     BundleError,
@@ -41,7 +41,7 @@ from agent.messages import (
     decode_status,
     fact_tuple,
 )
-from agent.signing import sign_bundle
+from agent.protocol.signing import sign_bundle
 from cloud.bundles import BundleCutter, Target
 
 log = logging.getLogger("zodiac.cloud")

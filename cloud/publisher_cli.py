@@ -25,8 +25,8 @@ import threading
 from pathlib import Path
 
 from agent.engine.errors import ZodiacError
-from agent.keys import load_private_key
-from agent.messages import MAX_BUNDLE_LIFETIME
+from agent.protocol.keys import load_private_key
+from agent.protocol.messages import MAX_BUNDLE_LIFETIME
 from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, device_facts, load_streams
 from cloud.publisher import Publisher
 
@@ -214,7 +214,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
             return 1
         farm_facts: list[tuple] = []
         if args.facts is not None:
-            from agent.engine.rdf import read_facts
+            from agent.engine.program.rdf import read_facts
 
             farm_facts = list(read_facts(args.facts))
         for device in args.devices:

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _materialise(args: argparse.Namespace) -> int:
-    from agent.engine.dependency import build_hyper_graph
+    from agent.engine.program.dependency import build_hyper_graph
     from cloud.spark.materialise import checked_rules, materialise_paths
     from cloud.spark.session import checkpoint_dir, local_session, require_pyspark
     from cloud.spark.storage import write_facts_ntriples, write_parquet

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import msgpack
 
-from agent.keys import generate_key_pair, load_private_key
-from agent.messages import (
+from agent.protocol.keys import generate_key_pair, load_private_key
+from agent.protocol.messages import (
     ENVELOPE_VERSION,
     AddFacts,
     AddRules,
@@ -33,7 +33,7 @@ from agent.messages import (
     encode_fact,
     encode_model,
 )
-from agent.signing import sign_bundle
+from agent.protocol.signing import sign_bundle
 from tests.broker import Broker, TestClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -183,7 +183,7 @@ format = "json"
 
 
 def agent_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "agent.zodiac_agent_cli", *args]
+    return [sys.executable, "-m", "agent.cli", *args]
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

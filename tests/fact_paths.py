@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from agent.engine.language import Atom, Constant, Literal, Value
-from agent.engine.parser import parse_program
+from agent.engine.program.parser import parse_program
 from tests.reference import to_external
 
 PATHS = ("tuple", "respelt", "text", "file")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 
-from agent.derived_rows import unpack
-from agent.dictionary_checksums import META_KEY, DictionaryChecksums
 from agent.engine.language import Literal, RelationKey, Value
 from agent.engine.reasoner import Reasoner
-from agent.state_migrations import DERIVED_V4, FACTS_V3, TERMS_V1
-from agent.term_rows import load_terms
+from agent.state.checksums import META_KEY, DictionaryChecksums
+from agent.state.migrations import DERIVED_V4, FACTS_V3, TERMS_V1
+from agent.state.packing import unpack
+from agent.state.term_rows import load_terms
 
 # The derived table of schema versions 1 to 3: one row per derived fact.
 DERIVED_PER_FACT = (

@@ -27,9 +27,9 @@ from contextlib import closing
 
 from agent.engine import Reasoner
 from agent.engine.language import Program
-from agent.engine.parser import parse_program
-from agent.persistence import AgentState
-from agent.term_rows import load_terms
+from agent.engine.program.parser import parse_program
+from agent.state.agent_state import AgentState
+from agent.state.term_rows import load_terms
 from tests.agent_harness import (
     AgentProcess,
     Cloud,
@@ -47,7 +47,7 @@ RULES = {
     "deg": "deg: <degree>(X, N) :- aggregate(<edge>(X, Y)) on X with count(Y) as N .",
     "hot": "hot: <Hot>(S) :- <temp>(S, T) and COMP(T, >, 25) .",
     # owl:sameAs by a key: nodes sharing a serial are one node (classes merge and split as
-    # bundles add and delete serials; agent/engine/equality.py)
+    # bundles add and delete serials; agent/engine/equality/layer.py)
     "key": "key: <http://www.w3.org/2002/07/owl#sameAs>(X, Y) :- <serial>(X, S) and "
     "<serial>(Y, S) .",
 }

@@ -18,7 +18,7 @@ import time
 import msgpack
 import pytest
 
-from agent.messages import RuleRequest, decode_model, decode_status, encode_model
+from agent.protocol.messages import RuleRequest, decode_model, decode_status, encode_model
 from tests.agent_harness import (
     AgentProcess,
     Cloud,

@@ -1,5 +1,5 @@
 """Bundles bound to their audience and streams isolated from each other (agent/service.py,
-agent/claims.py), with real keys and real SQLite files.
+agent/state/claims.py), with real keys and real SQLite files.
 
 A signature says who made a bundle; the signed audience (farm, device or the whole farm) says
 whom it is for. A stream may delete only what it added itself, unless the signed body says it
@@ -14,9 +14,9 @@ import time
 import pytest
 
 from agent.engine.errors import RuleError
-from agent.messages import BundleError, DeleteFacts, encode_fact
-from agent.persistence import AgentState
-from agent.signing import open_bundle
+from agent.protocol.messages import BundleError, DeleteFacts, encode_fact
+from agent.protocol.signing import open_bundle
+from agent.state.agent_state import AgentState
 from tests.agent_harness import Cloud
 from tests.test_service import make_agent
 

@@ -13,7 +13,7 @@ from contextlib import closing
 
 import pytest
 
-from agent.zodiac_agent_cli import main
+from agent.cli import main
 from tests.agent_harness import Cloud, agent_command, run_with_the_reader_gone
 from tests.test_service import make_agent
 
@@ -153,7 +153,7 @@ def damage_schema_version(conn):
 
 
 def damage_missing_term(conn):  # (counts and checksum kept consistent: the id is what is wrong)
-    from agent.derived_rows import checksum
+    from agent.state.packing import checksum
 
     size, top, packed = conn.execute("SELECT size, top, packed FROM explicit").fetchone()
     conn.execute("UPDATE explicit SET high = 99999, crc = ?", (checksum(size, 99999, top, packed),))
@@ -188,7 +188,7 @@ def damage_rule_text_without_form(conn):  # (a rule whose text did not parse whe
 
 
 def _rule_rows_checksummed_again(conn):  # (what a row holds is wrong, its checksum agrees)
-    from agent.saved_rules import row_checksum
+    from agent.state.saved_rules import row_checksum
 
     rows = conn.execute(
         "SELECT name, key, text, stream, bundle_id, position, form FROM rules"

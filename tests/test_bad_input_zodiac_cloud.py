@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.keys import generate_key_pair
+from agent.protocol.keys import generate_key_pair
 from cloud.zodiac_cloud_cli import main
 
 XSD_DOUBLE = "<http://www.w3.org/2001/XMLSchema#double>"

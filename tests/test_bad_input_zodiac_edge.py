@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.zodiac_edge_cli import main
+from agent.engine.cli import main
 
 XSD_DOUBLE = "<http://www.w3.org/2001/XMLSchema#double>"
 GOOD_RULES = "r: <q>(X, Y) :- <p>(X, Y) .\n"
@@ -225,7 +225,7 @@ def test_a_closed_output_pipe_ends_quietly(tmp_path):
     rules.write_text(GOOD_RULES)
     facts = tmp_path / "f.nt"
     facts.write_text("".join(f"<a{i}> <p> <b{i}> .\n" for i in range(20000)))
-    script = f"{sys.executable} -m agent.zodiac_edge_cli materialise {rules} {facts} | head -1"
+    script = f"{sys.executable} -m agent.engine.cli materialise {rules} {facts} | head -1"
     done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=120)
     assert done.stdout.count("\n") == 1
     assert "Traceback" not in done.stderr and "Error" not in done.stderr, done.stderr

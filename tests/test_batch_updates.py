@@ -25,8 +25,8 @@ from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 from agent.engine.language import Program, Rule
-from agent.engine.parser import parse_program
-from agent.persistence import AgentState
+from agent.engine.program.parser import parse_program
+from agent.state.agent_state import AgentState
 from tests.reference import evaluate
 from tests.strategies import closure_pools, incremental_programs, labelled, pool_facts
 from tests.test_incremental_differential import assert_same, engine_facts

@@ -21,12 +21,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from agent.bundle_costs import Account, TryCost
+from agent.budgets.bundle_costs import Account, TryCost
+from agent.budgets.stream_budgets import StreamBudgets
 from agent.engine import Budget, BudgetExceeded, Program, Reasoner
 from agent.engine.errors import RuleError
-from agent.engine.parser import parse_program
+from agent.engine.program.parser import parse_program
 from agent.service import APPLYING
-from agent.stream_budgets import StreamBudgets
 from tests.agent_harness import (
     AgentProcess,
     Cloud,
@@ -327,7 +327,7 @@ def test_the_cli_takes_the_same_budgets(tmp_path):
         [
             sys.executable,
             "-m",
-            "agent.zodiac_edge_cli",
+            "agent.engine.cli",
             "--max-derived-facts",
             "1000",
             "materialise",

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 from agent.engine.errors import ZodiacError
 from agent.engine.language import RDF_TYPE, XSD, Literal
 from agent.engine.reasoner import Reasoner
-from agent.keys import KeyRing, generate_key_pair, load_private_key
-from agent.messages import (
+from agent.protocol.keys import KeyRing, generate_key_pair, load_private_key
+from agent.protocol.messages import (
     REASONS,
     AddFacts,
     AddRules,
@@ -40,8 +40,8 @@ from agent.messages import (
     encode_model,
     encode_term,
 )
-from agent.signing import BundleLimits, check_sequence, open_bundle
-from agent.signing import sign_bundle as sign_now
+from agent.protocol.signing import BundleLimits, check_sequence, open_bundle
+from agent.protocol.signing import sign_bundle as sign_now
 
 NOW = 1_750_000_000.0
 KID = "cloud-2025"

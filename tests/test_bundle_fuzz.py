@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from agent.config import AgentConfig
 from agent.engine import Reasoner
 from agent.engine.language import Literal
-from agent.messages import (
+from agent.protocol.messages import (
     AddFacts,
     AddRules,
     Bundle,
@@ -42,8 +42,8 @@ from agent.messages import (
     encode_fact,
     encode_model,
 )
-from agent.persistence import AgentState
 from agent.service import Agent
+from agent.state.agent_state import AgentState
 from tests.agent_harness import Cloud
 
 COUNTS: Counter[str] = Counter()

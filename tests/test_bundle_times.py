@@ -18,7 +18,7 @@ import msgpack
 import pytest
 from pydantic import ValidationError
 
-from agent.messages import (
+from agent.protocol.messages import (
     MAX_STREAM_NAME,
     Bundle,
     BundleError,
@@ -26,7 +26,7 @@ from agent.messages import (
     encode_model,
     utc,
 )
-from agent.signing import CLOCK_SKEW, sign_bundle
+from agent.protocol.signing import CLOCK_SKEW, sign_bundle
 from cloud.bundles import BundleCutter
 from tests.agent_harness import Cloud
 from tests.test_service import make_agent

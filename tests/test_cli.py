@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.engine.cli import build_parser, main
 from agent.engine.language import RDF_TYPE
-from agent.engine.rdf import read_facts
-from agent.zodiac_edge_cli import build_parser, main
+from agent.engine.program.rdf import read_facts
 from tests.agent_harness import run_with_the_reader_gone
 
 RULES = Path("rules/benchmarks/rs1.rules")
@@ -125,7 +125,7 @@ def test_console_script_runs_as_a_process(tmp_path: Path, farm: Path):
         [
             sys.executable,
             "-m",
-            "agent.zodiac_edge_cli",
+            "agent.engine.cli",
             "materialise",
             str(RULES),
             str(farm),
@@ -184,6 +184,6 @@ def test_explain_plans_shows_a_decomposition_and_the_switch_turns_it_off(tmp_pat
 def test_a_reader_that_goes_away_ends_the_command_quietly(farm: Path):
     """``zodiac-edge materialise ... | head -1``: status 0, no traceback."""
     code, error = run_with_the_reader_gone(
-        [sys.executable, "-m", "agent.zodiac_edge_cli", "materialise", str(RULES), str(farm)]
+        [sys.executable, "-m", "agent.engine.cli", "materialise", str(RULES), str(farm)]
     )
     assert code == 0 and "Traceback" not in error and "BrokenPipe" not in error, error

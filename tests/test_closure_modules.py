@@ -23,15 +23,15 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from agent.engine import Reasoner
-from agent.engine.dependency import build_hyper_graph, strongly_connected_components
-from agent.engine.executor import Executor
 from agent.engine.modules.base import InputChanges, NodeState, StoreChanges
 from agent.engine.modules.seminaive import SeminaiveModule
 from agent.engine.modules.symmetric_transitive import SymmetricTransitiveModule
 from agent.engine.modules.transitive import TransitiveClosureModule
-from agent.engine.parser import parse_program
-from agent.engine.store import DataStore, DataStoreBag
-from agent.engine.subject_facts import SubjectFacts
+from agent.engine.plan.executor import Executor
+from agent.engine.program.dependency import build_hyper_graph, strongly_connected_components
+from agent.engine.program.parser import parse_program
+from agent.engine.storage.store import DataStore, DataStoreBag
+from agent.engine.storage.subject_facts import SubjectFacts
 from agent.engine.terms import TermDictionary
 from tests import reference
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from agent.signing import sign_bundle
+from agent.protocol.signing import sign_bundle
 from cloud.bundles import BundleCutter, Target, device_facts, load_streams
 from tests.agent_harness import Cloud
 from tests.test_service import make_agent

@@ -22,7 +22,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from agent.engine.language import RDF_TYPE
-from agent.messages import (
+from agent.protocol.messages import (
     DeviceStatus,
     RuleRequest,
     decode_bundle,

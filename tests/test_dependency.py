@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.engine import Reasoner, RuleError, StratificationError
-from agent.engine.dependency import (
+from agent.engine.language import Atom, Negation, Rule, Variable
+from agent.engine.program.dependency import (
     HyperGraph,
     _sinks_only,
     build_hyper_graph,
@@ -25,9 +26,8 @@ from agent.engine.dependency import (
     rule_edges,
     strongly_connected_components,
 )
-from agent.engine.heads import single_headed
-from agent.engine.language import Atom, Negation, Rule, Variable
-from agent.engine.parser import parse_file, parse_program
+from agent.engine.program.heads import single_headed
+from agent.engine.program.parser import parse_file, parse_program
 from tests.strategies import programs
 
 FIG1 = """

@@ -27,7 +27,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from agent.messages import RuleRequest, decode_model
+from agent.protocol.messages import RuleRequest, decode_model
 from tests.agent_harness import (
     AgentProcess,
     Cloud,

@@ -1,4 +1,4 @@
-"""Packed rows of facts read back (agent/derived_rows.py, agent/chunk_tables.py): whatever
+"""Packed rows of facts read back (agent/state/packing.py, agent/state/chunk_tables.py): whatever
 bitmaps a row holds, reading it gives them back, by the general path or by the one for rows
 whose every subject holds one id, and for explicit facts as Python sets where every subject
 holds one id."""
@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from agent import chunk_tables
-from agent.chunk_tables import subjects_of
-from agent.derived_rows import pack, single_ids, unpack
+from agent.state import chunk_tables
+from agent.state.chunk_tables import subjects_of
+from agent.state.packing import pack, single_ids, unpack
 
 IDS = st.one_of(st.integers(0, 70), st.integers(0, 2**32 - 1), st.sampled_from([0, 65535, 65536]))
 OBJECTS = st.one_of(

@@ -318,8 +318,8 @@ def test_the_image_holds_the_agent_only_and_cannot_import_cloud(tmp_path, instru
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     probe = (
         "import importlib, importlib.util, json, sys\n"
-        "mods = ['agent', 'agent.engine', 'agent.config', 'agent.messages', 'agent.keys',\n"
-        "        'agent.signing', 'agent.sync']\n"
+        "mods = ['agent', 'agent.engine', 'agent.config', 'agent.protocol.messages',\n"
+        "        'agent.protocol.keys', 'agent.protocol.signing', 'agent.sync']\n"
         "files = {m: importlib.import_module(m).__file__ for m in mods}\n"
         "try:\n"
         "    import cloud\n"

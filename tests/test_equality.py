@@ -1,4 +1,4 @@
-"""owl:sameAs by rewriting (agent/engine/equality.py): the expanded model equals equality
+"""owl:sameAs by rewriting (agent/engine/equality/layer.py): the expanded model equals equality
 axiomatised as plain rules (tests/reference.py) after every update of random sequences of fact
 and rule insertions and deletions, through B/F~, through rematerialisation and through the
 default choice; the paper's worked example; clashes; and refused programs change nothing."""
@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from agent.engine import Budget, BudgetExceeded, Reasoner, StratificationError
 from agent.engine.costs import DEFAULT_COSTS
+from agent.engine.equality.bf import BackwardForward
+from agent.engine.equality.facts import PatternRule
+from agent.engine.equality.rewriting import EqualityComponent
 from agent.engine.language import Program
-from agent.engine.parser import parse_program
-from agent.engine.sameas.bf import BackwardForward
-from agent.engine.sameas.facts import PatternRule
-from agent.engine.sameas.rewriting import EqualityComponent
+from agent.engine.program.parser import parse_program
 from agent.engine.terms import TermDictionary
-from agent.persistence import AgentState
+from agent.state.agent_state import AgentState
 from tests.old_states import (
     derived_by_prefix,
     facts_per_claim,
@@ -390,7 +390,7 @@ def test_explain_shows_the_merges_a_derivation_relied_on():
 
 
 def test_the_command_line_writes_and_answers_the_expanded_model(tmp_path, capsys):
-    from agent.zodiac_edge_cli import main
+    from agent.engine.cli import main
 
     rules = tmp_path / "eq.rules"
     rules.write_text(PREFIX + "owl:sameAs(X, Y) :- <hasSerial>(X, S), <hasSerial>(Y, S) .\n")
@@ -442,8 +442,8 @@ def test_given_facts_count_the_names_an_engine_fact_stands_for():
     """GivenFacts (sameas/given.py): a reading given under two names of one turbine is one
     normal form for the engine, which loses it only when neither is left; a split renormalises
     and an undone batch leaves everything as it was."""
-    from agent.engine.sameas.classes import Classes
-    from agent.engine.sameas.given import GivenFacts
+    from agent.engine.equality.classes import Classes
+    from agent.engine.equality.given import GivenFacts
 
     class Changes:
         def __init__(self):
@@ -505,9 +505,9 @@ def test_merging_equalities_by_subject_gives_the_classes_pairs_give(edges, earli
     whether anything merged are those of merging pair by pair."""
     from pyroaring import BitMap
 
-    from agent.engine.sameas.classes import Classes
-    from agent.engine.sameas.rewriting import merge_edges
-    from agent.engine.subject_facts import SubjectFacts
+    from agent.engine.equality.classes import Classes
+    from agent.engine.equality.rewriting import merge_edges
+    from agent.engine.storage.subject_facts import SubjectFacts
 
     def classes_after(pairs) -> tuple:
         classes = Classes(lambda term: (0, -term))  # (the largest id represents its class)
@@ -612,8 +612,8 @@ def test_a_component_of_keys_is_maintained_by_grouping_as_by_its_rules(chosen, f
     through the reasoner, the reference's model after every step."""
     from functools import partial
 
+    from agent.engine.equality.key_rules import KeyDeletion, key_columns
     from agent.engine.reasoner import evaluate_rules
-    from agent.engine.sameas.keys import KeyDeletion, key_columns
 
     program = PREFIX + "\n".join(KEYS_ONLY[i] for i in sorted(chosen))
     rules = parse_program(program).rules
@@ -713,7 +713,7 @@ def test_counts_expand_a_pair_derived_by_subject_in_two_hyper_nodes_once():
     """Two composition rules derive ``r`` in two hyper-nodes, each held by subject: ``count()``
     reads both by subject (sameas/expansion.py, ``_pairs_size``) and counts a pair both derive,
     between classes of two and three names, 2 x 3 times, like ``facts()``."""
-    from agent.engine.store import SUBJECT
+    from agent.engine.storage.store import SUBJECT
 
     reasoner = Reasoner()
     reasoner.add_rules("r(X, Z) :- a(X, Y), b(Y, Z) .\nr(X, Z) :- c(X, Y), d(Y, Z) .")

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from agent.engine import Derivation, Reasoner
 from agent.engine.language import RDF_TYPE, Atom, Literal, Program, Rule, atom_fact
-from agent.engine.parser import parse_atom
+from agent.engine.program.parser import parse_atom
 from simulations.bench.explain import ROADS, ROADS_LINEAR, road_chain
 from tests.reference import finish, from_external, ground, match, same, to_external
 from tests.strategies import closure_pools, incremental_programs, pool_facts, program_and_facts
@@ -192,7 +192,7 @@ def test_a_rule_replaced_under_its_label_explains_with_the_new_body():
 def test_a_state_restored_from_sqlite_explains_like_the_one_saved(tmp_path):
     """The agent's state comes back from its SQLite file without recomputing (closure modules
     adopt the saved facts): its proofs are as short as before the restart."""
-    from agent.persistence import AgentState
+    from agent.state.agent_state import AgentState
 
     path = tmp_path / "agent.db"
     with AgentState(path) as state:

@@ -1,4 +1,4 @@
-"""Explicit facts packed per source (agent/explicit_rows.py) against a model of the claims.
+"""Explicit facts packed per source (agent/state/explicit_rows.py) against a model of the claims.
 
 Several sources add and delete facts of arities 1 to 3, whose subjects fall in several chunks
 (chunks hold 64 subjects), through the agent's state, which is now and then closed and opened
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.claims import OwnershipError
-from agent.derived_rows import pack, unpack
-from agent.persistence import AgentState
+from agent.state.agent_state import AgentState
+from agent.state.claims import OwnershipError
+from agent.state.packing import pack, unpack
 
 SOURCES = ("base", "local", "sensor", "telemetry/t2")
 TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
@@ -98,7 +98,7 @@ def check(state: AgentState, claims: dict[tuple, set[str]]) -> None:
 
 def assert_counts_are_the_bitmaps(state: AgentState) -> None:
     """Every packed row's counts are those of its bitmaps (a chunk changed in place gets them
-    from its old counts and the change: agent/chunk_tables.py)."""
+    from its old counts and the change: agent/state/chunk_tables.py)."""
     for table in ("explicit", "derived"):
         for size, high, top, blob in state.conn.execute(
             f"SELECT size, high, top, packed FROM {table}"

@@ -129,7 +129,7 @@ def test_opening_a_saved_state_freezes_it_and_a_closed_one_is_freed(
     state (a full collection right after a restart walked every object of a process just
     started). So a closed and dropped state, reasoner and hyper-nodes included, must be freed
     by reference counting alone."""
-    from agent.persistence import AgentState
+    from agent.state.agent_state import AgentState
 
     path = tmp_path / "agent.db"
     with AgentState(path) as state:

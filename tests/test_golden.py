@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent.engine import RDF_TYPE, Reasoner
-from agent.engine.rdf import read_facts
+from agent.engine.program.rdf import read_facts
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p.name for p in GOLDEN.iterdir() if (p / "program.rules").exists())

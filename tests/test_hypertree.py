@@ -18,7 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.engine import Reasoner
-from agent.engine.decomposition import (
+from agent.engine.language import Atom, Rule, Variable
+from agent.engine.modules import HypertreeModule
+from agent.engine.plan.decomposition import (
     AtomStats,
     decompose,
     is_acyclic,
@@ -26,9 +28,7 @@ from agent.engine.decomposition import (
     positive_atoms,
     seminaive_cost,
 )
-from agent.engine.language import Atom, Rule, Variable
-from agent.engine.modules import HypertreeModule
-from agent.engine.parser import parse_program
+from agent.engine.program.parser import parse_program
 
 PC_RULE = "<PC>(X, Y) :- <CW>(X, Z1) and <CA>(X, Z2) and <PC>(Z1, Y) and <PC>(Z2, Y) ."
 
@@ -306,7 +306,7 @@ def test_a_decomposed_rule_added_replaced_and_deleted() -> None:
 
 
 def test_restart_from_sqlite_then_update(tmp_path) -> None:
-    from agent.persistence import AgentState
+    from agent.state.agent_state import AgentState
 
     state = AgentState(tmp_path / "agent.db", decompositions="always")
     state.apply(add_facts=collaborator_facts(), add_rules=PC_RULE)

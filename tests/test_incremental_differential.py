@@ -54,8 +54,8 @@ from hypothesis.stateful import (
 from agent.engine import RDF_TYPE, Reasoner, UnknownRuleError
 from agent.engine.errors import RuleError
 from agent.engine.language import Aggregate, Atom, Negation, Program, Rule, Variable, map_rule
-from agent.engine.parser import parse_program
-from agent.persistence import AgentState
+from agent.engine.program.parser import parse_program
+from agent.state.agent_state import AgentState
 from tests.fact_paths import PATHS, can_go, spelt, text_of, write_fact_file
 from tests.reference import evaluate, fire, from_external, to_external
 from tests.strategies import (
@@ -134,8 +134,8 @@ def hyper_nodes(rules: Iterable[Rule]) -> dict[frozenset[str], bool]:
     for r in rules:
         names[r.key].add(r.id)
         unique.setdefault(r.key, r)
-    # A rule with several heads is a body rule and one rule per head (agent/engine/heads.py),
-    # named after its names: ``r1.body``, ``r1.head1``...
+    # A rule with several heads is a body rule and one rule per head
+    # (agent/engine/program/heads.py), named after its names: ``r1.body``, ``r1.head1``...
     for key, r in list(unique.items()):
         if not r.more_heads:
             continue

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from agent.engine.modules.lookups import FEW_VALUES, Lookup, reach
-from agent.engine.store import Relation, by_subject
+from agent.engine.modules.support.lookups import FEW_VALUES, Lookup, reach
+from agent.engine.storage.store import Relation, by_subject
 
 KEY = ("a", 2)
 ids = st.integers(0, 9)  # few ids: keys meet several facts

@@ -10,9 +10,9 @@ import pytest
 from agent.engine import RDF_TYPE, Reasoner
 from agent.engine.errors import ParseError, RuleError, UnsafeRuleError
 from agent.engine.language import Literal
-from agent.engine.parser import parse_program
+from agent.engine.program.parser import parse_program
 from agent.engine.values import skolem
-from agent.persistence import AgentState
+from agent.state.agent_state import AgentState
 from tests.reference import skolem as reference_skolem
 
 RULE = "m: <p>(X, Y), <q>(Y), <done>(<x>) :- <e>(X, Y) and not <blocked>(Y) ."

@@ -11,9 +11,9 @@ import pytest
 from agent.engine import Reasoner
 from agent.engine.errors import NotTextError, ParseError, RuleError, ZodiacError
 from agent.engine.language import Atom, Constant, Literal, Rule, Variable
-from agent.engine.parser import parse_program
-from agent.engine.rdf import parse_facts
-from agent.persistence import AgentState
+from agent.engine.program.parser import parse_program
+from agent.engine.program.rdf import parse_facts
+from agent.state.agent_state import AgentState
 from tests.agent_harness import Cloud
 from tests.test_service import make_agent
 

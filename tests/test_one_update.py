@@ -1,5 +1,5 @@
 """One update that deletes a fact or a rule and adds it back, through every path it can take
-(``docs/semantics.md``, "One update"; ``agent/engine/net_change.py``).
+(``docs/semantics.md``, "One update"; ``agent/engine/update/net_change.py``).
 
 The same fact may arrive as a tuple, a re-spelt tuple (a class fact as ``(C, x)`` or as the
 triple, ``3`` or ``3.0``), a ground fact in rule text, a line of a Turtle file, or a bundle's
@@ -28,12 +28,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from agent.config import AgentConfig
 from agent.engine import RDF_TYPE, Literal, Reasoner
 from agent.engine.language import Program, Rule
-from agent.engine.net_change import NetChange
-from agent.engine.parser import parse_program
+from agent.engine.program.parser import parse_program
 from agent.engine.terms import fact_identity
-from agent.messages import AddFacts, AddRules, DeleteFacts, DeleteRules, RuleSpec
-from agent.persistence import AgentState
+from agent.engine.update.net_change import NetChange
+from agent.protocol.messages import AddFacts, AddRules, DeleteFacts, DeleteRules, RuleSpec
 from agent.service import Agent
+from agent.state.agent_state import AgentState
 from tests.agent_harness import Cloud, readings_payload
 from tests.fact_paths import respell
 from tests.reference import evaluate, to_external

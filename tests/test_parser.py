@@ -23,7 +23,7 @@ from agent.engine.language import (
     Rule,
     Variable,
 )
-from agent.engine.parser import literal_value, parse_atom, parse_file, parse_program
+from agent.engine.program.parser import literal_value, parse_atom, parse_file, parse_program
 from agent.engine.values import AGGREGATE_FUNCTIONS, COMPARISON_OPERATORS
 from simulations.bench.parse import bundle_text
 

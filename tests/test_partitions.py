@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.engine import Reasoner
-from agent.engine.parser import parse_program
+from agent.engine.program.parser import parse_program
 from simulations.bench.peers import rdfs_program
 from tests.reference import evaluate
 

@@ -6,7 +6,7 @@ import pytest
 
 from agent.engine import Reasoner
 from agent.engine.modules import detect_closure
-from agent.engine.parser import parse_program
+from agent.engine.program.parser import parse_program
 
 
 def pattern(text: str):

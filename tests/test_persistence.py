@@ -1,4 +1,4 @@
-"""The agent's SQLite state (agent/persistence.py): real files, real SQLite.
+"""The agent's SQLite state (agent/state/agent_state.py): real files, real SQLite.
 
 * Differential: random sequences of fact and rule changes are applied through ``AgentState``;
   after every step the file is reopened and the loaded reasoner (no recomputation) must equal a
@@ -19,16 +19,17 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from agent import derived_rows, state_migrations
-from agent.derived_rows import chunk_of, unpack
 from agent.engine import RDF_TYPE, Reasoner
 from agent.engine.errors import ParseError, StratificationError, UnsafeRuleError
 from agent.engine.language import Literal, Program
-from agent.engine.parser import parse_program
-from agent.engine.store import is_unread
-from agent.persistence import SCHEMA_VERSION, AgentState, StateError, StreamVersion
-from agent.saved_rules import row_checksum
-from agent.term_rows import TERMS_PER_CHUNK
+from agent.engine.program.parser import parse_program
+from agent.engine.storage.store import is_unread
+from agent.state import migrations as state_migrations
+from agent.state import packing as derived_rows
+from agent.state.agent_state import SCHEMA_VERSION, AgentState, StateError, StreamVersion
+from agent.state.packing import chunk_of, unpack
+from agent.state.saved_rules import row_checksum
+from agent.state.term_rows import TERMS_PER_CHUNK
 from tests.old_states import (
     derived_by_prefix,
     derived_per_fact,
@@ -180,7 +181,7 @@ def test_terms_of_every_kind_round_trip(tmp_path):
 
 
 def test_terms_are_saved_by_chunks_across_commits(tmp_path):
-    """Terms are packed by chunks of ids (agent/term_rows.py): a commit adding terms rewrites
+    """Terms are packed by chunks of ids (agent/state/term_rows.py): a commit adding terms rewrites
     the last chunk when partly filled and adds new ones; every reopening gives each term its
     id again, whatever the chunk boundaries the commits crossed."""
     path = tmp_path / "a.db"
@@ -339,7 +340,7 @@ WIDE_FACTS = [("link", f"n{i}", f"n{(i * 7 + k) % 40}") for i in range(40) for k
 def test_derived_facts_are_saved_by_prefix_in_chunks(tmp_path):
     """Derived facts of every arity are saved per (hyper-node, relation, all columns but the
     last), the last column as a bitmap, and the prefixes packed into one row per chunk of
-    subjects (agent/derived_rows.py); the summary counts facts, not rows."""
+    subjects (agent/state/packing.py); the summary counts facts, not rows."""
     path = tmp_path / "a.db"
     with AgentState(path) as state:
         state.apply(add_rules=WIDE, add_facts=WIDE_FACTS)
@@ -499,7 +500,7 @@ def test_an_older_state_file_is_migrated_without_recomputing(tmp_path, version):
 
 
 def test_a_restart_reads_the_rules_saved_forms_without_parsing(tmp_path, monkeypatch):
-    """Rules are saved with their syntax tree (agent/engine/rule_form.py); a restart builds
+    """Rules are saved with their syntax tree (agent/engine/program/rule_form.py); a restart builds
     them from it: no rule text is parsed, and the rules are those that were saved."""
     path = tmp_path / "a.db"
     with AgentState(path) as state:
@@ -510,7 +511,7 @@ def test_a_restart_reads_the_rules_saved_forms_without_parsing(tmp_path, monkeyp
     def no_parsing(*args, **kwargs):
         raise AssertionError("a saved rule was parsed")
 
-    monkeypatch.setattr("agent.saved_rules.parse_program", no_parsing)
+    monkeypatch.setattr("agent.state.saved_rules.parse_program", no_parsing)
     with AgentState(path) as state:
         assert state.load_report.how == "loaded"
         assert {name: str(rule) for name, rule in state.reasoner.rules.items()} == saved
@@ -530,7 +531,7 @@ def test_a_restart_takes_the_rules_its_checksums_vouch_for(tmp_path, monkeypatch
     def not_again(*args, **kwargs):
         raise AssertionError("a saved rule was validated or keyed again")
 
-    monkeypatch.setattr("agent.saved_rules.check_rule", not_again)
+    monkeypatch.setattr("agent.state.saved_rules.check_rule", not_again)
     monkeypatch.setattr("agent.engine.language.canonical_rule", not_again)
     with AgentState(path) as state:
         assert state.load_report.how == "loaded"
@@ -686,7 +687,7 @@ def test_a_version_6_file_gets_its_rules_forms(tmp_path):
 )
 def test_a_damaged_row_of_packed_facts_is_refused(tmp_path, table, damage):
     """Derived facts, and since version 8 explicit ones, are packed with counts and a checksum
-    (agent/chunk_tables.py): a row that does not match them is refused at the start, and a
+    (agent/state/chunk_tables.py): a row that does not match them is refused at the start, and a
     health check reports it."""
     path = tmp_path / "a.db"
     with AgentState(path) as state:
@@ -767,7 +768,7 @@ def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkey
 
 def test_a_version_7_file_gets_its_explicit_facts_packed(tmp_path):
     """Version 7 saved a row per (explicit fact, source claiming it): the upgrade packs each
-    source's facts (agent/explicit_rows.py), the first start after it loads without
+    source's facts (agent/state/explicit_rows.py), the first start after it loads without
     recomputing, and every claim is kept: a fact two sources claim stays until both let go."""
     path = tmp_path / "a.db"
     shared = ("parent", "a", "b")
@@ -808,7 +809,7 @@ def test_a_version_7_file_gets_its_explicit_facts_packed(tmp_path):
 
 def test_a_version_8_file_gets_its_terms_packed(tmp_path):
     """Version 8 saved a row per term, covered by running checksums: the upgrade checks them,
-    packs the terms by chunks (agent/term_rows.py), each keeping its id, and the first start
+    packs the terms by chunks (agent/state/term_rows.py), each keeping its id, and the first start
     after it loads without recomputing. A health check reads the old file as it is."""
     path = tmp_path / "a.db"
     many = [("v", f"s{i}", i * 0.25) for i in range(TERMS_PER_CHUNK + 10)]

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from agent.engine.errors import ParseError, ZodiacError
 from agent.engine.language import RDF_TYPE, XSD, Literal
-from agent.engine.parser import parse_program
-from agent.engine.rdf import parse_facts, read_facts, write_ntriples
+from agent.engine.program.parser import parse_program
+from agent.engine.program.rdf import parse_facts, read_facts, write_ntriples
 
 ZODIAC_DATA = """\
 <windTurbine1> <hasAirTemperatureMesurement> 25 .

@@ -7,8 +7,8 @@ import time
 import weakref
 
 from agent.engine import Reasoner
-from agent.engine.reclaim import RECLAIMER, Reclaimer
-from agent.engine.store import DataStore, SavedSubjects
+from agent.engine.storage.store import DataStore, SavedSubjects
+from agent.engine.update.reclaim import RECLAIMER, Reclaimer
 
 
 class Payload:

@@ -14,7 +14,7 @@ from agent.engine import Reasoner
 from agent.engine.costs import DEFAULT_COSTS
 from agent.engine.modules.composition import composition_shape
 from agent.engine.modules.renaming import compose, invert, renaming_shape, sources_of
-from agent.engine.parser import parse_program
+from agent.engine.program.parser import parse_program
 from tests.strategies import random_fact_updates
 
 

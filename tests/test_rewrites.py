@@ -12,12 +12,12 @@ import traceback
 import pytest
 
 from agent.engine import Reasoner
-from agent.engine.compiler import code_of
-from agent.engine.executor import Variant
-from agent.engine.rewrites import REWRITES, Shape
-from agent.engine.rewrites.base import Context, Node
-from agent.engine.rewrites.product import product
-from agent.zodiac_edge_cli import main as zodiac_edge
+from agent.engine.cli import main as zodiac_edge
+from agent.engine.plan.compiler import code_of
+from agent.engine.plan.executor import Variant
+from agent.engine.plan.rewrites import REWRITES, Shape
+from agent.engine.plan.rewrites.base import Context, Node
+from agent.engine.plan.rewrites.product import product
 
 EDGES = [("e", f"n{i}", f"n{i + 1}") for i in range(6)] + [("k", "n1"), ("k", "n3")]
 # (rule, the shape its first evaluation must take)

@@ -1,4 +1,4 @@
-"""The saved form of a rule (agent/engine/rule_form.py): every rule the parser can produce
+"""The saved form of a rule (agent/engine/program/rule_form.py): every rule the parser can produce
 reads back equal, with the same key and text; anything else is refused with FormError."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.engine.language import Atom, Constant, Literal, Rule, Variable
-from agent.engine.parser import parse_program
-from agent.engine.rule_form import FormError, rule_form, rule_from_form
+from agent.engine.program.parser import parse_program
+from agent.engine.program.rule_form import FormError, rule_form, rule_from_form
 from tests.strategies import incremental_programs, motif_programs
 from tests.test_parser import programs as syntax_programs
 from tests.test_parser import values

@@ -15,12 +15,12 @@ import sqlite3
 import pytest
 
 from agent.engine import Reasoner, UnknownRuleError
-from agent.engine import validation as validation_module
 from agent.engine.errors import RuleError
 from agent.engine.language import Atom, Negation, Program, Rule, Variable
-from agent.engine.parser import parse_program
-from agent.messages import AddRules, DeleteRules, RuleSpec
-from agent.persistence import SCHEMA_VERSION, AgentState
+from agent.engine.program import validation as validation_module
+from agent.engine.program.parser import parse_program
+from agent.protocol.messages import AddRules, DeleteRules, RuleSpec
+from agent.state.agent_state import SCHEMA_VERSION, AgentState
 from tests.old_states import derived_per_fact, facts_per_claim, terms_per_row
 from tests.reference import evaluate, from_external
 from tests.test_service import make_agent

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.engine import Reasoner
-from agent.engine.parser import parse_program
-from agent.engine.rewrites import Shape
+from agent.engine.plan.rewrites import Shape
+from agent.engine.program.parser import parse_program
 from tests.reference import evaluate, to_external
 
 # (rule text, whether the compiled plan must be a semi-join)

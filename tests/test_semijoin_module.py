@@ -10,7 +10,7 @@ import pytest
 
 from agent.engine import Reasoner
 from agent.engine.modules.semijoin import Filter, semijoin_shape
-from agent.engine.parser import parse_program
+from agent.engine.program.parser import parse_program
 from tests.strategies import random_fact_updates
 
 A, B, F = ("a", 2), ("b", 2), ("f", 1)

@@ -12,11 +12,11 @@ import json
 import pytest
 
 from agent import service
+from agent.cli import build_parser
 from agent.config import AgentConfig
 from agent.engine import RDF_TYPE
-from agent.messages import AddRules, DeleteRules, RuleRequest, RuleSpec, encode_model
+from agent.protocol.messages import AddRules, DeleteRules, RuleRequest, RuleSpec, encode_model
 from agent.service import Agent
-from agent.zodiac_agent_cli import build_parser
 from tests.agent_harness import Cloud, readings_payload
 from tests.test_cli import check_help_texts
 

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 
 from agent.engine import RDF_TYPE, Literal, Reasoner
-from agent.engine.rdf import read_facts
+from agent.engine.program.rdf import read_facts
 from tests.reference import to_external
 from tests.strategies import program_and_facts
 

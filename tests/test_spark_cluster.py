@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from agent.engine import Reasoner
-from agent.engine.rdf import read_facts
+from agent.engine.program.rdf import read_facts
 from tests.spark_cluster import StandaloneCluster, spark_home
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from agent.engine.store import Relation, SavedSubjects, by_subject, is_unread
+from agent.engine.storage.store import Relation, SavedSubjects, by_subject, is_unread
 
 KEY = ("edge", 2)
 pairs = st.tuples(st.integers(0, 5), st.integers(0, 5))

@@ -1,5 +1,5 @@
-"""SubjectFacts (agent/engine/subject_facts.py) behaves as the set of tuples it stands for, with
-plain sets on either side of every operator, and StoreChanges records net changes the same
+"""SubjectFacts (agent/engine/storage/subject_facts.py) behaves as the set of tuples it stands for,
+with plain sets on either side of every operator, and StoreChanges records net changes the same
 whether it is given SubjectFacts or plain sets."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from agent.engine import changes as changes_module
-from agent.engine import subject_facts
-from agent.engine.changes import ChangeLog, StoreChanges, visible_difference
-from agent.engine.store import DataStore
-from agent.engine.subject_facts import (
+from agent.engine.storage import changes as changes_module
+from agent.engine.storage import subject_facts
+from agent.engine.storage.changes import ChangeLog, StoreChanges, visible_difference
+from agent.engine.storage.store import DataStore
+from agent.engine.storage.subject_facts import (
     SubjectFacts,
     difference_by_subject,
     intersection_by_subject,

@@ -1,11 +1,11 @@
-"""Aggregates read a subject at a time (agent/engine/modules/subject_groups.py), groups that share
-their member set read together: equal to plain evaluation (``modules=False``, which evaluates
+"""Aggregates read a subject at a time (agent/engine/modules/support/subject_groups.py), groups that
+share their member set read together: equal to plain evaluation (``modules=False``, which evaluates
 the aggregate body as a rule) for every function, with loops (a subject its own member),
 several readings per subject, readings that are not numbers, missing readings, and after
 random updates; with the sharing threshold lowered so that small graphs take the shared path,
 and at the default threshold on components larger than it.
 
-The partition kept between updates (agent/engine/modules/kept_groups.py): long runs of an
+The partition kept between updates (agent/engine/modules/support/kept_groups.py): long runs of an
 agent's updates, the cases a result per own reading can hide, a directed A whose sets grow,
 shrink, split and gain subjects, and failures half way through an update (the rollback must
 not reuse what the failed update kept)."""
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from agent.engine import Reasoner
 from agent.engine.language import Program
-from agent.engine.modules import kept_groups, subject_groups
+from agent.engine.modules.support import kept_groups, subject_groups
 from tests.reference import evaluate
 from tests.strategies import random_fact_updates
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from agent.config import AgentConfig
-from agent.messages import Telemetry, encode_fact, encode_model
+from agent.protocol.messages import Telemetry, encode_fact, encode_model
 from agent.service import Agent
 from tests.agent_harness import Cloud, readings_payload
 

@@ -1,5 +1,5 @@
 """The term dictionary as the state file keeps it: chunks of ids with a checksum each
-(agent/term_rows.py), written as commits add terms and read back whole."""
+(agent/state/term_rows.py), written as commits add terms and read back whole."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.derived_rows import DamagedRow
 from agent.engine.language import Literal
-from agent.term_rows import TERMS_PER_CHUNK, TERMS_TABLE, load_terms, pack_terms, write_terms
+from agent.state.packing import DamagedRow
+from agent.state.term_rows import TERMS_PER_CHUNK, TERMS_TABLE, load_terms, pack_terms, write_terms
 
 TERMS = st.one_of(
     st.text(min_size=1).filter(lambda s: not any(0xD800 <= ord(c) <= 0xDFFF for c in s)),

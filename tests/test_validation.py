@@ -18,8 +18,8 @@ from agent.engine.language import (
     Rule,
     Variable,
 )
-from agent.engine.parser import parse_program
-from agent.engine.validation import check_label, check_program, check_rule
+from agent.engine.program.parser import parse_program
+from agent.engine.program.validation import check_label, check_program, check_rule
 
 X, Y, Z, T = (Variable(n) for n in "XYZT")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from agent.engine import Reasoner, values
-from agent.engine.compiler import RUNTIME
 from agent.engine.errors import ZodiacError
 from agent.engine.language import BinaryOp, Call, Comparison, Constant, Variable
+from agent.engine.plan.compiler import RUNTIME
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "semantics.md").read_text()
 TABLES = {

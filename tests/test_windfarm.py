@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.persistence import AgentState
+from agent.state.agent_state import AgentState
 from simulations.brokerprocess import BrokerError
 from simulations.mqttbroker import EmbeddedBroker
 from simulations.windfarm import run as windfarm_run

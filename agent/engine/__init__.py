@@ -6,8 +6,8 @@ Layers, each knowing only the one below: ``parser`` (text -> ``language`` AST) -
 facade.
 """
 
-from .budget import Budget, BudgetExceeded
-from .errors import (
+from agent.engine.budget import Budget, BudgetExceeded
+from agent.engine.errors import (
     ParseError,
     RuleError,
     StratificationError,
@@ -15,9 +15,9 @@ from .errors import (
     UnsafeRuleError,
     ZodiacError,
 )
-from .explain import Derivation
-from .language import RDF_TYPE, Literal, Program, Rule
-from .reasoner import Reasoner
+from agent.engine.explain import Derivation
+from agent.engine.language import RDF_TYPE, Literal, Program, Rule
+from agent.engine.reasoner import Reasoner
 
 __all__ = [
     "RDF_TYPE",

@@ -16,7 +16,8 @@ Where the checks are (cheap, cooperative, never in the middle of a store mutatio
   raised in steps of ``PULSE_STEP`` facts, so time and memory are looked at every step too.
 
 A loop that runs long without producing anything is seen only at its end; the agent's
-poison-bundle marker (agent/bundle_costs.py) covers what no check sees (a kill by the kernel).
+poison-bundle marker (agent/budgets/bundle_costs.py) covers what no check sees (a kill by the
+kernel).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .errors import ZodiacError
+from agent.engine.errors import ZodiacError
 
 PULSE_STEP = 20_000  # facts between two looks at the clock and the memory from compiled loops
 TICK_SECONDS = 0.01  # at most this often from code that runs often
@@ -38,7 +39,7 @@ UNLIMITED = sys.maxsize
 @dataclass(frozen=True)
 class FactLimit:
     """A bound on the derived facts held by the hyper-nodes of some rules (one owner's: the
-    agent gives each stream its own, agent/stream_budgets.py): ``rules`` are their ids and
+    agent gives each stream its own, agent/budgets/stream_budgets.py): ``rules`` are their ids and
     content keys, ``scope`` names them in the refusal ("the rules of stream 'base'"). A
     hyper-node holding rules of several owners counts for each of them."""
 

@@ -33,11 +33,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import values
-from .errors import ZodiacError
-from .gcpause import collector_paused
-from .heads import BODY_PREFIX
-from .language import (
+from agent.engine import values
+from agent.engine.equality.facts import solve, whole_body
+from agent.engine.errors import ZodiacError
+from agent.engine.gcpause import collector_paused
+from agent.engine.language import (
     Aggregate,
     Atom,
     Bind,
@@ -49,15 +49,20 @@ from .language import (
     fact_atom,
     format_value,
 )
-from .modules.patterns import ClosurePattern, detect_closure, symmetric_shape, transitive_shape
-from .planner import BindStep, FilterStep, NegationStep, Plan, ScanStep, plan_rule
-from .sameas.facts import solve, whole_body
-from .store import Relation, RelationKey
-from .values import EVAL_ERRORS
-from .view import MaterialisedView, NodeView
+from agent.engine.modules.shapes import (
+    ClosurePattern,
+    detect_closure,
+    symmetric_shape,
+    transitive_shape,
+)
+from agent.engine.plan.planner import BindStep, FilterStep, NegationStep, Plan, ScanStep, plan_rule
+from agent.engine.program.heads import BODY_PREFIX
+from agent.engine.storage.store import Relation, RelationKey
+from agent.engine.storage.view import MaterialisedView, NodeView
+from agent.engine.values import EVAL_ERRORS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .equality import EqualityLayer
+    from agent.engine.equality.layer import EqualityLayer
 
 # Rule-body steps one explanation may take (a guard against pathological programs, not a
 # limit any benchmark program comes near).

@@ -341,7 +341,7 @@ class Rule:
 
     def mark_saved(self, key: str) -> None:
         """A rule read back from a saved row that its checksum vouches for (the agent's state,
-        agent/saved_rules.py): the row holds the rule as it was validated and keyed when it
+        agent/state/saved_rules.py): the row holds the rule as it was validated and keyed when it
         was saved, so its content key is the saved one and a restart does not validate it.
         It is validated once before it is first compiled (``unverified``): a checksum catches
         damage, not one forged over a rule made unsafe."""

@@ -32,32 +32,27 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from functools import partial
 
-from .budget import NO_GUARD, Budget, BudgetGuard
-from .changes import Journal
-from .costs import DEFAULT_COSTS, CostPolicy
-from .dependency import HyperGraph, build_hyper_graph, changed_hyper_graph
-from .equality import EqualityLayer
-from .errors import RuleError, UnknownRuleError
-from .executor import Executor
-from .explain import Derivation, explain_fact, explain_with_equality
-from .gcpause import FREEZE_AT, collector_paused
-from .heads import single_headed
-from .language import (
-    Atom,
-    Program,
-    Rule,
-    Value,
-)
-from .loaders import FactInput, load_facts, load_program
-from .maintenance import UpdateDriver, new_node_state
-from .modules import Module, NodeState
-from .reclaim import RECLAIMER
-from .sameas.component import SAME_AS, mentions_equality
-from .sameas.expansion import ExpandedView
-from .store import DataStore, RelationKey, SavedFacts, by_relation
-from .terms import TermDictionary
-from .validation import check_rule
-from .view import MaterialisedView, NodeView
+from agent.engine.budget import NO_GUARD, Budget, BudgetGuard
+from agent.engine.costs import DEFAULT_COSTS, CostPolicy
+from agent.engine.equality.component import SAME_AS, mentions_equality
+from agent.engine.equality.expansion import ExpandedView
+from agent.engine.equality.layer import EqualityLayer
+from agent.engine.errors import RuleError, UnknownRuleError
+from agent.engine.explain import Derivation, explain_fact, explain_with_equality
+from agent.engine.gcpause import FREEZE_AT, collector_paused
+from agent.engine.language import Atom, Program, Rule, Value
+from agent.engine.modules import Module, NodeState
+from agent.engine.plan.executor import Executor
+from agent.engine.program.dependency import HyperGraph, build_hyper_graph, changed_hyper_graph
+from agent.engine.program.heads import single_headed
+from agent.engine.program.loaders import FactInput, load_facts, load_program
+from agent.engine.program.validation import check_rule
+from agent.engine.storage.changes import Journal
+from agent.engine.storage.store import DataStore, RelationKey, SavedFacts, by_relation
+from agent.engine.storage.view import MaterialisedView, NodeView
+from agent.engine.terms import TermDictionary
+from agent.engine.update.maintenance import UpdateDriver, new_node_state
+from agent.engine.update.reclaim import RECLAIMER
 
 ProgressCallback = Callable[[str, int, int], None]
 
@@ -507,7 +502,7 @@ class Reasoner:
     def query(self, pattern: str | Atom) -> list[dict[str, Value]]:
         """Answers of one atom pattern such as ``<p11>(X, <windTurbine3>)`` or ``<C>(X)``:
         one dict per distinct match, mapping variable names to values."""
-        from .parser import parse_atom
+        from agent.engine.program.parser import parse_atom
 
         atom = parse_atom(pattern) if isinstance(pattern, str) else pattern
         return self.view().query(atom)

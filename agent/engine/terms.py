@@ -17,11 +17,11 @@ from collections.abc import Iterable
 from itertools import compress, count, repeat
 from operator import is_, itemgetter, not_
 
-from .errors import NonFiniteError, RuleError, ZodiacError, check_text
-from .language import RDF_TYPE, Atom, Constant, Literal, RelationKey, Value
+from agent.engine.errors import NonFiniteError, RuleError, ZodiacError, check_text
+from agent.engine.language import RDF_TYPE, Atom, Constant, Literal, RelationKey, Value
 
 # Term ids are unsigned 32-bit integers: the agent's state saves sets of ids as compressed
-# bitmaps of 32-bit values (agent/persistence.py). Four billion distinct terms is far beyond
+# bitmaps of 32-bit values (agent/state/agent_state.py). Four billion distinct terms is far beyond
 # what one device or one farm holds; reaching the limit is refused as bad input (the update
 # that brought the 2**32-th term changes nothing), never an overflow later.
 MAX_TERMS = 2**32

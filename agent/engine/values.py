@@ -24,8 +24,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .language import BinaryOp, Call, Comparison, Constant, Expr, Variable, is_number
-from .terms import term_key
+from agent.engine.language import BinaryOp, Call, Comparison, Constant, Expr, Variable, is_number
+from agent.engine.terms import term_key
 
 
 class EvalError(Exception):

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .frames import cut, settle
+from cloud.spark.frames import cut, settle
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame

@@ -21,11 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from agent.engine.budget import Budget, BudgetExceeded
-from agent.engine.dependency import HyperNode
 from agent.engine.language import Program
+from agent.engine.program.dependency import HyperNode
 from agent.engine.reasoner import Reasoner
-
-from .terms import RelationKey, TermSpace
+from cloud.spark.terms import RelationKey, TermSpace
 
 LOCAL_BELOW = 200_000  # facts a hyper-node may read (heads' facts included) to run here
 MAX_OUTPUT = 2_000_000  # derived facts above which it is handed back to Spark

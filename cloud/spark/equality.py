@@ -1,7 +1,7 @@
 """owl:sameAs in the Spark job: the engine's semantics (docs/semantics.md, "Equality") by
 rewriting, with classes found as connected components of the equality graph.
 
-The program splits as in the engine (``agent.engine.sameas.component``): the *equality
+The program splits as in the engine (``agent.engine.equality.component``): the *equality
 component* (``owl:sameAs``, what it depends on, their rules: positive atoms only) and the rest.
 The component is evaluated by rounds until nothing merges:
 
@@ -24,24 +24,17 @@ from collections.abc import Callable
 from itertools import product
 from typing import TYPE_CHECKING, Any
 
-from agent.engine.dependency import build_hyper_graph, execution_plan
+from agent.engine.equality.classes import value_order
+from agent.engine.equality.component import EDGE, SAME_AS, equality_component, normal_rule, renamed
 from agent.engine.language import Rule
-from agent.engine.sameas.classes import value_order
-from agent.engine.sameas.component import (
-    EDGE,
-    SAME_AS,
-    equality_component,
-    normal_rule,
-    renamed,
-)
-
-from .closures import component_labels
-from .frames import columns, settle
+from agent.engine.program.dependency import build_hyper_graph, execution_plan
+from cloud.spark.closures import component_labels
+from cloud.spark.frames import columns, settle
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame
 
-    from .terms import RelationKey
+    from cloud.spark.terms import RelationKey
 
 
 class SparkEquality:

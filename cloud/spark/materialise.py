@@ -2,7 +2,7 @@
 
 Path of a call::
 
-    rules -> checks + HRDG (agent.engine.dependency: the engine's own strata)
+    rules -> checks + HRDG (agent.engine.program.dependency: the engine's own strata)
     facts -> term ids on the driver (terms.TermSpace) -> one DataFrame per relation
     per hyper-node, in the engine's own topological order of the HRDG (execution_plan):
         small inputs             -> driver.evaluate_on_driver (the engine itself, on the job's ids)
@@ -37,22 +37,21 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent.engine.dependency import HyperNode, build_hyper_graph, execution_plan
+from agent.engine.equality.component import SAME_AS, mentions_equality
 from agent.engine.errors import RuleError
 from agent.engine.language import RESERVED_PREFIX, Atom, Program, Rule
-from agent.engine.loaders import load_facts, load_program
-from agent.engine.modules.patterns import detect_closure
+from agent.engine.modules.shapes import detect_closure
+from agent.engine.program.dependency import HyperNode, build_hyper_graph, execution_plan
+from agent.engine.program.loaders import load_facts, load_program
+from agent.engine.program.validation import check_rule
 from agent.engine.reasoner import by_key
-from agent.engine.sameas.component import SAME_AS, mentions_equality
-from agent.engine.validation import check_rule
-
-from .closures import symmetric_transitive_closure, transitive_closure
-from .driver import LOCAL_BELOW, MAX_OUTPUT, evaluate_on_driver, fits, inputs_of
-from .equality import SparkEquality
-from .frames import cut, schema, settle, union_all
-from .rules import evaluate_rule
-from .session import require_pyspark
-from .terms import RelationKey, TermSpace
+from cloud.spark.closures import symmetric_transitive_closure, transitive_closure
+from cloud.spark.driver import LOCAL_BELOW, MAX_OUTPUT, evaluate_on_driver, fits, inputs_of
+from cloud.spark.equality import SparkEquality
+from cloud.spark.frames import cut, schema, settle, union_all
+from cloud.spark.rules import evaluate_rule
+from cloud.spark.session import require_pyspark
+from cloud.spark.terms import RelationKey, TermSpace
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession
@@ -218,7 +217,7 @@ def materialise_paths(
     """Like :func:`materialise`, with facts from files: RDF files (N-Triples, Turtle...),
     parsed on the driver, and fact directories written by ``storage.write_parquet``, whose
     facts stay in Spark (only their distinct terms visit the driver)."""
-    from .storage import read_parquet
+    from cloud.spark.storage import read_parquet
 
     require_pyspark()
     rules, parsed = checked_rules(program)

@@ -40,10 +40,9 @@ from agent.engine.language import (
     item_variables,
 )
 from agent.engine.modules.aggregate import substitution_variables
-
-from .expressions import EVAL_ERRORS, compare, evaluate
-from .terms import RelationKey, TermSpace
-from .udfs import aggregate_column, bind_column, comparison_column
+from cloud.spark.expressions import EVAL_ERRORS, compare, evaluate
+from cloud.spark.terms import RelationKey, TermSpace
+from cloud.spark.udfs import aggregate_column, bind_column, comparison_column
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import Column, DataFrame

@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING
 
 from agent.engine.errors import ZodiacError
 from agent.engine.language import Literal, Value
-from agent.engine.rdf import write_ntriples
-
-from .terms import RelationKey, TermSpace
+from agent.engine.program.rdf import write_ntriples
+from cloud.spark.terms import RelationKey, TermSpace
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import DataFrame, SparkSession

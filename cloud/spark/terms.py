@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING
 
 from agent.engine.language import RDF_TYPE, Atom, Value
 from agent.engine.terms import TermDictionary
-
-from .expressions import Dictionary, parse_value
+from cloud.spark.expressions import Dictionary, parse_value
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.broadcast import Broadcast

@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from agent.engine.language import Comparison, Expr, Variable
-
-from .expressions import bind, compare, reduce_group
+from cloud.spark.expressions import bind, compare, reduce_group
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark import Accumulator

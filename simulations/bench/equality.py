@@ -24,7 +24,7 @@ explicit ``owl:sameAs`` facts.
 
 Sides, each timed alone and in the same run:
 
-* **rewriting**: ``Reasoner()`` (agent/engine/equality.py);
+* **rewriting**: ``Reasoner()`` (agent/engine/equality/layer.py);
 * **axiomatised**: the same program with ``owl:sameAs`` renamed ``eq`` and written out as rules
   (symmetry, transitivity, reflexivity, one replacement rule per relation and argument), on the
   same engine (DRed^c, its modules on; ``--axiomatised-seminaive``: plain seminaive): k names

@@ -39,8 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.engine import Reasoner
-from agent.engine.decomposition import is_cyclic_rule
-from agent.engine.heads import single_headed
+from agent.engine.plan.decomposition import is_cyclic_rule
+from agent.engine.program.heads import single_headed
 from simulations.bench.hypertree_workloads import (
     Workload,
     expressions,

@@ -50,7 +50,7 @@ Absolute times on shared machines are noisy; the ratios, both sides measured in 
 what to compare (with each other and with the paper's). Single-millisecond updates (leaf
 hyper-nodes) are the noisiest: use ``--repeat 3`` for steadier figures. The ``strategy`` column
 is what ``stats()["last_update"]`` says the engine did. ``freed later s`` is the time the
-engine's background reclaimer (``agent/engine/reclaim.py``) then spent freeing the facts the
+engine's background reclaimer (``agent/engine/update/reclaim.py``) then spent freeing the facts the
 update dropped, off the update's path while the process is idle: the incremental time does not
 include it, as the paper's Java figures do not include the JVM collector's work.
 
@@ -83,8 +83,8 @@ from functools import cache
 from pathlib import Path
 
 from agent.engine import Program, Reasoner, Rule
-from agent.engine.parser import parse_file
-from agent.engine.reclaim import RECLAIMER
+from agent.engine.program.parser import parse_file
+from agent.engine.update.reclaim import RECLAIMER
 from simulations.bench.datasets import AIR_TEMPERATURE, NEIGHBOUR, Fact, ds1, ds2, turbine
 from simulations.bench.timing import bring_back, set_aside, speedup
 from simulations.bench.timing import timed as stopwatch

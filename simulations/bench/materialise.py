@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.engine import Reasoner
-from agent.engine.store import DataStore, by_subject
+from agent.engine.storage.store import DataStore, by_subject
 from simulations.bench.datasets import ds1, ds2
 from simulations.bench.memory import fact_count, footprint, megabytes
 from simulations.bench.timing import speedup

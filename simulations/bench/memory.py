@@ -25,7 +25,7 @@ import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agent.engine.reclaim import RECLAIMER
+from agent.engine.update.reclaim import RECLAIMER
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from agent.engine.gcpause import collector_paused
-from agent.engine.parser import parse_program, tokenize
+from agent.engine.program.parser import parse_program, tokenize
 from simulations.bench.timing import timed
 
 

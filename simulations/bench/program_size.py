@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.engine import Reasoner
-from agent.engine.reclaim import RECLAIMER
-from agent.persistence import AgentState
+from agent.engine.update.reclaim import RECLAIMER
+from agent.state.agent_state import AgentState
 from simulations.bench.parse import bundle_text
 
 LEAF = "leaf: <z>(X) :- <p3>(X, Y) ."

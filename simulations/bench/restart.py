@@ -12,7 +12,7 @@ sensor readings: 20,000 turbines, each with a reading, a neighbour and a label, 
   one transaction, WAL, synchronous=FULL), i.e. the first start;
 * ``restart``: opening the file again, which loads terms, facts, rules and every hyper-node's
   derived facts and answers queries at once (no rule is evaluated). A binary relation's
-  bitmaps stay serialised until a reader first uses the relation (agent/derived_rows.py);
+  bitmaps stay serialised until a reader first uses the relation (agent/state/packing.py);
   ``all read s`` is the restart plus reading every relation once, what an eager load would
   cost;
 * ``1st update s``: a small change committed right after the restart (RS1 and the readings: a
@@ -53,9 +53,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.engine import Reasoner
-from agent.engine.compiler import code_of
-from agent.engine.reclaim import RECLAIMER
-from agent.persistence import AgentState
+from agent.engine.plan.compiler import code_of
+from agent.engine.update.reclaim import RECLAIMER
+from agent.state.agent_state import AgentState
 from simulations.bench.datasets import AIR_TEMPERATURE, ds1, ds2
 from simulations.bench.memory import Footprint, fact_count, footprint
 
@@ -64,10 +64,10 @@ RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
 def timed(action):
     """Seconds ``action`` takes, as in a process just started: Python's compilations of rule
-    plans, shared by the reasoners of one process (``agent.engine.compiler.code_of``), are
+    plans, shared by the reasoners of one process (``agent.engine.plan.compiler.code_of``), are
     forgotten first, or a recompute after the first would skip them, which no restarted agent
     can. What the other side dropped is freed first too: the engine's background reclaimer
-    (agent/engine/reclaim.py) would otherwise free it during this side's time."""
+    (agent/engine/update/reclaim.py) would otherwise free it during this side's time."""
     code_of.cache_clear()
     RECLAIMER.drain()
     gc.collect()

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.engine import Program, Reasoner
-from agent.engine.parser import parse_file
+from agent.engine.program.parser import parse_file
 from simulations.bench.datasets import Fact, ds1, ds2
 from simulations.bench.incremental import rule_set
 from simulations.bench.timing import bring_back, set_aside, speedup, timed

@@ -5,7 +5,7 @@ recovery never storms: at most one full state per lost bundle, and every device 
 
 What runs, all of it the product: a private Mosquitto (persistence on, saved every second), the
 cloud's :class:`~cloud.publisher.Publisher` in this process, and ``--devices`` agents as
-``python -m agent.zodiac_agent_cli run`` processes. The publisher sends each device a new
+``python -m agent.cli run`` processes. The publisher sends each device a new
 version of its ``base`` stream every ``--interval`` seconds; meanwhile the broker is killed at
 random moments (after 0.5-6 s up, by default) and restarted 0.2-2 s later from its persistence
 file. A kill loses what the broker acknowledged since its last save: bundles the cloud was told
@@ -45,8 +45,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.keys import generate_key_pair, load_private_key
-from agent.messages import Bundle
+from agent.protocol.keys import generate_key_pair, load_private_key
+from agent.protocol.messages import Bundle
 from cloud.bundles import BundleCutter, Target
 from cloud.publisher import Publisher
 from simulations.mosquitto import Broker, mosquitto_available
@@ -169,7 +169,7 @@ class CountingPublisher(Publisher):
 
 
 class AgentProcess:
-    """``python -m agent.zodiac_agent_cli run --config CONFIG``, its log in a file."""
+    """``python -m agent.cli run --config CONFIG``, its log in a file."""
 
     def __init__(self, directory: Path, device: str, broker: Broker, keys: Path) -> None:
         self.device = device
@@ -206,7 +206,7 @@ format = "json"
                 [
                     sys.executable,
                     "-m",
-                    "agent.zodiac_agent_cli",
+                    "agent.cli",
                     "run",
                     "--config",
                     str(self.config),
@@ -255,7 +255,7 @@ format = "json"
             [
                 sys.executable,
                 "-m",
-                "agent.zodiac_agent_cli",
+                "agent.cli",
                 "status",
                 "--config",
                 str(self.config),

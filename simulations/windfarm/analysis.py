@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.engine import Reasoner
-from agent.engine.parser import parse_program
-from agent.persistence import AgentState
+from agent.engine.program.parser import parse_program
+from agent.state.agent_state import AgentState
 from cloud.publisher import finding_predicate
 from simulations.windfarm.farm import ANOMALY_STREAM
 

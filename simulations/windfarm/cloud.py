@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.engine import Reasoner
-from agent.keys import generate_key_pair, load_private_key
+from agent.protocol.keys import generate_key_pair, load_private_key
 from cloud.bundles import BundleCutter, Target, device_facts, load_streams
 from cloud.publisher import Publisher
 from simulations.windfarm.farm import ANOMALY_STREAM, CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm

@@ -20,10 +20,10 @@ import sys
 import threading
 from pathlib import Path
 
+from agent.cli import JsonFormatter
 from agent.config import AgentConfig
 from agent.service import Agent
 from agent.sync import AgentService
-from agent.zodiac_agent_cli import JsonFormatter
 
 
 class DeviceJsonFormatter(JsonFormatter):

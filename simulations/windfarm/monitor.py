@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import paho.mqtt.client as mqtt
 
-from agent.keys import KeyRing
-from agent.messages import (
+from agent.protocol.keys import KeyRing
+from agent.protocol.messages import (
     Bundle,
     BundleError,
     DeviceStatus,
@@ -22,7 +22,7 @@ from agent.messages import (
     decode_status,
     decode_telemetry,
 )
-from agent.signing import open_bundle
+from agent.protocol.signing import open_bundle
 from simulations.windfarm.farm import TEMPERATURE
 
 SYS_COUNTERS = {

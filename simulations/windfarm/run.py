@@ -25,9 +25,9 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
-from agent.keys import KeyRing
-from agent.messages import AddRules, Bundle, RuleSpec, Telemetry, encode_model
-from agent.signing import sign_bundle
+from agent.protocol.keys import KeyRing
+from agent.protocol.messages import AddRules, Bundle, RuleSpec, Telemetry, encode_model
+from agent.protocol.signing import sign_bundle
 from simulations.brokerprocess import BrokerError, BrokerProcess
 from simulations.mosquitto import Broker, mosquitto_available
 from simulations.mqttbroker import EmbeddedBroker

@@ -16,8 +16,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from agent.engine.parser import parse_file
-from agent.engine.rdf import read_facts, write_ntriples
+from agent.engine.program.parser import parse_file
+from agent.engine.program.rdf import read_facts, write_ntriples
 from simulations.bench.datasets import ds1, ds2
 from tests.reference import evaluate, from_external, to_external
 

@@ -5,17 +5,17 @@ Add / Del / Diff / Red), so the update driver never needs to know which algorith
 uses. ``choose_module`` picks one by rule pattern (``patterns.py``).
 """
 
-from ..costs import DEFAULT_COSTS, CostPolicy
-from .aggregate import AggregateModule
-from .base import Module, NodeState
-from .composition import CompositionModule, composition_shape
-from .hypertree import HypertreeModule, choose
-from .patterns import ClosurePattern, detect_closure
-from .renaming import RenamingModule, is_renaming_node
-from .semijoin import SemiJoinModule, semijoin_shape
-from .seminaive import SeminaiveModule
-from .symmetric_transitive import SymmetricTransitiveModule
-from .transitive import TransitiveClosureModule
+from agent.engine.costs import DEFAULT_COSTS, CostPolicy
+from agent.engine.modules.aggregate import AggregateModule
+from agent.engine.modules.base import Module, NodeState
+from agent.engine.modules.composition import CompositionModule, composition_shape
+from agent.engine.modules.hypertree import HypertreeModule, choose
+from agent.engine.modules.renaming import RenamingModule, is_renaming_node
+from agent.engine.modules.semijoin import SemiJoinModule, semijoin_shape
+from agent.engine.modules.seminaive import SeminaiveModule
+from agent.engine.modules.shapes import ClosurePattern, detect_closure
+from agent.engine.modules.symmetric_transitive import SymmetricTransitiveModule
+from agent.engine.modules.transitive import TransitiveClosureModule
 
 
 def choose_module(

@@ -25,19 +25,19 @@ import time
 from collections.abc import Sequence
 from operator import itemgetter
 
-from ..changes import InputChanges
-from ..executor import Executor, Variant
-from ..language import Aggregate, Atom, Bind, Constant, Negation, Rule, Variable
-from ..store import DataStoreBag, Relation
-from . import deltas
-from .base import Maintained, Module, NodeState
-from .kept_groups import KeptPartition
-from .subject_groups import (
+from agent.engine.language import Aggregate, Atom, Bind, Constant, Negation, Rule, Variable
+from agent.engine.modules.base import Maintained, Module, NodeState
+from agent.engine.modules.support import deltas
+from agent.engine.modules.support.kept_groups import KeptPartition
+from agent.engine.modules.support.subject_groups import (
     GroupReader,
     SharedSet,
     group_rows,
     subject_shape,
 )
+from agent.engine.plan.executor import Executor, Variant
+from agent.engine.storage.changes import InputChanges
+from agent.engine.storage.store import DataStoreBag, Relation
 
 ROWS_PREDICATE = "zodiac:aggregate-rows"
 GROUPS_PREDICATE = "zodiac:aggregate-groups"

@@ -15,13 +15,20 @@ from dataclasses import dataclass, field
 
 from pyroaring import BitMap
 
-from ..changes import Facts, InputChanges, StoreChanges, difference
-from ..costs import DEFAULT_COSTS, CostPolicy
-from ..dependency import HyperNode
-from ..executor import Executor
-from ..language import Rule
-from ..store import SUBJECT, DataStore, DataStoreBag, Relation, RelationKey, grouped_by
-from ..subject_facts import SubjectFacts, as_bitmap
+from agent.engine.costs import DEFAULT_COSTS, CostPolicy
+from agent.engine.language import Rule
+from agent.engine.plan.executor import Executor
+from agent.engine.program.dependency import HyperNode
+from agent.engine.storage.changes import Facts, InputChanges, StoreChanges, difference
+from agent.engine.storage.store import (
+    SUBJECT,
+    DataStore,
+    DataStoreBag,
+    Relation,
+    RelationKey,
+    grouped_by,
+)
+from agent.engine.storage.subject_facts import SubjectFacts, as_bitmap
 
 
 @dataclass

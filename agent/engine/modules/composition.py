@@ -65,16 +65,16 @@ from operator import itemgetter
 
 from pyroaring import BitMap
 
-from ..budget import BudgetGuard, InFlight
-from ..changes import InputChanges
-from ..executor import Executor
-from ..language import Atom, Negation, Rule, Variable
-from ..store import EMPTY, RelationKey
-from ..subject_facts import column_values
-from .base import Maintained, NodeState, as_bitmap, by_subject_of
-from .lookups import Lookup, add_into, python_set, reach
-from .per_subject import PerSubjectModule
-from .subject_changes import NO_IDS, SubjectChanges, group_by_column
+from agent.engine.budget import BudgetGuard, InFlight
+from agent.engine.language import Atom, Negation, Rule, Variable
+from agent.engine.modules.base import Maintained, NodeState, as_bitmap, by_subject_of
+from agent.engine.modules.support.lookups import Lookup, add_into, python_set, reach
+from agent.engine.modules.support.per_subject import PerSubjectModule
+from agent.engine.modules.support.subject_changes import NO_IDS, SubjectChanges, group_by_column
+from agent.engine.plan.executor import Executor
+from agent.engine.storage.changes import InputChanges
+from agent.engine.storage.store import EMPTY, RelationKey
+from agent.engine.storage.subject_facts import column_values
 
 
 @dataclass(frozen=True)

@@ -29,14 +29,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..changes import Facts, InputChanges
-from ..decomposition import AtomStats, decompose, is_cyclic_rule, seminaive_cost
-from ..executor import Executor
-from ..language import Atom, Rule
-from ..store import DataStoreBag, Relation, RelationKey
-from . import deltas
-from .base import Maintained, Module, NodeState, by_column, net_changes
-from .decomposed import DecomposedRule
+from agent.engine.language import Atom, Rule
+from agent.engine.modules.base import Maintained, Module, NodeState, by_column, net_changes
+from agent.engine.modules.support import deltas
+from agent.engine.modules.support.decomposed import DecomposedRule
+from agent.engine.plan.decomposition import AtomStats, decompose, is_cyclic_rule, seminaive_cost
+from agent.engine.plan.executor import Executor
+from agent.engine.storage.changes import Facts, InputChanges
+from agent.engine.storage.store import DataStoreBag, Relation, RelationKey
 
 
 class PlannedRule:

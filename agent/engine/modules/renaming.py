@@ -33,19 +33,26 @@ from operator import itemgetter
 
 from pyroaring import BitMap
 
-from ..changes import InputChanges, difference
-from ..executor import Executor
-from ..language import Atom, Rule, Variable
-from ..store import EMPTY, DataStoreBag, Relation, RelationKey
-from ..subject_facts import (
+from agent.engine.language import Atom, Rule, Variable
+from agent.engine.modules.base import (
+    Maintained,
+    Module,
+    NodeState,
+    as_bitmap,
+    by_column,
+    by_subject_of,
+)
+from agent.engine.modules.support.subject_changes import SubjectChanges, group_by_column
+from agent.engine.plan.executor import Executor
+from agent.engine.storage.changes import InputChanges, difference
+from agent.engine.storage.store import EMPTY, DataStoreBag, Relation, RelationKey
+from agent.engine.storage.subject_facts import (
     difference_by_subject,
     mostly_by_subject,
     present_by_subject,
     subject_map,
     union_by_subject,
 )
-from .base import Maintained, Module, NodeState, as_bitmap, by_column, by_subject_of
-from .subject_changes import SubjectChanges, group_by_column
 
 Permutation = tuple[int, ...]  # head column j takes the body's column permutation[j]
 

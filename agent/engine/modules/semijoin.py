@@ -39,15 +39,15 @@ from operator import itemgetter
 
 from pyroaring import BitMap
 
-from ..changes import InputChanges
-from ..executor import Executor
-from ..language import Atom, Negation, Rule, Variable
-from ..store import Relation, RelationKey
-from ..subject_facts import as_bitmap, column_values
-from .base import Maintained, NodeState, by_column, by_subject_of
-from .lookups import Lookup, subjects_meeting
-from .per_subject import PerSubjectModule
-from .subject_changes import NO_IDS, SubjectChanges
+from agent.engine.language import Atom, Negation, Rule, Variable
+from agent.engine.modules.base import Maintained, NodeState, by_column, by_subject_of
+from agent.engine.modules.support.lookups import Lookup, subjects_meeting
+from agent.engine.modules.support.per_subject import PerSubjectModule
+from agent.engine.modules.support.subject_changes import NO_IDS, SubjectChanges
+from agent.engine.plan.executor import Executor
+from agent.engine.storage.changes import InputChanges
+from agent.engine.storage.store import Relation, RelationKey
+from agent.engine.storage.subject_facts import as_bitmap, column_values
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..changes import Facts, InputChanges
-from ..executor import Executor
-from ..language import Atom, Rule
-from ..store import DataStoreBag
-from . import deltas
-from .base import Maintained, Module, NodeState, net_changes
+from agent.engine.language import Atom, Rule
+from agent.engine.modules.base import Maintained, Module, NodeState, net_changes
+from agent.engine.modules.support import deltas
+from agent.engine.plan.executor import Executor
+from agent.engine.storage.changes import Facts, InputChanges
+from agent.engine.storage.store import DataStoreBag
 
 
 class SeminaiveModule(Module):

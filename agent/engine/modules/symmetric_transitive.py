@@ -47,11 +47,11 @@ from itertools import chain
 
 from pyroaring import BitMap
 
-from ..changes import StoreChanges
-from ..store import Relation, RelationKey
-from .base import by_subject_of
-from .subject_changes import NO_IDS, SubjectChanges
-from .transitive import EMPTY, ClosureModule
+from agent.engine.modules.base import by_subject_of
+from agent.engine.modules.support.subject_changes import NO_IDS, SubjectChanges
+from agent.engine.modules.transitive import EMPTY, ClosureModule
+from agent.engine.storage.changes import StoreChanges
+from agent.engine.storage.store import Relation, RelationKey
 
 
 class SymmetricTransitiveModule(ClosureModule):

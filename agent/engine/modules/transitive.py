@@ -74,15 +74,15 @@ from collections.abc import Iterable, Sequence
 
 from pyroaring import BitMap, FrozenBitMap
 
-from ..budget import NO_GUARD, BudgetGuard
-from ..changes import InputChanges, StoreChanges
-from ..dependency import strongly_connected_components
-from ..executor import Executor
-from ..language import Rule
-from ..store import DataStore, DataStoreBag, Relation, RelationKey
-from ..subject_facts import SubjectFacts, common
-from .base import Maintained, Module, NodeState, by_subject_of
-from .subject_changes import SubjectChanges
+from agent.engine.budget import NO_GUARD, BudgetGuard
+from agent.engine.language import Rule
+from agent.engine.modules.base import Maintained, Module, NodeState, by_subject_of
+from agent.engine.modules.support.subject_changes import SubjectChanges
+from agent.engine.plan.executor import Executor
+from agent.engine.program.dependency import strongly_connected_components
+from agent.engine.storage.changes import InputChanges, StoreChanges
+from agent.engine.storage.store import DataStore, DataStoreBag, Relation, RelationKey
+from agent.engine.storage.subject_facts import SubjectFacts, common
 
 EMPTY: frozenset = frozenset()
 NO_IDS = FrozenBitMap()  # the reach of a vertex without successors (read only)

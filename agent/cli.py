@@ -1,0 +1,207 @@
+"""``zodiac-agent``: the edge agent's command line.
+
+    zodiac-agent run    --config agent.toml           # the service (MQTT, until SIGTERM)
+    zodiac-agent status --config agent.toml           # state summary; exit 0 when healthy
+    zodiac-agent query  --config agent.toml PATTERN   # answers from the saved state
+    zodiac-agent apply  --config agent.toml BUNDLE    # apply a signed bundle file offline
+
+``status`` and ``query`` read the database while a running agent writes it (SQLite WAL allows
+that); they never create a database. ``apply`` runs exactly the checks of a bundle received over
+MQTT (size, signature, schema, expiry, version sequence, rules) and commits in one transaction.
+Exit codes: 0 success, 1 refused or unhealthy, 2 bad usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from agent.config import AgentConfig, ConfigError
+from agent.engine.errors import ZodiacError, read_bytes
+from agent.state.schema import StatePathError
+
+log = logging.getLogger("zodiac")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and the record's ``fields``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": round(record.created, 3),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            **getattr(record, "fields", {}),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "fields", {})
+        extra = " ".join(f"{k}={v}" for k, v in fields.items())
+        stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
+        return f"{stamp} {record.levelname:<7} {record.getMessage()} {extra}".rstrip()
+
+
+def setup_logging(config: AgentConfig) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if config.log.format == "json" else TextFormatter())
+    root = logging.getLogger("zodiac")
+    root.handlers[:] = [handler]
+    root.setLevel(config.log.level)
+    root.propagate = False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zodiac-agent",
+        description="The zodiac-edge agent a turbine runs: signed rule bundles over MQTT, "
+        "incremental reasoning, state in SQLite.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        sub.add_argument(
+            "--config",
+            required=True,
+            type=Path,
+            help="the agent's TOML configuration file (see agent.example.toml)",
+        )
+        return sub
+
+    command("run", "run the agent service until SIGTERM or Ctrl-C")
+    command("status", "print the agent's state summary as JSON; exit 1 if it is unusable")
+    query = command("query", "answer one atom pattern from the saved state, as JSON lines")
+    pattern = query.add_mutually_exclusive_group(required=True)
+    pattern.add_argument(
+        "pattern", nargs="?", help="an atom such as '<p11>(X, <windTurbine3>)' or '<C>(X)'"
+    )
+    pattern.add_argument(  # (as zodiac-edge query takes it)
+        "--pattern", dest="pattern_option", metavar="PATTERN", help="the same, as an option"
+    )
+    apply = command("apply", "apply a signed bundle file with the same checks as over MQTT")
+    apply.add_argument("bundle", type=Path, help="a signed bundle envelope (msgpack) file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "query":
+        args.pattern = args.pattern or args.pattern_option
+    try:
+        config = AgentConfig.load(args.config)
+    except ConfigError as error:
+        print(f"zodiac-agent: {error}", file=sys.stderr)
+        return 2
+    setup_logging(config)
+    try:
+        return COMMANDS[args.command](config, args)
+    except ConfigError as error:  # (a file the configuration names, found missing on use)
+        print(f"zodiac-agent: {error}", file=sys.stderr)
+        return 2
+    except StatePathError as error:  # (the configured database path: a deployment error)
+        print(f"zodiac-agent: {error}", file=sys.stderr)
+        return 2
+    except ZodiacError as error:
+        print(f"zodiac-agent: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # (``status | head``: the reader went away; stop as Unix tools do)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (for the final flush)
+        return 0
+
+
+def cmd_run(config: AgentConfig, args: argparse.Namespace) -> int:
+    from agent.service import Agent
+    from agent.sync import AgentService
+
+    config.check_files()
+    agent = Agent(config)
+    service = AgentService(agent)
+    service.run()
+    if service.failure is not None:  # (stopped by itself: the state file went away)
+        print(f"zodiac-agent: {service.failure}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _open_state(config: AgentConfig):
+    from agent.state.agent_state import AgentState
+
+    return AgentState(
+        config.database,
+        synchronous=config.synchronous,
+        modules=config.reasoning.modules,
+        decompositions=config.reasoning.decompositions,
+        create=False,
+    )
+
+
+def cmd_status(config: AgentConfig, args: argparse.Namespace) -> int:
+    from agent.state.agent_state import AgentState, StateError
+
+    problems = config.file_problems()
+    if problems:
+        print(json.dumps({"healthy": False, "error": "configuration", "problems": problems}))
+        for problem in problems:
+            print(f"zodiac-agent: {problem}", file=sys.stderr)
+        return 2
+    try:
+        state = AgentState(config.database, create=False, load=False)
+    except StateError as error:
+        print(json.dumps({"healthy": False, "error": str(error)}))
+        return 1
+    with state:
+        problems = state.check_integrity()
+        if problems:
+            print(
+                json.dumps({"healthy": False, "error": "damaged agent state", "problems": problems})
+            )
+            return 1
+        summary = state.summary()
+    print(
+        json.dumps(
+            {"healthy": True, "device": config.device, "farm": config.farm, **summary}, indent=2
+        )
+    )
+    return 0
+
+
+def cmd_query(config: AgentConfig, args: argparse.Namespace) -> int:
+    with _open_state(config) as state:
+        for answer in state.reasoner.query(args.pattern):
+            print(json.dumps(answer, default=str))
+    return 0
+
+
+def cmd_apply(config: AgentConfig, args: argparse.Namespace) -> int:
+    from agent.service import Agent
+
+    try:
+        payload = read_bytes(args.bundle, "bundle file")
+    except ZodiacError as error:
+        raise ConfigError(str(error)) from None  # (a usage error: exit 2)
+    config.check_files(broker=False)
+    agent = Agent(config)
+    try:
+        outcome = agent.handle_bundle(payload)
+    finally:
+        agent.close()
+    print(json.dumps(outcome.as_log(), default=str))
+    return 0 if outcome.status in ("applied", "duplicate") else 1
+
+
+COMMANDS = {"run": cmd_run, "status": cmd_status, "query": cmd_query, "apply": cmd_apply}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

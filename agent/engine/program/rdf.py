@@ -1,0 +1,252 @@
+"""Reading RDF facts with rdflib, and writing facts back as N-Triples.
+
+A fact is a tuple ``(predicate, subject, object)`` of Python values (see ``language.py``): IRIs
+and blank nodes (``"_:label"``) are ``str``, numbers ``int``/``float``, booleans ``bool``, any
+other literal a :class:`~agent.engine.language.Literal`. ``rdf:type`` triples are facts like any
+other: ``(RDF_TYPE, x, C)`` is how the engine hands out a unary fact ``C(x)``.
+
+ZodiacEdge's data files are named ``.nt`` but use relative IRIs (``<windTurbine1>``) and bare
+numbers, which strict N-Triples refuses. N-Triples is a subset of Turtle, so ``.nt`` files are
+read with rdflib's Turtle parser. Relative IRIs must come out as written (``windTurbine1``, the
+same constant a rule writes as ``<windTurbine1>``), not resolved against a ``file:`` URI, so we
+parse against a private base IRI and strip it again afterwards. The one loss: rdflib removes
+leading dot segments while resolving, so ``<./a>`` and ``<../a>`` come out as ``a`` and ``</a>``
+as ``a``.
+
+Lexical forms are kept as written (rdflib would otherwise normalise ``"...Z"^^xsd:dateTime``
+to ``+00:00``), so that a data literal and the same literal written in a rule are one term.
+Blank-node labels are rdflib's own, consistent within one file but not the written ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import TextIO
+
+import rdflib
+from rdflib.parser import Parser as RdflibParser
+from rdflib.plugin import PluginException
+from rdflib.plugin import get as get_plugin
+
+from agent.engine.errors import (
+    NonFiniteError,
+    NotTextError,
+    ParseError,
+    ZodiacError,
+    decode_utf8,
+    read_bytes,
+)
+from agent.engine.language import RDF_TYPE, XSD, Literal, Value
+from agent.engine.program.parser import literal_value
+from agent.engine.terms import check_value_text
+
+__all__ = ["parse_facts", "read_facts", "write_ntriples"]
+
+# A base no real data uses, with a path so that rdflib accepts relative references against it.
+_RELATIVE_BASE = "x-zodiac-relative:/"
+_TURTLE_NAMES = frozenset({"turtle", "ttl", "nt", "nt11", "ntriples", "n-triples"})
+_EXTENSION_FORMATS = {
+    ".nt": "turtle",
+    ".ttl": "turtle",
+    ".turtle": "turtle",
+    ".n3": "n3",
+    ".rdf": "xml",
+    ".owl": "xml",
+    ".xml": "xml",
+    ".jsonld": "json-ld",
+}
+_normalize_lock = threading.Lock()
+_RDFLIB_TERM_LOG = logging.getLogger("rdflib.term")
+
+Fact = tuple[Value, ...]
+
+
+def read_facts(path: str | os.PathLike[str], format: str | None = None) -> Iterator[Fact]:
+    """Facts of an RDF file; the format is guessed from the extension (unknown: Turtle).
+
+    The whole file is parsed before this returns, so a syntax error is raised here (as a
+    ParseError naming the file) rather than halfway through the caller's loop.
+    """
+    source = os.fspath(path)
+    if format is None:
+        format = _EXTENSION_FORMATS.get(os.path.splitext(source)[1].lower(), "turtle")
+    return _parse(read_bytes(path, "fact file"), format, source)
+
+
+def parse_facts(text: str, format: str = "turtle", source: str = "<text>") -> Iterator[Fact]:
+    """Facts of RDF text (Turtle, hence N-Triples, by default)."""
+    # (surrogatepass: a lone surrogate, which no file can hold, is then reported at its place)
+    return _parse(text.encode("utf-8", "surrogatepass"), format, source)
+
+
+def write_ntriples(
+    facts: Iterable[tuple[Value, ...]], out: TextIO, skipped: Counter[str] | None = None
+) -> int:
+    """Write facts as N-Triples lines; return how many were written.
+
+    ``(p, s, o)`` becomes ``s p o .`` and a 2-tuple ``(C, x)`` becomes ``x rdf:type C .``.
+    Facts that are not triples (arity 3 or more), or whose subject or predicate is not an IRI
+    (``p(5, x)`` is a Datalog fact but no RDF triple), are skipped: they cannot be expressed.
+    ``skipped``, when given, counts them by relation (``name/arity``), so that a caller can
+    say what the output leaves out. Reading the output back gives the same facts (blank-node
+    labels aside).
+    """
+    written = 0
+    for fact in facts:
+        given = fact
+        if len(fact) == 2:
+            fact = (RDF_TYPE, fact[1], fact[0])
+        if len(fact) != 3 or not _is_iri(fact[0]) or not isinstance(fact[1], str):
+            if skipped is not None:  # (a class fact ``(rdf:type, x, C)`` is C's, unary)
+                unary = len(given) == 3 and given[0] == RDF_TYPE
+                skipped[f"{given[2]}/1" if unary else f"{given[0]}/{len(given) - 1}"] += 1
+            continue
+        predicate, subject, obj = fact
+        out.write(f"{_format_node(subject)} <{_escape_iri(predicate)}> {_format_object(obj)} .\n")
+        written += 1
+    return written
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def _parse(data: bytes, format: str, source: str) -> Iterator[Fact]:
+    rdflib_format = "turtle" if format.lower() in _TURTLE_NAMES else format
+    if rdflib_format in ("turtle", "n3"):  # UTF-8 by definition (RDF/XML may declare another)
+        decode_utf8(data, source)
+    try:
+        get_plugin(rdflib_format, RdflibParser)
+    except PluginException:
+        raise ValueError(f"unknown RDF format {format!r}") from None
+    graph = rdflib.Graph()
+    with _normalize_lock:
+        saved, rdflib.NORMALIZE_LITERALS = rdflib.NORMALIZE_LITERALS, False
+        _RDFLIB_TERM_LOG.addFilter(_quiet_term_warnings)
+        try:
+            graph.parse(data=data, format=rdflib_format, publicID=_RELATIVE_BASE)
+        except (OSError, MemoryError):
+            raise
+        except Exception as err:  # rdflib's parsers raise many kinds; all mean bad input here
+            raise _parse_error(err, source, rdflib_format) from err
+        finally:
+            rdflib.NORMALIZE_LITERALS = saved
+            _RDFLIB_TERM_LOG.removeFilter(_quiet_term_warnings)
+    facts = []
+    for s, p, o in graph:
+        try:
+            fact = _fact(s, p, o)
+            for value in fact:
+                check_value_text(value)
+        except (NonFiniteError, NotTextError) as error:
+            raise ZodiacError(f"{source}: {error}") from None
+        facts.append(fact)
+    return iter(facts)
+
+
+def _quiet_term_warnings(record: logging.LogRecord) -> bool:
+    """Drop rdflib's warnings about ill-typed literals and unusual IRIs while we parse: we keep
+    such literals as :class:`Literal` on purpose, and escaped IRIs are legal input."""
+    message = str(record.msg)
+    return not (
+        message.startswith("Failed to convert Literal")
+        or "does not look like a valid URI" in message
+    )
+
+
+def _parse_error(err: Exception, source: str, format: str) -> ParseError:
+    """A ParseError with rdflib's reason and, when rdflib knows it, the line and column."""
+    line, column = 0, 0
+    reason = getattr(err, "_why", None) or str(err).strip() or type(err).__name__
+    if isinstance(getattr(err, "lines", None), int):  # notation3's BadSyntax: 0-based line
+        line = err.lines + 1  # type: ignore[attr-defined]
+        text, offset = getattr(err, "_str", b""), getattr(err, "_i", None)
+        if isinstance(text, bytes) and isinstance(offset, int):
+            decoded = text.decode("utf-8", "replace")
+            if offset < 0:  # "EOF found ...": point just after the last text, where it ended
+                offset = len(decoded.rstrip())
+            line = decoded.count("\n", 0, offset) + 1
+            column = offset - decoded.rfind("\n", 0, offset)
+    elif callable(getattr(err, "getLineNumber", None)):  # xml.sax errors (RDF/XML)
+        line = int(err.getLineNumber() or 0)  # type: ignore[attr-defined]
+        column = int(err.getColumnNumber() or 0) + 1  # type: ignore[attr-defined]
+    reason = reason.splitlines()[0] if reason else "syntax error"
+    return ParseError(f"invalid RDF ({format}): {reason}", source=source, line=line, column=column)
+
+
+def _fact(subject: rdflib.term.Node, predicate: rdflib.term.Node, obj: rdflib.term.Node) -> Fact:
+    return (_value(predicate), _value(subject), _value(obj))
+
+
+def _value(node: rdflib.term.Node) -> Value:
+    if isinstance(node, rdflib.URIRef):
+        iri = str(node)
+        return iri[len(_RELATIVE_BASE) :] if iri.startswith(_RELATIVE_BASE) else iri
+    if isinstance(node, rdflib.BNode):
+        return "_:" + str(node)
+    if isinstance(node, rdflib.Literal):
+        datatype = str(node.datatype) if node.datatype is not None else None
+        return literal_value(str(node), datatype, node.language)
+    raise ValueError(f"unexpected RDF node {node!r}")
+
+
+# --- writing ------------------------------------------------------------------------------
+
+_IRI_UNSAFE = re.compile(r'[\x00-\x20<>"{}|^`\\]')
+_BNODE_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.\-]*[A-Za-z0-9_\-])?")
+_STRING_UNSAFE = re.compile(r'[\x00-\x1f\x7f"\\]')
+_STRING_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _is_iri(value: object) -> bool:
+    return isinstance(value, str) and not value.startswith("_:")
+
+
+def _escape_iri(iri: str) -> str:
+    return _IRI_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04X}", iri)
+
+
+def _escape_string(text: str) -> str:
+    return _STRING_UNSAFE.sub(
+        lambda m: _STRING_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04X}"), text
+    )
+
+
+def _format_node(value: str) -> str:
+    if value.startswith("_:"):
+        label = value[2:]
+        if not _BNODE_LABEL.fullmatch(label):
+            label = "b" + label.encode("utf-8").hex()
+        return "_:" + label
+    return f"<{_escape_iri(value)}>"
+
+
+def _format_object(value: Value) -> str:
+    if isinstance(value, bool):
+        return f'"{"true" if value else "false"}"^^<{XSD}boolean>'
+    if isinstance(value, str):
+        return _format_node(value)
+    if isinstance(value, int):
+        return f'"{value}"^^<{XSD}integer>'
+    if isinstance(value, float):
+        return f'"{_double_lexical(value)}"^^<{XSD}double>'
+    if isinstance(value, Literal):
+        text = f'"{_escape_string(value.lexical)}"'
+        if value.language:
+            return f"{text}@{value.language}"
+        if value.datatype:
+            return f"{text}^^<{_escape_iri(value.datatype)}>"
+        return text
+    raise TypeError(f"not a fact value: {value!r}")
+
+
+def _double_lexical(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "INF" if value > 0 else "-INF"
+    return repr(value)

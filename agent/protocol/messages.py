@@ -1,0 +1,685 @@
+"""The messages between the cloud and an edge agent: rule bundles, device status, rule requests and
+telemetry, as pydantic models encoded with msgpack, and the one error type for refusing them.
+
+Keys live in :mod:`agent.protocol.keys`, signing and opening bundles in
+:mod:`agent.protocol.signing`.
+
+A bundle is a pydantic model (:class:`Bundle`) encoded with msgpack. It belongs to a *stream*
+(``base``, ``anomaly/ambient-temperature``...) and carries a version that increases by one per
+bundle of that stream, plus a list of operations applied in order: add rules, delete rules by id,
+add facts, delete facts. The agent remembers the highest version applied per stream, so a bundle
+delivered twice (MQTT QoS 1 is "at least once") is a harmless no-op, and a missing version is
+detected instead of silently leaving the device with half a rule set
+(:func:`agent.protocol.signing.check_sequence`).
+A ``full_state`` bundle is the whole content of its stream; the cloud sends one to recover a
+device that reported a version gap.
+
+Wire format
+-----------
+The payload on the wire is a msgpack map, the *envelope*::
+
+    {"v": 1, "kid": "<key id>", "body": <bin: msgpack of the Bundle>, "sig": <bin: 64 bytes>}
+
+``sig`` is an Ed25519 signature over exactly the ``body`` bytes, so no canonical encoding is
+needed: the device verifies the bytes it received, then decodes those same bytes. Facts are
+lists ``[predicate, arg1, ...]`` of encoded terms: a msgpack str is an IRI, ints, floats and
+booleans are themselves, and any other RDF literal is a map ``{"lit": lexical, "dt": datatype or
+nil, "lang": language or nil}`` (:func:`encode_term` / :func:`decode_term`).
+
+Every refusal is a :class:`BundleError` with a machine-readable ``reason`` (reported to the
+cloud in the device status) and a message that says what and where.
+
+This module is imported by the edge agent: it must not import pyspark or anything from
+``cloud``; the cloud imports it to build and sign bundles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+import re
+import reprlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+import msgpack
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from agent.engine.errors import ParseError, RuleError, ZodiacError
+from agent.engine.language import RDF_TYPE, Rule, Value, is_valid_label
+from agent.engine.language import Literal as RdfLiteral
+from agent.engine.program.parser import literal_value, parse_program
+from agent.engine.program.validation import check_rule
+
+ENVELOPE_VERSION = 1
+SIGNATURE_BYTES = 64
+
+#: Every ``BundleError.reason``; the agent reports it verbatim in its status.
+REASONS = (
+    "too_large",
+    "malformed",
+    "unknown_key",
+    "bad_signature",
+    "invalid",
+    "too_many_operations",
+    "expired",
+    "bad_rule",
+    "version_gap",
+    "wrong_audience",
+    "not_owner",
+    "budget_exceeded",
+    "not_yet_valid",
+    "too_many_streams",
+)
+
+#: The audience ``device`` of a bundle for every device of its farm (the farm-wide topic
+#: ``zodiac/<farm>/all/bundle``); no device may be called so (agent/config.py).
+FARM_WIDE = "all"
+#: Sources of an agent's facts that are not bundle streams (agent/service.py): a bundle may not
+#: use their names, or it could delete a device's readings.
+RESERVED_STREAMS = ("local", "sensor")
+RESERVED_STREAM_PREFIXES = ("telemetry/",)
+#: How much of an unsigned, untrusted value an error message may repeat.
+ECHO_LIMIT = 80
+
+#: The longest stream name a bundle may carry: the name is a key of every status the device
+#: publishes, and the status must stay small.
+MAX_STREAM_NAME = 100
+#: The latest time a bundle may name (the last second of the year 9999, UTC): anything later is
+#: no real time, only a way to make a bundle never expire.
+MAX_TIMESTAMP = 253402300799.0
+#: The longest a bundle may be valid (``expires_at - issued_at``): a year. The cloud's default
+#: is a week (``zodiac-cloud --bundle-ttl``); a longer life only helps whoever captured it.
+MAX_BUNDLE_LIFETIME = 366 * 24 * 3600.0
+
+_STREAM = re.compile(r"[A-Za-z0-9._/-]+")
+# Device, farm and key names end up in MQTT topics and file names: no '/', '+', '#' or spaces.
+_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_ENVELOPE_KEYS = frozenset({"v", "kid", "body", "sig"})
+# msgpack integers are at most 64 bits; refusing bigger ones in the schema turns what would be
+# an OverflowError deep in msgpack.packb into an ordinary validation error.
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+
+class BundleError(ZodiacError):
+    """A bundle (or model payload) the agent refuses; nothing has been applied.
+
+    ``reason`` is one of :data:`REASONS`, for machines (the device status, the cloud's retry
+    logic); the message is for humans and names the bundle and stream when they are known.
+    ``rule_id``/``line``/``column`` locate a ``bad_rule`` inside that rule's own text,
+    ``version`` is the refused bundle's version (once its body could be read) and
+    ``expected_version`` tells the cloud what a ``version_gap`` device is waiting for. Once the
+    body is read, ``stream`` is the bundle's source (``all:<stream>`` for a farm-wide bundle),
+    the version sequence the refusal is about.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        *,
+        bundle_id: str | None = None,
+        stream: str | None = None,
+        rule_id: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        expected_version: int | None = None,
+        version: int | None = None,
+    ):
+        if reason not in REASONS:
+            raise ValueError(f"unknown BundleError reason {reason!r}")
+        self.reason = reason
+        self.bundle_id = bundle_id
+        self.stream = stream
+        self.rule_id = rule_id
+        self.line = line
+        self.column = column
+        self.expected_version = expected_version
+        self.version = version
+        self.detail = message
+        super().__init__(_where(bundle_id, stream) + message)
+
+
+def _where(bundle_id: str | None, stream: str | None) -> str:
+    if bundle_id is not None and stream is not None:
+        return f"bundle {bundle_id!r} (stream {stream!r}): "
+    if bundle_id is not None:
+        return f"bundle {bundle_id!r}: "
+    if stream is not None:
+        return f"bundle on stream {stream!r}: "
+    return "bundle: "
+
+
+# --- terms and facts ----------------------------------------------------------------------
+
+
+class _Frozen(BaseModel):
+    """Base of every wire model: immutable, strict (no "3" -> 3 coercion of untrusted input),
+    and unknown fields refused, so a typo in the cloud fails loudly instead of being ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class LiteralTerm(_Frozen):
+    """An RDF literal on the wire: ``{"lit": lexical, "dt": datatype, "lang": language}``."""
+
+    lit: str
+    dt: str | None = None
+    lang: str | None = None
+
+    @model_validator(mode="after")
+    def _not_both(self) -> LiteralTerm:
+        # A language-tagged literal's datatype is implicitly rdf:langString; both is ambiguous.
+        if self.dt is not None and self.lang is not None:
+            raise ValueError("a literal has a datatype or a language tag, not both")
+        try:  # "NaN"^^xsd:double is valid XSD but no value (docs/semantics.md): invalid here
+            self.value()
+        except ZodiacError as error:
+            raise ValueError(str(error)) from None
+        return self
+
+    def value(self) -> Value:
+        """The engine value (see :func:`decode_term`)."""
+        return literal_value(self.lit, self.dt, self.lang)
+
+
+def _term_before(value: Any) -> Any:
+    # Lets Python callers (the cloud, tests) write facts with engine Literal objects.
+    if isinstance(value, RdfLiteral):
+        return encode_term(value)
+    # Checked here, not with Field(ge=, le=) on the int member: the union would then quietly
+    # fall through to float and turn 2**64 into 1.8e19.
+    if isinstance(value, int) and not isinstance(value, bool) and not _INT_MIN <= value <= _INT_MAX:
+        raise ValueError(f"integer {value} does not fit in 64 bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} is not a value (NaN and infinities are refused)")
+    return value
+
+
+Term = Annotated[
+    str | bool | int | float | LiteralTerm,
+    Field(union_mode="left_to_right"),
+    BeforeValidator(_term_before),
+]
+
+
+def _fact_before(value: Any) -> Any:
+    # Tuples are the engine's fact shape; the wire (msgpack) only ever gives lists.
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _fact_after(fact: list[Any]) -> list[Any]:
+    if len(fact) < 2:
+        raise ValueError("a fact is [predicate, arg1, ...] with at least one argument")
+    predicate = fact[0]
+    if not isinstance(predicate, str) or not predicate:
+        raise ValueError(f"a fact's predicate must be a non-empty IRI, got {clip(predicate)}")
+    if predicate == RDF_TYPE and len(fact) == 3 and not isinstance(fact[2], str):
+        # The engine stores class facts in the class's unary relation: C must be an IRI.
+        raise ValueError(f"the class of an rdf:type fact must be an IRI, got {clip(fact[2])}")
+    return fact
+
+
+Fact = Annotated[list[Term], BeforeValidator(_fact_before), AfterValidator(_fact_after)]
+
+
+def encode_term(value: Value) -> str | int | float | bool | dict[str, str | None]:
+    """An engine value -> its msgpack form (an RDF literal becomes a ``lit/dt/lang`` map)."""
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, RdfLiteral):
+        return {"lit": value.lexical, "dt": value.datatype, "lang": value.language}
+    raise TypeError(f"not a term: {value!r}")
+
+
+def decode_term(obj: Any) -> Value:
+    """A term as found on the wire (or in a validated model) -> the engine value.
+
+    Literals go through the parser's :func:`~agent.engine.program.parser.literal_value`, so
+    ``{"lit": "5", "dt": xsd:integer}`` becomes ``5`` and ``xsd:string`` is dropped: a fact sent
+    in a bundle is the same term as the same constant written in a rule or read from RDF.
+    """
+    if isinstance(obj, LiteralTerm):
+        return obj.value()
+    if isinstance(obj, (str, bool, int, float)):
+        return obj
+    if isinstance(obj, dict):
+        try:
+            return LiteralTerm.model_validate(obj).value()
+        except ValidationError as err:
+            raise BundleError("invalid", f"bad literal {clip(obj)}: {_summary(err)}") from None
+    raise BundleError("invalid", f"not a term: {clip(obj)}")
+
+
+def encode_fact(fact: tuple[Value, ...]) -> list[Any]:
+    """An engine fact tuple ``(predicate, *values)`` -> its wire list."""
+    return [encode_term(value) for value in fact]
+
+
+def fact_tuple(fact: list[Any]) -> tuple[Value, ...]:
+    """A validated wire fact -> the engine's fact tuple ``(predicate, *values)``."""
+    return tuple(decode_term(term) for term in fact)
+
+
+# --- operations ---------------------------------------------------------------------------
+
+
+def clip(value: object, limit: int = ECHO_LIMIT) -> str:
+    """``repr(value)``, cut to ``limit`` characters: error messages and the status repeat
+    input that nobody signed (a key id, a field of an invalid bundle), which may be huge or
+    nested a thousand lists deep (``reprlib`` stops at a few levels and a few items, so the
+    text is short and never recurses deeply)."""
+    text = _ECHO.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_ECHO = reprlib.Repr()
+_ECHO.maxlevel = 4
+_ECHO.maxlist = _ECHO.maxtuple = _ECHO.maxdict = _ECHO.maxset = 8
+_ECHO.maxstring = _ECHO.maxother = 2 * ECHO_LIMIT
+
+
+def _check_stream(value: str) -> str:
+    if not _STREAM.fullmatch(value):
+        raise ValueError(f"a stream name is made of [A-Za-z0-9._/-], got {clip(value)}")
+    if value in RESERVED_STREAMS or value.startswith(RESERVED_STREAM_PREFIXES):
+        raise ValueError(f"stream name {value!r} is reserved for the device's own sources")
+    return value
+
+
+def _check_stream_length(value: str) -> str:
+    if len(value) > MAX_STREAM_NAME:
+        raise ValueError(
+            f"a stream name is at most {MAX_STREAM_NAME} characters, got {len(value)}: "
+            f"{clip(value)}"
+        )
+    return value
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(f"a device or farm name is made of [A-Za-z0-9._-], got {clip(value)}")
+    return value
+
+
+def _check_rule_id(value: str) -> str:
+    if not is_valid_label(value):
+        raise ValueError(f"a rule id must be a valid rule label, got {clip(value)}")
+    return value
+
+
+RuleId = Annotated[str, AfterValidator(_check_rule_id)]
+# A bundle's stream: checked for its length too (the status's ``applied`` keys stay unchecked, so
+# that a state holding a longer name, accepted before the limit, still reports its status).
+StreamName = Annotated[str, AfterValidator(_check_stream), AfterValidator(_check_stream_length)]
+Name = Annotated[str, AfterValidator(_check_name)]
+Timestamp = Annotated[float, Field(allow_inf_nan=False)]
+# A time a bundle names: a real one, from 1970 to the end of the year 9999.
+BundleTime = Annotated[float, Field(allow_inf_nan=False, ge=0, le=MAX_TIMESTAMP)]
+
+
+def utc(timestamp: float) -> str:
+    """A time as an operator reads it in a message: ISO 8601, UTC, to the second."""
+    try:
+        moment = datetime.datetime.fromtimestamp(timestamp, datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return repr(timestamp)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class RuleSpec(_Frozen):
+    """One rule with the stable id the cloud (and ``delete_rules``) knows it by.
+
+    ``text`` is exactly one rule in our rule language (prefix directives allowed); a label in the
+    text is optional but, when present, must equal ``id``. The text is only parsed by
+    :meth:`Bundle.parsed_rules`, so that a bad rule is reported as ``bad_rule`` with its position.
+    """
+
+    id: RuleId
+    text: str
+
+
+class AddRules(_Frozen):
+    op: Literal["add_rules"] = "add_rules"
+    rules: list[RuleSpec]
+
+    @field_validator("rules")
+    @classmethod
+    def _unique_ids(cls, rules: list[RuleSpec]) -> list[RuleSpec]:
+        # Two rules under one id in one operation: which one would delete_rules remove?
+        seen: set[str] = set()
+        for spec in rules:
+            if spec.id in seen:
+                raise ValueError(f"rule id {spec.id!r} appears twice")
+            seen.add(spec.id)
+        return rules
+
+    def count(self) -> int:
+        return len(self.rules)
+
+    def parsed_rules(
+        self, *, bundle_id: str | None = None, stream: str | None = None
+    ) -> list[Rule]:
+        """Parse and check every rule (see :func:`parse_rule_spec`)."""
+        return [parse_rule_spec(spec, bundle_id=bundle_id, stream=stream) for spec in self.rules]
+
+
+class DeleteRules(_Frozen):
+    op: Literal["delete_rules"] = "delete_rules"
+    ids: list[RuleId]
+
+    def count(self) -> int:
+        return len(self.ids)
+
+
+class _FactOperation(_Frozen):
+    """Shared behaviour of add_facts and delete_facts (each declares ``op`` then ``facts``, so
+    the wire map reads in that order)."""
+
+    if TYPE_CHECKING:  # declared by each subclass, after ``op``
+        facts: list[list[Any]]
+
+    def count(self) -> int:
+        return len(self.facts)
+
+    def fact_tuples(self) -> Iterator[tuple[Value, ...]]:
+        """The facts as engine tuples ``(predicate, *values)``, literals as Literal objects."""
+        for fact in self.facts:
+            yield fact_tuple(fact)
+
+
+class AddFacts(_FactOperation):
+    op: Literal["add_facts"] = "add_facts"
+    facts: list[Fact]
+
+
+class DeleteFacts(_FactOperation):
+    op: Literal["delete_facts"] = "delete_facts"
+    facts: list[Fact]
+
+
+Operation = Annotated[AddRules | DeleteRules | AddFacts | DeleteFacts, Field(discriminator="op")]
+
+
+# --- models -------------------------------------------------------------------------------
+
+
+def source_name(stream: str, *, farm_wide: bool) -> str:
+    """See :attr:`Bundle.source`. ``:`` is not allowed in stream names, so the two kinds of
+    sources never collide."""
+    return f"{FARM_WIDE}:{stream}" if farm_wide else stream
+
+
+def _check_source(value: str) -> str:
+    prefix, colon, stream = value.partition(":")
+    _check_stream(stream if colon and prefix == FARM_WIDE else value)
+    return value
+
+
+SourceName = Annotated[str, AfterValidator(_check_source)]
+
+
+class Bundle(_Frozen):
+    """A versioned batch of operations on one stream (see the module docstring).
+
+    The audience is part of the signed body: ``farm`` and ``device`` (a device id, or
+    :data:`FARM_WIDE` for every device of the farm). A device applies only bundles addressed to
+    it or to its farm as a whole, so a bundle captured from another device's topic, or replayed
+    to another farm, is refused (``wrong_audience``). Farm-wide and per-device bundles of the
+    same stream name are two sequences of versions, and two sources of rules and facts.
+    ``expires_at`` is required: a captured bundle is useless after it.
+    ``supersedes`` names the streams (of the same audience) whose rules and facts this bundle
+    may delete; otherwise a stream may only delete what it added itself.
+    ``answers`` is the id of the device's rule request this bundle answers: signed, it is what
+    links the request to the bundle's stream (and so what the device deletes when the event is
+    resolved); the MQTT correlation data, which anyone on the path could set, is not."""
+
+    bundle_id: Annotated[str, Field(min_length=1, max_length=200)]
+    farm: Name
+    device: Name
+    stream: StreamName
+    version: Annotated[int, Field(ge=1)]
+    issued_at: BundleTime
+    expires_at: BundleTime
+    full_state: bool = False
+    supersedes: list[StreamName] = []
+    answers: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    operations: list[Operation]
+
+    @model_validator(mode="after")
+    def _sensible_times(self) -> Bundle:
+        """A bundle is valid from ``issued_at`` to ``expires_at``: the second after the first,
+        for at most :data:`MAX_BUNDLE_LIFETIME`. Whether the device's clock is inside that
+        window is checked when it is opened (:func:`agent.protocol.signing.check_times`)."""
+        if self.expires_at <= self.issued_at:
+            raise ValueError(
+                f"expires_at ({utc(self.expires_at)}) must be after issued_at "
+                f"({utc(self.issued_at)})"
+            )
+        lifetime = self.expires_at - self.issued_at
+        if lifetime > MAX_BUNDLE_LIFETIME:
+            raise ValueError(
+                f"valid for {lifetime / 86400:.0f} days from issued_at ({utc(self.issued_at)}) "
+                f"to expires_at ({utc(self.expires_at)}); at most "
+                f"{MAX_BUNDLE_LIFETIME / 86400:.0f} days"
+            )
+        return self
+
+    @property
+    def farm_wide(self) -> bool:
+        return self.device == FARM_WIDE
+
+    @property
+    def source(self) -> str:
+        """The agent's name for this bundle's stream, its version sequence and the rules and
+        facts it asserts: the stream name, ``all:<stream>`` for a farm-wide bundle."""
+        return source_name(self.stream, farm_wide=self.farm_wide)
+
+    def superseded_sources(self) -> list[str]:
+        return [source_name(s, farm_wide=self.farm_wide) for s in self.supersedes]
+
+    def operation_count(self) -> int:
+        """What :class:`BundleLimits` bounds: every rule, rule id and fact of every operation,
+        and every stream it supersedes (each costs the device a look at what that stream
+        claims)."""
+        return sum(op.count() for op in self.operations) + len(self.supersedes)
+
+    def parsed_rules(self) -> list[Rule]:
+        """Every rule of every ``add_rules`` operation, in order, parsed and checked, with
+        ``rule.id`` equal to its RuleSpec id; raises ``BundleError(reason="bad_rule")``."""
+        rules: list[Rule] = []
+        for op in self.operations:
+            if isinstance(op, AddRules):
+                rules += op.parsed_rules(bundle_id=self.bundle_id, stream=self.source)
+        return rules
+
+    @staticmethod
+    def fact_tuples(op: AddFacts | DeleteFacts) -> Iterator[tuple[Value, ...]]:
+        """The facts of a fact operation as engine tuples (``op.fact_tuples()``)."""
+        return op.fact_tuples()
+
+
+class DeviceStatus(_Frozen):
+    """What a device publishes (retained) on its status topic."""
+
+    device: Name
+    farm: Name
+    online: bool
+    # Applied version per source: stream name, or ``all:<stream>`` for farm-wide streams.
+    applied: dict[SourceName, Annotated[int, Field(ge=0)]]
+    rules: Annotated[int, Field(ge=0)]
+    facts: Annotated[int, Field(ge=0)]
+    explicit_facts: Annotated[int, Field(ge=0)]
+    last_error: str | None = None
+    updated_at: Timestamp
+    # Incoming messages dropped since the agent started, by reason (telemetry from a device
+    # that is not the sender, readings out of date or over the limits...).
+    dropped: dict[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0)]] = {}
+    # Derived facts of the device's configured "findings" predicates (e.g. a diagnosis).
+    findings: list[Fact] = []
+
+
+class RuleRequest(_Frozen):
+    """A device asking the cloud for the rules that handle ``event`` (a trigger predicate)."""
+
+    request_id: Annotated[str, Field(min_length=1, max_length=200)]
+    device: Name
+    farm: Name
+    event: Annotated[str, Field(min_length=1)]
+    facts: list[Fact]
+    issued_at: Timestamp
+
+    def fact_tuples(self) -> Iterator[tuple[Value, ...]]:
+        for fact in self.facts:
+            yield fact_tuple(fact)
+
+
+class Telemetry(_Frozen):
+    """A device's current readings (a snapshot: each message replaces the previous one)."""
+
+    device: Name
+    farm: Name
+    readings: list[Fact]
+    sent_at: Timestamp
+
+    def fact_tuples(self) -> Iterator[tuple[Value, ...]]:
+        for fact in self.readings:
+            yield fact_tuple(fact)
+
+
+def parse_rule_spec(
+    spec: RuleSpec, *, bundle_id: str | None = None, stream: str | None = None
+) -> Rule:
+    """Parse ``spec.text`` into exactly one checked rule labelled ``spec.id``.
+
+    The text is parsed on its own with source ``rule <id>``, so positions are relative to that
+    rule's text and messages read ``rule r3:2:7: expected ...``.
+    """
+    source = f"rule {spec.id}"
+
+    def refuse(message: str, line: int | None = None, column: int | None = None) -> BundleError:
+        return BundleError(
+            "bad_rule",
+            message,
+            bundle_id=bundle_id,
+            stream=stream,
+            rule_id=spec.id,
+            line=line,
+            column=column,
+        )
+
+    try:
+        program = parse_program(spec.text, source)
+    except ParseError as err:
+        raise refuse(str(err), err.line, err.column) from None
+    except RuleError as err:
+        # The parser prefixes rule errors with "source:line:column: ".
+        found = re.match(re.escape(source) + r":(\d+):(\d+): ", str(err))
+        line, column = (int(found[1]), int(found[2])) if found else (None, None)
+        raise refuse(str(err), line, column) from None
+    except ZodiacError as err:
+        raise refuse(f"{source}: {err}") from None
+    except RecursionError:
+        raise refuse(f"{source}: the rule is too deeply nested to parse") from None
+    if len(program.rules) != 1 or program.facts:
+        found_what = f"{len(program.rules)} rule(s)"
+        if program.facts:
+            found_what += f" and {len(program.facts)} fact(s)"
+        raise refuse(f"{source}: the text must be exactly one rule, found {found_what}")
+    rule = program.rules[0]
+    if rule.label is not None and rule.label != spec.id:
+        raise refuse(f"{source}: the rule's label {rule.label!r} differs from its id {spec.id!r}")
+    rule = dataclasses.replace(rule, label=spec.id)
+    try:
+        check_rule(rule, location=source)
+    except RuleError as err:  # the parser checked it already; kept for rules it might not
+        raise refuse(str(err)) from None
+    return rule
+
+
+# --- msgpack ------------------------------------------------------------------------------
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def encode_model(model: BaseModel) -> bytes:
+    """A model -> msgpack bytes (str as msgpack str, bytes as bin)."""
+    return msgpack.packb(model.model_dump(mode="python"), use_bin_type=True)
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack extension type {code} is not allowed")
+
+
+def _unpack(data: bytes, what: str) -> Any:
+    """msgpack bytes -> Python objects; any failure is ``BundleError("malformed")``.
+
+    The C and pure-Python msgpack implementations raise different exception types (ValueError,
+    TypeError, FormatError, StackError, ExtraData, UnicodeDecodeError...) on bad input, and the
+    input is untrusted: whatever goes wrong while decoding means "this is not msgpack of the
+    expected kind", so every Exception is mapped to one reason. ``unpackb`` bounds container
+    sizes by the input length, so a short payload cannot make it allocate a lot.
+    """
+    try:
+        return msgpack.unpackb(
+            data, raw=False, strict_map_key=True, use_list=True, ext_hook=_refuse_ext
+        )
+    except Exception as err:  # any decoder failure, see the docstring
+        raise BundleError("malformed", f"{what} is not valid msgpack ({err})") from None
+
+
+def _summary(err: ValidationError, limit: int = 5) -> str:
+    """A short, input-free description of a ValidationError (inputs may be large or hostile)."""
+    parts = []
+    for problem in err.errors(include_url=False, include_input=False)[:limit]:
+        where = ".".join(str(part) for part in problem["loc"]) or "<root>"
+        parts.append(f"{where}: {problem['msg']}")
+    more = err.error_count() - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def decode_model(data: bytes, model_type: type[M]) -> M:
+    """msgpack bytes -> a validated ``model_type``: ``malformed`` or ``invalid`` on error."""
+    obj = _unpack(data, model_type.__name__)
+    try:
+        return model_type.model_validate(obj)
+    except ValidationError as err:
+        bundle_id = stream = None
+        if isinstance(obj, dict):  # best effort, for the message only (clipped: untrusted)
+            if isinstance(obj.get("bundle_id"), str):
+                bundle_id = obj["bundle_id"][:ECHO_LIMIT]
+            if isinstance(obj.get("stream"), str):
+                stream = obj["stream"][:ECHO_LIMIT]
+        raise BundleError(
+            "invalid",
+            f"not a valid {model_type.__name__}: {_summary(err)}",
+            bundle_id=bundle_id,
+            stream=stream,
+        ) from None
+
+
+def decode_bundle(data: bytes) -> Bundle:
+    """An (already verified) bundle body -> Bundle. Does not check rules, limits or expiry."""
+    return decode_model(data, Bundle)
+
+
+def decode_status(data: bytes) -> DeviceStatus:
+    return decode_model(data, DeviceStatus)
+
+
+def decode_telemetry(data: bytes) -> Telemetry:
+    return decode_model(data, Telemetry)
+
+
+def decode_request(data: bytes) -> RuleRequest:
+    return decode_model(data, RuleRequest)
