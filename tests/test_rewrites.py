@@ -24,8 +24,8 @@ EDGES = [("e", f"n{i}", f"n{i + 1}") for i in range(6)] + [("k", "n1"), ("k", "n
 SHAPES = [
     ("h: <h>(X, Y) :- <e>(X, Y) .", Shape.PROJECTION),
     ("h: <h>(Y, X) :- <e>(X, Y) .", Shape.PROJECTION),
-    ("h: <h>(X, Y) :- <e>(X, Y) and <k>(Y) .", Shape.SEMI_JOIN),
-    ("h: <h>(X) :- <e>(X, Y) and not <k>(Y) .", Shape.SEMI_JOIN),
+    ("h: <h>(X, Y) :- <e>(X, Y) and <k>(Y) .", Shape.KEY_FILTER),
+    ("h: <h>(X) :- <e>(X, Y) and not <k>(Y) .", Shape.KEY_FILTER),
     ("h: <h>(X, Z) :- <e>(X, Y) and <e>(Y, Z) .", Shape.GROUPED_JOIN),
     ("h: <h>(X, Y, Z) :- <e>(X, Y) and <e>(Y, Z) .", Shape.PRODUCT),
     ("h: <h>(X, Z) :- <e>(X, Y) and <e>(Y, Z) and COMP(X, <, Z) .", Shape.NESTED_LOOPS),
@@ -80,7 +80,7 @@ def test_nodes_describe_their_steps():
     entry = reasoner_with(SHAPES[2][0]).plans("h")[0]
     assert isinstance(entry.node, Node)
     text = entry.node.describe()
-    assert text.startswith("semi-join: <e>(X, Y)") and "<k>(Y)" in text
+    assert text.startswith("key filter: <e>(X, Y)") and "<k>(Y)" in text
 
 
 def test_explain_plans_prints_every_rule_and_one_by_name(tmp_path):
@@ -100,7 +100,7 @@ def test_explain_plans_prints_every_rule_and_one_by_name(tmp_path):
     text = out.getvalue()
     assert "# copy: <h>(X, Y) :- <e>(X, Y) ." in text
     assert "no compiled plan (evaluated by the renaming module)" in text
-    assert "semi [rule, no delta] semi-join" in text
+    assert "semi [rule, no delta] key filter" in text
     assert "two [rule, no delta] grouped join" in text
     assert "def rule(S, D, out, ERR, GUARD):" in text
     assert "no compiled plan (evaluated by the transitive module)" in text

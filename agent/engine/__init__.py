@@ -1,13 +1,23 @@
-"""The zodiac-edge Datalog engine.
+"""The zodiac-edge Datalog engine: everything a user of it imports comes from here.
 
-Layers, each knowing only the one below: ``parser`` (text -> ``language`` AST) ->
-``dependency`` (hyper-node graph) -> ``planner`` / ``compiler`` (plans -> Python functions) ->
-``modules`` (evaluation per hyper-node) -> ``store`` (relations, indexes). ``Reasoner`` is the
-facade.
+The folders are its layers, each importing only those below it (``tests/test_layers.py``)::
+
+    errors, language, terms, values, costs, budget, gcpause   the shared vocabulary
+    program/    text -> rules (parser, validation, RDF input) -> dependency graph, hyper-nodes
+    storage/    relations and data stores, facts by subject, changes, read-only views
+    plan/       body order, decompositions, code shapes (rewrites), compiler, executor
+    equality/   owl:sameAs by rewriting
+    modules/    one evaluation module per kind of hyper-node (support/: what they share)
+    update/     the update driver: net changes, transitions, estimates, maintenance
+    reasoner, explain, cli                                    the facade
+
+``Reasoner`` is the facade; ``docs/semantics.md`` is the language's contract.
 """
 
 from agent.engine.budget import Budget, BudgetExceeded
 from agent.engine.errors import (
+    NonFiniteError,
+    NotTextError,
     ParseError,
     RuleError,
     StratificationError,
@@ -16,22 +26,79 @@ from agent.engine.errors import (
     ZodiacError,
 )
 from agent.engine.explain import Derivation
-from agent.engine.language import RDF_TYPE, Literal, Program, Rule
+from agent.engine.language import (
+    RDF_TYPE,
+    XSD,
+    Aggregate,
+    Atom,
+    BinaryOp,
+    Bind,
+    Call,
+    Comparison,
+    Constant,
+    Literal,
+    Negation,
+    Program,
+    Rule,
+    Value,
+    Variable,
+)
+from agent.engine.program.loaders import load_facts, load_program
+from agent.engine.program.parser import parse_atom, parse_file, parse_program
 from agent.engine.reasoner import Reasoner
+from agent.engine.terms import fact_identity
+from agent.engine.update.net_change import NetChange
 
 __all__ = [
-    "RDF_TYPE",
+    # the facade
+    "Reasoner",
+    "Derivation",
     "Budget",
     "BudgetExceeded",
-    "Derivation",
-    "Literal",
-    "ParseError",
+    # reading rules and facts
+    "parse_program",
+    "parse_file",
+    "parse_atom",
+    "load_program",
+    "load_facts",
+    "read_facts",
+    "write_ntriples",
+    # the language: rules as syntax trees, and values
     "Program",
-    "Reasoner",
     "Rule",
+    "Atom",
+    "Negation",
+    "Comparison",
+    "Bind",
+    "Aggregate",
+    "BinaryOp",
+    "Call",
+    "Constant",
+    "Variable",
+    "Literal",
+    "Value",
+    "RDF_TYPE",
+    "XSD",
+    # updates
+    "NetChange",
+    "fact_identity",
+    # errors
+    "ZodiacError",
+    "ParseError",
     "RuleError",
+    "UnsafeRuleError",
     "StratificationError",
     "UnknownRuleError",
-    "UnsafeRuleError",
-    "ZodiacError",
+    "NonFiniteError",
+    "NotTextError",
 ]
+
+
+def __getattr__(name: str):
+    """``read_facts`` and ``write_ntriples`` are imported on first use: they need rdflib,
+    which an agent that reads no RDF file should not pay for at start."""
+    if name in ("read_facts", "write_ntriples"):
+        from agent.engine.program import rdf
+
+        return getattr(rdf, name)
+    raise AttributeError(f"module 'agent.engine' has no attribute {name!r}")

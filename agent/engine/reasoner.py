@@ -1,17 +1,23 @@
 """The facade users see: ``Reasoner.add_rules / add_facts / facts / query / explain / stats``.
 
-Path of a call, top to bottom (seven files from ``add_rules`` to a join loop)::
+Path of a call, top to bottom (each folder is a layer; seven files from ``add_rules`` to a
+join loop)::
 
-    reasoner.py     Reasoner.add_rules -> update -> _update: load (loaders.py), check, build
-                    the hyper-node graph (dependency.py), hand over to the driver
-    maintenance.py  UpdateDriver.run -> update_node: per hyper-node, in topological order,
-                    new (compute_afresh), kept (maintain) or changed (see transitions.py)
-    modules/seminaive.py  SeminaiveModule.materialise -> add: every rule, then rounds over
-                    the delta (closure, renaming... modules are alternatives to this one)
-    executor.py     Executor.run: find each atom's relations, plan and compile once, call
-    planner.py      plan_rule: the body ordered into steps (the logical plan)
-    rewrites/       choose: the shape of the code (one file per fast path)
-    compiler.py     RuleCompiler.compile: the Python source of the join loop for that node
+    reasoner.py                 Reasoner.add_rules -> update -> _update: load the text
+                                (program/loaders.py), check it, build the hyper-node graph
+                                (program/dependency.py), hand over to the driver
+    update/maintenance.py       UpdateDriver.run -> update_node: per hyper-node, in topological
+                                order, new (compute_afresh), kept (maintain) or changed
+                                (update/transitions.py)
+    modules/seminaive.py        SeminaiveModule.materialise -> add: every rule, then rounds
+                                over the delta (the closure, renaming... modules are
+                                alternatives to this one, modules/__init__.py picks one)
+    plan/executor.py            Executor.run: find each atom's relations, plan and compile once,
+                                call
+    plan/planner.py             plan_rule: the body ordered into steps (the logical plan)
+    plan/rewrites/              choose_shape: the shape of the code (one file per fast path)
+    plan/compiler.py            RuleCompiler.compile: the Python source of the join loop
+    storage/store.py            Relation: the facts and indexes the loop reads
 
 ``Reasoner.plans(name)`` and ``zodiac-edge explain RULES FACTS --plans`` print every compiled
 plan of a rule, its shape and its source.
@@ -20,8 +26,8 @@ Every public method either completes or raises leaving the reasoner exactly as i
 insertions are checked (syntax, safety, stratification) on a candidate program before anything
 is touched.
 
-Every change (facts, rules, or both) goes through ``maintenance.UpdateDriver``, which maintains
-the materialisation incrementally, hyper-node by hyper-node.
+Every change (facts, rules, or both) goes through ``update.maintenance.UpdateDriver``, which
+maintains the materialisation incrementally, hyper-node by hyper-node.
 """
 
 from __future__ import annotations

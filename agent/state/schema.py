@@ -35,8 +35,8 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE relations (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, arity INTEGER NOT NULL, UNIQUE (name, arity)
 );
-{EXPLICIT_TABLE};  -- the facts each source claims (agent/state/claims.py), packed:
-agent/state/explicit_rows.py CREATE TABLE rules (
+{EXPLICIT_TABLE};  -- the facts each source claims (state/claims.py), packed: state/explicit_rows.py
+CREATE TABLE rules (
     name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,
     bundle_id TEXT, position INTEGER NOT NULL, form TEXT, crc INTEGER,
     PRIMARY KEY (name, stream)

@@ -9,7 +9,7 @@ from agent.engine.costs import DEFAULT_COSTS, CostPolicy
 from agent.engine.modules.aggregate import AggregateModule
 from agent.engine.modules.base import Module, NodeState
 from agent.engine.modules.composition import CompositionModule, composition_shape
-from agent.engine.modules.hypertree import HypertreeModule, choose
+from agent.engine.modules.hypertree import HypertreeModule, choose_decompositions
 from agent.engine.modules.renaming import RenamingModule, is_renaming_node
 from agent.engine.modules.semijoin import SemiJoinModule, semijoin_shape
 from agent.engine.modules.seminaive import SeminaiveModule
@@ -59,7 +59,7 @@ def _module_for(node: NodeState, use_modules: bool, costs: CostPolicy) -> Module
 
 def _hypertree_or_seminaive(node: NodeState, costs: CostPolicy) -> Module:
     if costs.decompositions != "off":
-        choices = choose(node, costs.decompositions)
+        choices = choose_decompositions(node, costs.decompositions)
         if any(choice.decomposed is not None for choice in choices.values()):
             return HypertreeModule(choices, costs.decompositions)
     return SeminaiveModule()

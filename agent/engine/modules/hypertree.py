@@ -2,9 +2,9 @@
 decompositions (``decomposed.py``), the others by ordinary plans, maintained with DRed as the
 backbone (the paper's Algorithm 2, for one module of the modular framework).
 
-Which rules are decomposed is decided per rule when the module is built (``choose``): a rule
-whose body is cyclic gets its cheapest decomposition (``decomposition.decompose``) when that is
-estimated cheaper than the rule's join plan, from the sizes and distinct values of the facts
+Which rules are decomposed is decided per rule when the module is built (``choose_decompositions``):
+a rule whose body is cyclic gets its cheapest decomposition (``decomposition.decompose``) when that
+is estimated cheaper than the rule's join plan, from the sizes and distinct values of the facts
 its atoms read now (a relation the hyper-node derives counts as large as the largest other
 relation the rule reads: it is usually empty when the choice is made). The policy's
 ``decompositions`` setting may instead decompose every cyclic rule (``"always"``) or none.
@@ -104,7 +104,9 @@ class Choice:
         return found
 
 
-def choose(node: NodeState, mode: str, rules: Sequence[Rule] | None = None) -> dict[str, Choice]:
+def choose_decompositions(
+    node: NodeState, mode: str, rules: Sequence[Rule] | None = None
+) -> dict[str, Choice]:
     """Per rule of the node (or of ``rules``), by content key: decomposed or planned (see the
     module docstring). ``mode``: "auto", "always" or "off"."""
     choices: dict[str, Choice] = {}
@@ -181,7 +183,8 @@ class HypertreeModule(Module):
         for rule in node.rules:
             choice = self.choices.get(rule.key)
             if choice is None:  # a rule added by extend without a choice yet
-                choice = self.choices[rule.key] = choose(node, self.mode, [rule])[rule.key]
+                chosen = choose_decompositions(node, self.mode, [rule])
+                choice = self.choices[rule.key] = chosen[rule.key]
             found.append((rule, choice.decomposed or PlannedRule(rule)))
         return found
 

@@ -6,7 +6,7 @@ RS2's leaf rule ``r18: p31(X, Y) :- p25(X, Y), p26(Y, Z)`` is the case that matt
 ``p25`` is stored by subject as bitmaps (the composition module's output), and the rule keeps,
 for each subject ``x``, the objects of ``A[x]`` that are subjects of ``p26``. Seen a subject at a
 time, that is one bitmap intersection, ``H[x] = A[x] & K`` where ``K`` is the set of values
-``p26`` has on the filter's column; the compiled rule (rewrites/semijoin.py) does the same
+``p26`` has on the filter's column; the compiled rule (plan/rewrites/key_filter.py) does the same
 with a C-level pass over ``A``'s tuples, which a relation stored by subject must first build.
 
 **Shape** (`semijoin_shape`): the head is the binary atom ``A(x, y)`` itself (same relation

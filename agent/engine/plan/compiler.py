@@ -18,7 +18,7 @@ call), ``D`` the delta set when the plan has a delta atom, ``out`` the set recei
 substitution and counts, see docs/semantics.md) and ``GUARD`` the update's budget guard: the
 outermost loop over facts starts with ``if len(out) > GUARD.cap: GUARD.pulse(out)`` (budget.py).
 
-The compiler decides nothing about the code's shape: ``rewrites.choose`` turns the plan into a
+The compiler decides nothing about the code's shape: ``rewrites.choose_shape`` turns the plan into a
 node (nested loops, or one of the faster shapes, each in its own module under ``rewrites/``
 with the code before and after in its docstring) and the compiler emits code for that node.
 The code is compiled under a filename naming the rule, its variant, delta position and shape,
@@ -43,12 +43,12 @@ from agent.engine.plan.rewrites import (
     Empty,
     ExistsSplit,
     GroupedJoin,
+    KeyFilter,
     Node,
     Product,
     Projection,
-    SemiJoin,
     Shape,
-    choose,
+    choose_shape,
 )
 from agent.engine.plan.rewrites.product import excluded_by, is_term, new_variable
 from agent.engine.terms import TermDictionary
@@ -111,7 +111,7 @@ class RuleCompiler:
         candidate facts with the head bound): see ``rewrites/exists.py``. ``name`` names the
         code in tracebacks and profiles (with the shape appended)."""
         head = tuple(plan.rule.head.terms if head_terms is None else head_terms)
-        node = choose(plan, Context(head, source_counts, exists))
+        node = choose_shape(plan, Context(head, source_counts, exists))
         generator = _RuleGenerator(self.terms, node, source_counts, head)
         source, shape = generator.generate()
         namespace = dict(RUNTIME)
@@ -240,8 +240,8 @@ class _RuleGenerator:
             body = ["    return"]
         elif isinstance(node, Projection):
             body = self.emit_projection(node)
-        elif isinstance(node, SemiJoin):
-            body = self.emit_semijoin(node)
+        elif isinstance(node, KeyFilter):
+            body = self.emit_key_filter(node)
         else:
             self.emit_preamble(self.plan.steps[0] if isinstance(node, GroupedJoin) else None)
             out.line("for _once in ONCE:")
@@ -314,8 +314,8 @@ class _RuleGenerator:
                 lines.append(f"    out.update(zip({maps}))")
         return lines
 
-    # -- semi-joins (rewrites/semijoin.py) -------------------------------------------------
-    def emit_semijoin(self, node: SemiJoin) -> list[str]:
+    # -- key filters (rewrites/key_filter.py) ----------------------------------------------
+    def emit_key_filter(self, node: KeyFilter) -> list[str]:
         main = node.main
         lines = []
         tests = []
@@ -629,7 +629,7 @@ class _RuleGenerator:
 def with_budget_pulse(source: str) -> str:
     """Insert the budget check (agent/engine/budget.py) at the top of the outermost loop over
     facts: the first ``for`` after ``for _once in ONCE:`` that is not a loop over a tuple of
-    sources. A rule with no such loop (C-level projections and semi-joins) produces at most
+    sources. A rule with no such loop (C-level projections and key filters) produces at most
     as many facts as one relation holds, and is checked before and after by its module."""
     lines = source.split("\n")
     started = False

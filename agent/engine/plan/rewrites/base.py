@@ -22,7 +22,7 @@ class Shape(enum.Enum):
 
     EMPTY = "empty"  # a positive atom has no facts: nothing to do
     PROJECTION = "projection"  # one atom copied, permuted or projected, in C
-    SEMI_JOIN = "semi-join"  # one atom filtered by key lookups in the others, in C
+    KEY_FILTER = "key filter"  # one atom's facts kept by key lookups in the others, in C
     EXISTS = "exists"  # head bound first, the rest stops at its first match
     GROUPED_JOIN = "grouped join"  # one output tuple per distinct head, buckets unioned
     PRODUCT = "product"  # nested loops whose innermost atom is a C-level set operation

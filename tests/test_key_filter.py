@@ -1,6 +1,7 @@
-"""Semi-join rules (one atom filtered by the existence or absence of matches in others) are
-compiled to C-level ``compress`` calls: the shapes that take that path, and those that must
-not, give the reference evaluator's result, from scratch and through fact updates."""
+"""Key filters, the compiled form of a semi-join (one atom filtered by the existence or
+absence of matches in others), are C-level ``compress`` calls: the shapes that take that path,
+and those that must not, give the reference evaluator's result, from scratch and through fact
+updates."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from agent.engine.plan.rewrites import Shape
 from agent.engine.program.parser import parse_program
 from tests.reference import evaluate, to_external
 
-# (rule text, whether the compiled plan must be a semi-join)
+# (rule text, whether the compiled plan must be a key filter)
 SHAPES = [
     ("h(X, Y) :- q(X, Y), r(Y, Z) .", True),  # RS2's r18: the head is q's fact itself
     ("h(Y, X) :- q(X, Y), r(Y, Z) .", True),  # a permuted head
@@ -56,7 +57,7 @@ def test_semijoin_shapes_equal_the_reference(rule, semijoin, q, r, u, s, t, gone
     # (a plan with a positive atom that has no facts is compiled to a bare return)
     shapes = [entry.shape for entry in reasoner.plans("h1") if entry.shape is not Shape.EMPTY]
     if shapes:
-        assert (Shape.SEMI_JOIN in shapes) is semijoin, shapes
+        assert (Shape.KEY_FILTER in shapes) is semijoin, shapes
     removed = gone.draw(st.lists(st.sampled_from(facts), unique=True) if facts else st.just([]))
     reasoner.delete_facts([to_external(f) for f in removed])
     remaining = [f for f in facts if f not in removed]

@@ -1,6 +1,6 @@
-"""Semi-join: the head takes its variables from one atom M, and every other atom only tests
-that some (positive) or no (negated) fact matches M's values; each head is then one of M's facts
-kept or dropped by key lookups, which ``compress`` over ``map`` does in C.
+"""Key filter, the compiled semi-join: the head takes its variables from one atom M, and every other
+atom only tests that some (positive) or no (negated) fact matches M's values; each head is then one
+of M's facts kept or dropped by key lookups, which ``compress`` over ``map`` does in C.
 
 Before (nested loops), for ``p31(X, Y) :- p25(X, Y), p26(Y, Z)``::
 
@@ -42,11 +42,11 @@ class Filter:
 
 
 @dataclass(frozen=True)
-class SemiJoin(Node):
+class KeyFilter(Node):
     main: ScanStep
     filters: tuple[Filter, ...]
 
-    shape = Shape.SEMI_JOIN
+    shape = Shape.KEY_FILTER
 
     def describe(self) -> str:
         tests = [
@@ -54,10 +54,10 @@ class SemiJoin(Node):
             for f in self.filters
         ]
         source = "Δ" if self.main.delta else ""
-        return f"semi-join: {source}{self.main.atom} kept by {'; '.join(tests)}"
+        return f"key filter: {source}{self.main.atom} kept by {'; '.join(tests)}"
 
 
-def semijoin(plan: Plan, context: Context) -> SemiJoin | None:
+def key_filter(plan: Plan, context: Context) -> KeyFilter | None:
     steps = plan.steps
     head = context.head_terms
     if len(steps) < 2 or not head or not all(isinstance(t, Variable) for t in head):
@@ -94,4 +94,4 @@ def semijoin(plan: Plan, context: Context) -> SemiJoin | None:
         if not columns:
             return None
         filters.append(Filter(step, columns, tuple(terms.index(others[c]) for c in columns)))
-    return SemiJoin(plan, main, tuple(filters))
+    return KeyFilter(plan, main, tuple(filters))
