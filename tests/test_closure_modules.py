@@ -468,7 +468,7 @@ class RecordingBag(DataStoreBag):
 def test_reads_only_its_relation(kind, irreflexive):
     harness = Harness(kind, irreflexive)
     seen: set = set()
-    harness.node.view = RecordingBag(harness.node.view.stores, seen)
+    harness.node.bag = RecordingBag(harness.node.bag.stores, seen)
     harness.materialise(edb=chain(4))
     harness.update(edb_add={(3, 0)}, edb_remove={(1, 2)})
     harness.update(other_add={(1, 2)})

@@ -113,7 +113,7 @@ def test_fig4_views_are_bags_of_pointers_not_copies():
     reasoner.add_rules(FIG1)
     by_rules = {frozenset(r.id for r in n.rules): n for n in reasoner.nodes}
     hn2, hn3, hn4 = by_rules[hn("r2", "r3", "r4")], by_rules[hn("r5")], by_rules[hn("r6", "r7")]
-    stores = hn4.view.stores
+    stores = hn4.bag.stores
     assert any(s is reasoner.edb for s in stores)
     assert any(s is hn2.idb for s in stores) and any(s is hn3.idb for s in stores)
     assert any(s is hn4.idb for s in stores)

@@ -213,7 +213,7 @@ class Reasoner:
             node = new_node_state(
                 name, logical, idb, reasoner.edb, predecessors, None, modules, reasoner.costs
             )
-            node.module.adopt(node)  # type: ignore[union-attr]
+            node.module.loaded_from_state(node)  # type: ignore[union-attr]
             reasoner.nodes.append(node)
         reasoner.restored = "loaded"
         return reasoner
@@ -364,7 +364,7 @@ class Reasoner:
         held = self.edb.get(SAME_AS)
         if SAME_AS in additions or held is not None and len(held) or mentions_equality(added):
             layer = EqualityLayer(self.terms, self.costs, self._rule_evaluator())
-            layer.adopt(self.edb)
+            layer.start_from(self.edb)
             return layer
         return None
 

@@ -149,7 +149,7 @@ class EqualityLayer:
         }
 
     # ------------------------------------------------------------------ updating
-    def adopt(self, edb: DataStore) -> None:
+    def start_from(self, edb: DataStore) -> None:
         """Take over the explicit facts of a reasoner that had no equality so far (all of them
         in normal form: there were no classes)."""
         for key, relation in edb.relations.items():

@@ -80,7 +80,7 @@ class AggregateModule(Module):
         self.direct = False
         self.stale = False  # IDB loaded from saved state: groups unknown until recomputed
 
-    def adopt(self, node: NodeState) -> None:
+    def loaded_from_state(self, node: NodeState) -> None:
         """Group bookkeeping is not saved: the first change rebuilds it (`restore`), or
         recomputes the node where it cannot be read back from the IDB."""
         self.stale = True
@@ -127,7 +127,7 @@ class AggregateModule(Module):
         shape = subject_shape(aggregate)
         if shape is None:
             return None
-        reader = GroupReader(shape, node.view, executor, aggregate.function, None)
+        reader = GroupReader(shape, node.bag, executor, aggregate.function, None)
         alone, shared = reader.partition()
         self.kept = KeptPartition(shape, alone, shared)
         return reader, alone, shared
@@ -148,7 +148,7 @@ class AggregateModule(Module):
                 substitutions: set[tuple[int, ...]] = set()
                 executor.run(
                     rule,
-                    node.view,
+                    node.bag,
                     substitutions,
                     body=aggregate.body,
                     head_terms=variables,
@@ -197,7 +197,7 @@ class AggregateModule(Module):
         executor: Executor,
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
-        old_view: DataStoreBag | None = None,
+        old_bag: DataStoreBag | None = None,
     ) -> Maintained:
         if self.stale and not self.restore(node, executor):
             return self.recompute(node, executor, "recompute (group state not restored)")
@@ -208,7 +208,7 @@ class AggregateModule(Module):
         result = Maintained(strategy="groups")
         if self.kept is not None:  # (materialise keeps one for a subject-shaped aggregate)
             # The kept partition tells which groups, read set by set.
-            reader = GroupReader(self.kept.shape, node.view, executor, aggregate.function, None)
+            reader = GroupReader(self.kept.shape, node.bag, executor, aggregate.function, None)
             found = self.kept.changed_rows(reader, changes)
             news = {(x,): None if row is None else (x, row) for x, row in found.items()}
             result.strategy = "groups (partition kept)"
@@ -232,13 +232,13 @@ class AggregateModule(Module):
         substitutions: set[tuple[int, ...]] = set()
         executor.run(
             rule,
-            node.view,
+            node.bag,
             substitutions,
             0,
             groups,
             body=body,
             head_terms=variables,
-            sources=[[], *deltas.sources_for(aggregate.body, node.view)],
+            sources=[[], *deltas.sources_for(aggregate.body, node.bag)],
             variant=Variant.AGGREGATE_GROUPS,
         )
         rows = self.reduce(aggregate, variables, substitutions, executor)
@@ -314,7 +314,7 @@ class AggregateModule(Module):
                         executor,
                         rule,
                         aggregate.body,
-                        node.view,
+                        node.bag,
                         old_facts if tag == "old" else {},
                         position,
                         delta,
@@ -372,7 +372,7 @@ class AggregateModule(Module):
         out: set = set()
         executor.run(
             rule,
-            node.view,
+            node.bag,
             out,
             body=[row_atom, *post],
             head_terms=traced,

@@ -47,7 +47,7 @@ class NodeState:
     name: str
     logical: HyperNode
     idb: DataStore
-    view: DataStoreBag
+    bag: DataStoreBag
     module: Module | None = None
     stats: dict = field(default_factory=dict)
 
@@ -64,11 +64,11 @@ class NodeState:
 
     def lower_stores(self) -> list[DataStore]:
         """The stores this node reads besides its own IDB."""
-        return [s for s in self.view.stores if s is not self.idb]
+        return [s for s in self.bag.stores if s is not self.idb]
 
     def absorb(self, derived: Facts, added: Facts | None = None) -> Facts:
         """Store derived facts in the IDB; return those that became visible (held by no other
-        store of the view), which are the next seminaive round's delta. Facts actually added
+        store of the bag), which are the next seminaive round's delta. Facts actually added
         to the IDB are also recorded in ``added`` when given."""
         visible: Facts = {}
         for key, facts in derived.items():
@@ -85,7 +85,7 @@ class NodeState:
                 continue
             if added is not None:
                 added.setdefault(key, set()).update(new)
-            for relation in self.view.relations(key):
+            for relation in self.bag.relations(key):
                 if relation is not own and new:
                     new = relation.absent(new)
             if new:
@@ -123,10 +123,10 @@ class Module(ABC):
         executor: Executor,
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
-        old_view: DataStoreBag | None = None,
+        old_bag: DataStoreBag | None = None,
     ) -> Maintained:
         """Bring the IDB up to date after the node's inputs changed (and, for a hyper-node that
-        lost rules, after ``removed_rules`` were deleted from it; ``old_view`` is the view those
+        lost rules, after ``removed_rules`` were deleted from it; ``old_bag`` is the bag those
         rules used to read). Returns what changed in the IDB and the strategy chosen."""
 
     def extend(self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]) -> Maintained:
@@ -173,7 +173,7 @@ class Module(ABC):
         self.materialise(node, executor)
         return before
 
-    def adopt(self, node: NodeState) -> None:
+    def loaded_from_state(self, node: NodeState) -> None:
         """The node's IDB was loaded from saved state rather than computed by this module:
         make sure no auxiliary state is trusted that was not rebuilt. The default has none."""
         return None

@@ -212,7 +212,7 @@ class CompositionModule(PerSubjectModule):
         ``costs.composition_bucketed_share`` of the facts, as a bitmap per value costs about
         as much as a tuple."""
         a_y = 1 - self.pattern.a_x
-        for relation in node.view.relations(self.pattern.a):
+        for relation in node.bag.relations(self.pattern.a):
             if not relation.rows_built or relation.existing_index((a_y,)) is not None:
                 continue
             if relation.existing_bucketed_index(a_y) is not None:
@@ -225,18 +225,18 @@ class CompositionModule(PerSubjectModule):
     def images(
         self, node: NodeState, executor: Executor, held: dict | None = None
     ) -> Iterator[tuple[int, BitMap]]:
-        a_out = Lookup.merged(node.view.relations(self.pattern.a), self.pattern.a_x)
+        a_out = Lookup.merged(node.bag.relations(self.pattern.a), self.pattern.a_x)
         objects = self._objects(node)
         objects.convert_all()
         return self._evaluate(a_out, objects, list(a_out.keys()), executor.guard, held)
 
     def _objects(self, node: NodeState, keys: AbstractSet[int] | None = None) -> Bitmaps:
-        """``B[y]`` less ``N[y]`` (when the rule negates ``N``) over the view, for every ``y``
+        """``B[y]`` less ``N[y]`` (when the rule negates ``N``) over the bag, for every ``y``
         or (a lookup built for a few keys) for ``keys`` only."""
         p = self.pattern
 
         def lookup(relation: RelationKey, column: int) -> Lookup:
-            relations = node.view.relations(relation)
+            relations = node.bag.relations(relation)
             if keys is None:
                 return Lookup(relations, column)
             return Lookup.some(relations, column, keys)
@@ -289,14 +289,14 @@ class CompositionModule(PerSubjectModule):
             b_plus = b_plus | unblocked
         if not (a_minus or a_plus or b_minus or b_plus):
             return Maintained(strategy="composition (nothing to do)")
-        a_relations = node.view.relations(p.a)
-        b_relations = node.view.relations(p.b)
+        a_relations = node.bag.relations(p.a)
+        b_relations = node.bag.relations(p.b)
         changed_inputs = len(a_minus) + len(a_plus) + len(b_minus) + len(b_plus)
         inputs = sum(map(len, a_relations))
         if p.b != p.a:
             inputs += sum(map(len, b_relations))
         if p.n is not None and p.n not in (p.a, p.b):
-            inputs += sum(map(len, node.view.relations(p.n)))
+            inputs += sum(map(len, node.bag.relations(p.n)))
         if changed_inputs > self.costs.composition_recompute_changed_share * inputs:
             return self.recompute(
                 node,
@@ -477,10 +477,10 @@ class CompositionModule(PerSubjectModule):
         """``z -> {y : B(y, z)}`` over the new state for the ``zs`` asked, less the ``y`` with
         ``N(y, z)`` when the rule negates ``N``."""
         p = self.pattern
-        b_in = Lookup.some(node.view.relations(p.b), 1 - p.b_y, zs)
+        b_in = Lookup.some(node.bag.relations(p.b), 1 - p.b_y, zs)
         if p.n is None:
             return b_in
-        n_in = Lookup.some(node.view.relations(p.n), 1 - p.n_y, zs)
+        n_in = Lookup.some(node.bag.relations(p.n), 1 - p.n_y, zs)
 
         def unblocked(z: int) -> Iterable[int]:
             blocked = n_in(z)

@@ -45,35 +45,35 @@ class PlannedRule:
     def __init__(self, rule: Rule) -> None:
         self.rule = rule
 
-    def materialise(self, executor: Executor, view: DataStoreBag) -> set[tuple]:
+    def materialise(self, executor: Executor, bag: DataStoreBag) -> set[tuple]:
         found: set[tuple] = set()
-        executor.run(self.rule, view, found)
+        executor.run(self.rule, bag, found)
         return found
 
     everything = materialise
 
     def add(
-        self, executor: Executor, view: DataStoreBag, plus: Facts, unblocked: Facts
+        self, executor: Executor, bag: DataStoreBag, plus: Facts, unblocked: Facts
     ) -> set[tuple]:
-        return deltas.heads_added(executor, self.rule, view, plus, unblocked)
+        return deltas.heads_added(executor, self.rule, bag, plus, unblocked)
 
     def delete(
         self,
         executor: Executor,
-        view: DataStoreBag,
+        bag: DataStoreBag,
         old: dict[RelationKey, Relation],
         minus: Facts,
         blocked: Facts,
     ) -> set[tuple]:
-        return deltas.heads_removed(executor, self.rule, view, old, minus, blocked)
+        return deltas.heads_removed(executor, self.rule, bag, old, minus, blocked)
 
     def rederive(
-        self, executor: Executor, view: DataStoreBag, overdeleted: set[tuple]
+        self, executor: Executor, bag: DataStoreBag, overdeleted: set[tuple]
     ) -> set[tuple]:
         if not overdeleted:
             return set()
         key = self.rule.head.relation
-        return deltas.check(executor, [self.rule], view, {key: overdeleted}).get(key, set())
+        return deltas.check(executor, [self.rule], bag, {key: overdeleted}).get(key, set())
 
 
 RuleEvaluator = PlannedRule | DecomposedRule
@@ -133,11 +133,11 @@ def atom_stats(rule: Rule, node: NodeState) -> dict[int, AtomStats]:
     fallback = 1
     for position, item in enumerate(rule.body):
         if isinstance(item, Atom) and item.relation not in node.heads:
-            found[position] = relation_stats(node.view.relations(item.relation), item.arity)
+            found[position] = relation_stats(node.bag.relations(item.relation), item.arity)
             fallback = max(fallback, found[position].size)
     for position, item in enumerate(rule.body):
         if isinstance(item, Atom) and item.relation in node.heads:
-            stats = relation_stats(node.view.relations(item.relation), item.arity)
+            stats = relation_stats(node.bag.relations(item.relation), item.arity)
             if stats.size < fallback:  # still empty (or small) before it is materialised
                 share = max(1, fallback)
                 stats = AtomStats(share, tuple(max(d, share // 10) for d in stats.distinct))
@@ -200,7 +200,7 @@ class HypertreeModule(Module):
         started = time.perf_counter()
         derived: Facts = {key: set() for key in node.heads}
         for rule, evaluator in self.evaluators(node):
-            derived[rule.head.relation] |= evaluator.materialise(executor, node.view)
+            derived[rule.head.relation] |= evaluator.materialise(executor, node.bag)
         rounds = self.close(node, executor, node.absorb(derived))
         self.ready = True
         node.stats.update(
@@ -217,7 +217,7 @@ class HypertreeModule(Module):
         while delta and recursive:
             derived: Facts = {key: set() for key in node.heads}
             for rule, evaluator in recursive:
-                derived[rule.head.relation] |= evaluator.add(executor, node.view, delta, {})
+                derived[rule.head.relation] |= evaluator.add(executor, node.bag, delta, {})
             delta = node.absorb(derived, added)
             rounds += 1
         return rounds
@@ -230,7 +230,7 @@ class HypertreeModule(Module):
         new = {rule.key for rule in new_rules}
         for rule, evaluator in self.evaluators(node):
             if rule.key in new:
-                derived[rule.head.relation] |= evaluator.materialise(executor, node.view)
+                derived[rule.head.relation] |= evaluator.materialise(executor, node.bag)
         self.close(node, executor, node.absorb(derived, added), added)
         return Maintained(added=added, strategy="extend")
 
@@ -241,7 +241,7 @@ class HypertreeModule(Module):
         executor: Executor,
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
-        old_view: DataStoreBag | None = None,
+        old_bag: DataStoreBag | None = None,
     ) -> Maintained:
         if not self.ready:
             return self.recompute(node, executor, "recompute (no decomposition state)")
@@ -254,11 +254,11 @@ class HypertreeModule(Module):
         candidates: Facts = {key: set() for key in node.heads}
         for rule, evaluator in evaluators:
             candidates[rule.head.relation] |= evaluator.delete(
-                executor, node.view, old, changes.minus, changes.plus
+                executor, node.bag, old, changes.minus, changes.plus
             )
         for rule in removed_rules:
             candidates.setdefault(rule.head.relation, set()).update(
-                self.removed(rule, executor, old_view or node.view, old)
+                self.removed(rule, executor, old_bag or node.bag, old)
             )
         overdeleted = self.overdelete(node, executor, evaluators, candidates, old)
         if overdeleted is None:
@@ -270,7 +270,7 @@ class HypertreeModule(Module):
         rederived: Facts = {key: set() for key in node.heads}
         for rule, evaluator in evaluators:
             lost = overdeleted.get(rule.head.relation, set())
-            rederived[rule.head.relation] |= evaluator.rederive(executor, node.view, lost)
+            rederived[rule.head.relation] |= evaluator.rederive(executor, node.bag, lost)
         added: Facts = {}
         delta = node.absorb(rederived, added)
 
@@ -278,7 +278,7 @@ class HypertreeModule(Module):
         inserted: Facts = {key: set() for key in node.heads}
         for rule, evaluator in evaluators:
             inserted[rule.head.relation] |= evaluator.add(
-                executor, node.view, changes.plus, changes.minus
+                executor, node.bag, changes.plus, changes.minus
             )
         for key, rows in node.absorb(inserted, added).items():
             delta.setdefault(key, set()).update(rows)
@@ -289,15 +289,15 @@ class HypertreeModule(Module):
         self,
         rule: Rule,
         executor: Executor,
-        view: DataStoreBag,
+        bag: DataStoreBag,
         old: dict[RelationKey, Relation],
     ) -> set[tuple]:
         """Everything a deleted rule derived over the old state; its decomposition is dropped."""
         choice = self.choices.pop(rule.key, None)
         if choice is not None and choice.decomposed is not None:
             executor.forget(choice.decomposed.rule_keys)
-            return choice.decomposed.everything(executor, view)
-        return deltas.removed_rule_heads(executor, rule, view, old)
+            return choice.decomposed.everything(executor, bag)
+        return deltas.removed_rule_heads(executor, rule, bag, old)
 
     def overdelete(
         self,
@@ -321,7 +321,7 @@ class HypertreeModule(Module):
             reached: Facts = {key: set() for key in node.heads}
             for rule, evaluator in recursive:
                 reached[rule.head.relation] |= evaluator.delete(
-                    executor, node.view, old, frontier, {}
+                    executor, node.bag, old, frontier, {}
                 )
             frontier = {}
             for key, rows in deltas.intersect(reached, node.idb.get).items():
@@ -338,7 +338,7 @@ class HypertreeModule(Module):
         for decomposed in self.decomposed():
             executor.forget(decomposed.rule_keys)
 
-    def adopt(self, node: NodeState) -> None:
+    def loaded_from_state(self, node: NodeState) -> None:
         """The IDB was loaded from saved state: the instantiations are computed on the first
         update (materialise recomputes them with the IDB)."""
         self.ready = False

@@ -146,7 +146,7 @@ class RenamingModule(Module):
     def lower(node: NodeState, key: RelationKey) -> list[Relation]:
         """The relations of ``key`` in the node's lower stores (not its own IDB)."""
         own = node.idb.get(key)
-        return [r for r in node.view.relations(key) if r is not own and len(r)]
+        return [r for r in node.bag.relations(key) if r is not own and len(r)]
 
     def images(self, node: NodeState, pairs: Iterable[tuple[RelationKey, Permutation]]) -> set:
         """The lower facts of every source, each under its permutation, as tuples (a source
@@ -256,7 +256,7 @@ class RenamingModule(Module):
         executor: Executor,
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
-        old_view: DataStoreBag | None = None,
+        old_bag: DataStoreBag | None = None,
     ) -> Maintained:
         if removed_rules:
             return self.recompute(node, executor, "recompute (rules removed)")

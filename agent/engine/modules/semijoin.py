@@ -134,7 +134,7 @@ class Keys:
         self.objects: list[tuple[BitMap, bool]] = []
         self.subjects: list[tuple[BitMap, bool]] = []
         for f in pattern.filters:
-            keys = key_set(node.view.relations(f.relation), f.column)
+            keys = key_set(node.bag.relations(f.relation), f.column)
             (self.objects if f.on_object else self.subjects).append((keys, f.negated))
 
     def image(self, x: int, objects: Iterable[int]) -> BitMap:
@@ -156,7 +156,7 @@ class SemiJoinModule(PerSubjectModule):
         self, node: NodeState, executor: Executor, held: dict | None = None
     ) -> Iterator[tuple[int, BitMap]]:
         keys = Keys(node, self.pattern)
-        source = Lookup.merged(node.view.relations(self.pattern.source), 0)
+        source = Lookup.merged(node.bag.relations(self.pattern.source), 0)
         tick = executor.guard.tick
         if not keys.subjects and len(keys.objects) == 1:
             # One filter on the object (RS2's leaf r18): ``A[x] & keys`` (or ``-``) per
@@ -176,7 +176,7 @@ class SemiJoinModule(PerSubjectModule):
         self, node: NodeState, executor: Executor, changes: InputChanges
     ) -> Maintained:
         p = self.pattern
-        relations = node.view.relations(p.source)
+        relations = node.bag.relations(p.source)
         affected: set[int] = set()
         for facts in (changes.plus.get(p.source), changes.minus.get(p.source)):
             if facts:

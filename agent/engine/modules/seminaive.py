@@ -1,9 +1,9 @@
 """Seminaive evaluation and DRed^c-style maintenance of any hyper-node (the fallback module).
 
-Materialisation: round 0 evaluates every rule over the whole view; each later round evaluates,
+Materialisation: round 0 evaluates every rule over the whole bag; each later round evaluates,
 for every body atom over a relation this node derives (a recursive atom), the rule with that
 atom reading only the facts that became visible in the previous round. Other atoms read the full
-view including this round's delta: an instance with two new premises is found twice, which the
+bag including this round's delta: an instance with two new premises is found twice, which the
 output set absorbs; in exchange no "old" copy of any relation is kept.
 
 Maintenance (modular-materialisation paper, Algorithm 3 for one module):
@@ -45,7 +45,7 @@ class SeminaiveModule(Module):
         started = time.perf_counter()
         derived: Facts = {key: set() for key in node.heads}
         for rule in node.rules:
-            executor.run(rule, node.view, derived[rule.head.relation])
+            executor.run(rule, node.bag, derived[rule.head.relation])
         rounds = self.add(node, executor, node.absorb(derived))
         node.stats.update(rounds=rounds + 1, seconds=time.perf_counter() - started)
 
@@ -60,7 +60,7 @@ class SeminaiveModule(Module):
             for rule, position, relation in recursive:
                 changed = delta.get(relation)
                 if changed:
-                    executor.run(rule, node.view, derived[rule.head.relation], position, changed)
+                    executor.run(rule, node.bag, derived[rule.head.relation], position, changed)
             delta = node.absorb(derived, added)
             rounds += 1
         return rounds
@@ -80,7 +80,7 @@ class SeminaiveModule(Module):
         added: Facts = {}
         derived: Facts = {key: set() for key in node.heads}
         for rule in new_rules:
-            executor.run(rule, node.view, derived[rule.head.relation])
+            executor.run(rule, node.bag, derived[rule.head.relation])
         self.add(node, executor, node.absorb(derived, added), added)
         return Maintained(added=added, strategy="extend")
 
@@ -91,20 +91,20 @@ class SeminaiveModule(Module):
         executor: Executor,
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
-        old_view: DataStoreBag | None = None,
+        old_bag: DataStoreBag | None = None,
     ) -> Maintained:
         old_facts = deltas.temporary_relations(changes.minus)
         candidates = self.diff_removed(node, executor, changes, old_facts)
         for rule in removed_rules:
             out = candidates.setdefault(rule.head.relation, set())
-            deltas.removed_rule_heads(executor, rule, old_view or node.view, old_facts, out)
+            deltas.removed_rule_heads(executor, rule, old_bag or node.bag, old_facts, out)
         overdeleted = self.delete(node, executor, candidates, old_facts)
         if overdeleted is None:
             return self.recompute(node, executor, "recompute")
         for key, rows in overdeleted.items():
             node.own(key).remove_all(rows)
         added: Facts = {}
-        rederived = deltas.check(executor, node.rules, node.view, overdeleted)
+        rederived = deltas.check(executor, node.rules, node.bag, overdeleted)
         delta = node.absorb(rederived, added)
         inserted = self.diff_added(node, executor, changes)
         for key, rows in node.absorb(inserted, added).items():
@@ -120,7 +120,7 @@ class SeminaiveModule(Module):
         for rule in node.rules:
             out = candidates[rule.head.relation]
             deltas.heads_removed(
-                executor, rule, node.view, old_facts, changes.minus, changes.plus, out
+                executor, rule, node.bag, old_facts, changes.minus, changes.plus, out
             )
         return candidates
 
@@ -129,7 +129,7 @@ class SeminaiveModule(Module):
         derived: Facts = {key: set() for key in node.heads}
         for rule in node.rules:
             out = derived[rule.head.relation]
-            deltas.heads_added(executor, rule, node.view, changes.plus, changes.minus, out)
+            deltas.heads_added(executor, rule, node.bag, changes.plus, changes.minus, out)
         return derived
 
     def delete(
@@ -162,7 +162,7 @@ class SeminaiveModule(Module):
                         executor,
                         rule,
                         rule.body,
-                        node.view,
+                        node.bag,
                         old_facts,
                         position,
                         changed,
@@ -184,7 +184,7 @@ class SeminaiveModule(Module):
     ) -> Facts:
         """DRed^c's stop: drop facts that a non-recursive rule still derives (such a rule only
         reads lower hyper-nodes, which are already up to date)."""
-        supported = deltas.check(executor, nonrecursive, node.view, facts)
+        supported = deltas.check(executor, nonrecursive, node.bag, facts)
         kept: Facts = {}
         for key, rows in facts.items():
             rest = rows - supported.get(key, set())

@@ -141,9 +141,9 @@ class ClosureModule(Module):
 
     # ------------------------------------------------------------------ inputs
     def external(self, node: NodeState) -> list[Relation]:
-        """The relations of the view holding external R facts (every one but the node's own)."""
+        """The relations of the bag holding external R facts (every one but the node's own)."""
         own = node.own(self.relation)
-        return [r for r in node.view.relations(self.relation) if r is not own and len(r)]
+        return [r for r in node.bag.relations(self.relation) if r is not own and len(r)]
 
     # ------------------------------------------------------------------ interface
     def materialise(self, node: NodeState, executor: Executor) -> None:
@@ -166,7 +166,7 @@ class ClosureModule(Module):
         executor: Executor,
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
-        old_view: DataStoreBag | None = None,
+        old_bag: DataStoreBag | None = None,
     ) -> Maintained:
         self.guard = executor.guard
         minus = changes.minus.get(self.relation) or set()

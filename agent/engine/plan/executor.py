@@ -1,4 +1,4 @@
-"""Runs one rule over a hyper-node's view: plan, compile (cached), call.
+"""Runs one rule over a hyper-node's bag: plan, compile (cached), call.
 
 The executor is the only place that joins the logical plan with physical storage: it looks up,
 for every body atom, the relations that hold its facts in the hyper-node's DataStoreBag, asks the
@@ -70,7 +70,7 @@ class Executor:
     def __post_init__(self) -> None:
         self._compiler = RuleCompiler(self.terms)
 
-    def sources(self, body: Sequence, view: DataStoreBag) -> list[list[Relation]]:
+    def sources(self, body: Sequence, bag: DataStoreBag) -> list[list[Relation]]:
         """For each body position, the non-empty relations an atom (or negated atom) reads.
 
         Empty relations are left out so compiled code does not loop over them; the compile
@@ -78,9 +78,9 @@ class Executor:
         found: list[list[Relation]] = []
         for item in body:
             if isinstance(item, Atom):
-                found.append([r for r in view.relations(item.relation) if len(r)])
+                found.append([r for r in bag.relations(item.relation) if len(r)])
             elif isinstance(item, Negation):
-                found.append([r for r in view.relations(item.atom.relation) if len(r)])
+                found.append([r for r in bag.relations(item.atom.relation) if len(r)])
             else:
                 found.append([])
         return found
@@ -88,7 +88,7 @@ class Executor:
     def run(
         self,
         rule: Rule,
-        view: DataStoreBag,
+        bag: DataStoreBag,
         out: set,
         delta_position: int | None = None,
         delta: set | None = None,
@@ -104,7 +104,7 @@ class Executor:
         by ``variant`` and ``detail``), adding head tuples to ``out``."""
         items = rule.body if body is None else body
         if sources is None:
-            sources = self.sources(items, view)
+            sources = self.sources(items, bag)
         counts = tuple(len(s) for s in sources)
         key = (rule.key, variant, detail, delta_position, counts)
         entry = self._cache.get(key)

@@ -5,7 +5,8 @@
   For binary relations the indexes on column 0 and column 1 are ZodiacEdge's PSO and POS.
 * A :class:`DataStore` holds one relation per ``(predicate, arity)``: the program's EDB is one,
   and every hyper-node owns one for the facts its rules derive (its IDB).
-* A :class:`DataStoreBag` is a view over several stores with the predicate -> relations index:
+* A :class:`DataStoreBag` is a bag of several stores read as one, with the predicate -> relations
+index:
   a hyper-node reads the EDB and its predecessors' IDBs through a bag, never through a copy.
 
 Index layout: ``index(bound)`` maps a key to the set of the remaining columns' values. A key is
@@ -629,7 +630,7 @@ class DataStore:
 
 
 class DataStoreBag:
-    """A read view over several stores, with the predicate -> relations index.
+    """Several stores read as one (never a copy), with the predicate -> relations index.
 
     The bag holds pointers to stores, never copies of their facts. ``relations(key)`` lists the
     relations holding facts of ``key`` in the bag's stores; a fact is visible through the bag

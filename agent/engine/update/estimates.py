@@ -54,7 +54,7 @@ def recompute_reason(
             len(r)
             for rule in transition.removed_rules
             for relation, _ in rule.body_relations()
-            for r in node.view.relations(relation)
+            for r in node.bag.relations(relation)
         )
         keep = node.size() * (2 if node.logical.recursive else 1)
         if removed_reads * 2 > keep:
@@ -144,4 +144,4 @@ def input_size(node: NodeState, stop_above: float | None = None) -> int:
 
 def visible_size(node: NodeState, key: RelationKey) -> int:
     """Facts of ``key`` the node reads from below (an upper bound of the union's size)."""
-    return sum(len(r) for r in node.view.relations(key) if r is not node.idb.get(key))
+    return sum(len(r) for r in node.bag.relations(key) if r is not node.idb.get(key))

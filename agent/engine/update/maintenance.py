@@ -50,7 +50,7 @@ def new_node_state(
     use_modules: bool,
     costs: CostPolicy = DEFAULT_COSTS,
 ) -> NodeState:
-    """A hyper-node's run-time state: its IDB with a relation per head, its view (EDB,
+    """A hyper-node's run-time state: its IDB with a relation per head, its bag (EDB,
     predecessors' IDBs, own IDB) and its module (``module``, or one chosen by pattern)."""
     logical.name = name
     for key in logical.heads:
@@ -58,8 +58,8 @@ def new_node_state(
     for rule in logical.rules:
         for key, _ in rule.body_relations():
             edb.relation(key)
-    view = DataStoreBag([edb, *predecessors, idb])
-    node = NodeState(name, logical, idb, view)
+    bag = DataStoreBag([edb, *predecessors, idb])
+    node = NodeState(name, logical, idb, bag)
     node.module = module if module is not None else choose_module(node, use_modules, costs)
     return node
 
@@ -67,17 +67,17 @@ def new_node_state(
 def reusable(old: NodeState | None, logical: HyperNode, lower: list[DataStore]) -> bool:
     """Whether a kept hyper-node's state can serve as it is: the same logical node (a graph
     changed in place keeps its objects, see ``dependency.changed_hyper_graph``) over the same
-    stores below. Then making it again (a view, the relations it reads) is skipped, which is
-    most of what a leaf rule's update costs beside the rule itself; its view forgets the
+    stores below. Then making it again (a bag, the relations it reads) is skipped, which is
+    most of what a leaf rule's update costs beside the rule itself; its bag forgets the
     relations it found before, as a new one would."""
     if old is None or old.logical is not logical:
         return False
-    stores = old.view.stores
+    stores = old.bag.stores
     if len(stores) != len(lower) + 1 or stores[-1] is not old.idb:
         return False
     if any(mine is not theirs for mine, theirs in zip(stores, lower, strict=False)):
         return False
-    old.view.refresh()
+    old.bag.refresh()
     return True
 
 
@@ -199,7 +199,7 @@ class UpdateDriver:
             for rule in nodes[index].logical.rules:
                 if rule.unverified:
                     check_saved_rule(rule)
-        old_views = {id(s): s.view for i in plan for s in transitions[i].sources}
+        old_bags = {id(s): s.bag for i in plan for s in transitions[i].sources}
         guard = self.executor.guard
         for done, index in enumerate(plan, start=1):
             if self.progress:
@@ -209,7 +209,7 @@ class UpdateDriver:
                 self.touched += [s for s in transition.sources if s not in self.touched]
             guard.check()
             guard.current = nodes[index]  # (facts in flight are its: budget.FactLimit)
-            self.update_node(nodes[index], transition, old_views, extend_merges)
+            self.update_node(nodes[index], transition, old_bags, extend_merges)
             guard.current = None
             guard.check()
         self.report["seconds"] = time.perf_counter() - started
@@ -261,7 +261,7 @@ class UpdateDriver:
         for index in plan:
             if index not in transitions:
                 node = nodes[index]
-                node.view.refresh()  # (as a reused node's, see ``reusable``)
+                node.bag.refresh()  # (as a reused node's, see ``reusable``)
                 transitions[index] = Transition(KEPT, node.logical, [node])
         return transitions, plan
 
@@ -335,7 +335,7 @@ class UpdateDriver:
         self,
         node: NodeState,
         transition: Transition,
-        old_views: dict[int, DataStoreBag],
+        old_bags: dict[int, DataStoreBag],
         extend_merges: bool,
     ) -> None:
         started = time.perf_counter()
@@ -345,9 +345,9 @@ class UpdateDriver:
             added, removed = node.idb.size(), 0
         else:
             if transition.kind == MERGED:
-                changes = self.merge_and_extend(node, transition, old_views)
+                changes = self.merge_and_extend(node, transition, old_bags)
             else:
-                changes = self.maintain_in_place(node, transition, old_views)
+                changes = self.maintain_in_place(node, transition, old_bags)
                 if changes is None:  # kept, and nothing it reads changed
                     return
             strategy = changes.strategy
@@ -370,7 +370,7 @@ class UpdateDriver:
         return StoreChanges()
 
     def merge_and_extend(
-        self, node: NodeState, transition: Transition, old_views: dict[int, DataStoreBag]
+        self, node: NodeState, transition: Transition, old_bags: dict[int, DataStoreBag]
     ) -> Maintained:
         """Alg. 2: the other parts' IDBs are added to the largest one's; the parts were
         complete for their old inputs, which may have changed in this very update (a new rule
@@ -385,7 +385,7 @@ class UpdateDriver:
             dict.fromkeys(
                 store
                 for source in transition.sources
-                for store in old_views[id(source)].stores
+                for store in old_bags[id(source)].stores
                 if store not in own
             )
         )
@@ -396,18 +396,18 @@ class UpdateDriver:
         return changes
 
     def maintain_in_place(
-        self, node: NodeState, transition: Transition, old_views: dict[int, DataStoreBag]
+        self, node: NodeState, transition: Transition, old_bags: dict[int, DataStoreBag]
     ) -> Maintained | None:
         """A kept or reduced hyper-node: its module maintains it from the visible difference
         of what it reads, unless the estimates call for recomputing. None: kept, and nothing
         it reads changed."""
         module: Module = node.module  # type: ignore[assignment]
         source = transition.sources[0] if transition.sources else None
-        old_view = old_views.get(id(source)) if source is not None else None
+        old_bag = old_bags.get(id(source)) if source is not None else None
         new_lower = node.lower_stores()
         old_lower = (
-            [s for s in old_view.stores if s is not source.idb]  # type: ignore[union-attr]
-            if old_view is not None
+            [s for s in old_bag.stores if s is not source.idb]  # type: ignore[union-attr]
+            if old_bag is not None
             else new_lower
         )
         if (
@@ -428,7 +428,7 @@ class UpdateDriver:
             changes = module.recompute(node, self.executor, f"recompute ({reason})")
         else:
             changes = module.maintain(
-                node, self.executor, inputs, transition.removed_rules, old_view
+                node, self.executor, inputs, transition.removed_rules, old_bag
             )
         if transition.kind == REDUCED:
             changes.strategy = f"rule deletion: {changes.strategy}"
@@ -488,7 +488,7 @@ class UpdateDriver:
             node.logical.name = node.name
             if id(node) in touched:
                 node.idb.clear()
-                node.view.refresh()
+                node.bag.refresh()
                 node.module = choose_module(node, self.use_modules, self.costs)
                 node.module.materialise(node, self.executor)
         self.names.clear()

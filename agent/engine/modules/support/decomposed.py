@@ -111,22 +111,22 @@ class DecomposedRule:
         return sum(len(inst) for inst in self.instances)
 
     # ------------------------------------------------------------------ in-node evaluation
-    def in_node_all(self, executor: Executor, view: DataStoreBag, index: int) -> set[tuple]:
+    def in_node_all(self, executor: Executor, bag: DataStoreBag, index: int) -> set[tuple]:
         found: set[tuple] = set()
-        executor.run(self.node_rules[index], view, found)
+        executor.run(self.node_rules[index], bag, found)
         return found
 
     def in_node_added(
-        self, executor: Executor, view: DataStoreBag, index: int, plus: Facts, unblocked: Facts
+        self, executor: Executor, bag: DataStoreBag, index: int, plus: Facts, unblocked: Facts
     ) -> set[tuple]:
         """``Π_p[I, Δ+]``: instantiations using a new fact (or that a fact deleted from a
         negated relation enables), over the current state."""
-        return deltas.heads_added(executor, self.node_rules[index], view, plus, unblocked)
+        return deltas.heads_added(executor, self.node_rules[index], bag, plus, unblocked)
 
     def in_node_removed(
         self,
         executor: Executor,
-        view: DataStoreBag,
+        bag: DataStoreBag,
         old: dict[RelationKey, Relation],
         index: int,
         minus: Facts,
@@ -135,30 +135,30 @@ class DecomposedRule:
         """``Π_p[I, Δ-]``: instantiations of the old state using a deleted fact (or that a
         fact added to a negated relation blocks)."""
         rule = self.node_rules[index]
-        return deltas.heads_removed(executor, rule, view, old, minus, blocked)
+        return deltas.heads_removed(executor, rule, bag, old, minus, blocked)
 
     # ------------------------------------------------------------------ Add / Del / Red
-    def materialise(self, executor: Executor, view: DataStoreBag) -> set[tuple]:
+    def materialise(self, executor: Executor, bag: DataStoreBag) -> set[tuple]:
         """Every node's instantiations over the current state, and the heads they derive."""
         started = time.perf_counter()
         for index, inst in enumerate(self.instances):
             inst.clear()
-            inst.add(self.in_node_all(executor, view, index))
+            inst.add(self.in_node_all(executor, bag, index))
             self.rederive_later[index] = set()
-        heads = self.heads(executor, view, self.join([Active([inst]) for inst in self.instances]))
+        heads = self.heads(executor, bag, self.join([Active([inst]) for inst in self.instances]))
         self.seconds += time.perf_counter() - started
         return heads
 
     def add(
-        self, executor: Executor, view: DataStoreBag, plus: Facts, unblocked: Facts
+        self, executor: Executor, bag: DataStoreBag, plus: Facts, unblocked: Facts
     ) -> set[tuple]:
         """Algorithm 3 (``Add^r``): heads of rule instances using a new fact."""
         started = time.perf_counter()
         new = [
-            self.in_node_added(executor, view, index, plus, unblocked) - inst.rows
+            self.in_node_added(executor, bag, index, plus, unblocked) - inst.rows
             for index, inst in enumerate(self.instances)
         ]
-        heads = self.cross_node(executor, view, new, adding=True)
+        heads = self.cross_node(executor, bag, new, adding=True)
         for inst, rows in zip(self.instances, new, strict=True):
             inst.add(rows)
         self.seconds += time.perf_counter() - started
@@ -167,7 +167,7 @@ class DecomposedRule:
     def delete(
         self,
         executor: Executor,
-        view: DataStoreBag,
+        bag: DataStoreBag,
         old: dict[RelationKey, Relation],
         minus: Facts,
         blocked: Facts,
@@ -176,10 +176,10 @@ class DecomposedRule:
         fact; the instantiations they used are set aside for rederivation."""
         started = time.perf_counter()
         gone = [
-            self.in_node_removed(executor, view, old, index, minus, blocked) & inst.rows
+            self.in_node_removed(executor, bag, old, index, minus, blocked) & inst.rows
             for index, inst in enumerate(self.instances)
         ]
-        heads = self.cross_node(executor, view, gone, adding=False)
+        heads = self.cross_node(executor, bag, gone, adding=False)
         for index, rows in enumerate(gone):
             self.instances[index].remove(rows)
             self.rederive_later[index] |= rows
@@ -187,7 +187,7 @@ class DecomposedRule:
         return heads
 
     def rederive(
-        self, executor: Executor, view: DataStoreBag, overdeleted: set[tuple]
+        self, executor: Executor, bag: DataStoreBag, overdeleted: set[tuple]
     ) -> set[tuple]:
         """Algorithm 6 (``Red^r``): the set-aside instantiations that still hold are restored
         and what they derive is returned, with the overdeleted heads the remaining
@@ -202,25 +202,25 @@ class DecomposedRule:
         for index, waiting in enumerate(self.rederive_later):
             if waiting:
                 key = self.node_rules[index].head.relation
-                found = deltas.check(executor, [self.node_rules[index]], view, {key: waiting})
+                found = deltas.check(executor, [self.node_rules[index]], bag, {key: waiting})
                 restored.append(found.get(key, set()))
             else:
                 restored.append(set())
             self.rederive_later[index] = set()
-        heads = self.cross_node(executor, view, restored, adding=True)
+        heads = self.cross_node(executor, bag, restored, adding=True)
         for inst, rows in zip(self.instances, restored, strict=True):
             inst.add(rows)
         if overdeleted:
-            heads |= self.heads_among(executor, view, overdeleted)
+            heads |= self.heads_among(executor, bag, overdeleted)
         self.seconds += time.perf_counter() - started
         return heads
 
-    def everything(self, executor: Executor, view: DataStoreBag) -> set[tuple]:
+    def everything(self, executor: Executor, bag: DataStoreBag) -> set[tuple]:
         """Every head the current instantiations derive (a deleted rule's old consequences)."""
-        return self.heads(executor, view, self.join([Active([inst]) for inst in self.instances]))
+        return self.heads(executor, bag, self.join([Active([inst]) for inst in self.instances]))
 
     def heads_among(
-        self, executor: Executor, view: DataStoreBag, candidates: set[tuple]
+        self, executor: Executor, bag: DataStoreBag, candidates: set[tuple]
     ) -> set[tuple]:
         """The candidate heads that the current instantiations derive: each node is first
         restricted to the candidates' values of the head variables it holds."""
@@ -233,11 +233,11 @@ class DecomposedRule:
                 keys = {tuple(fact[c] for _, c in columns) for fact in candidates}
                 active.reduce(tuple(b for b, _ in columns), keys)
             actives.append(active)
-        return self.heads(executor, view, self.join(actives)) & candidates
+        return self.heads(executor, bag, self.join(actives)) & candidates
 
     # ------------------------------------------------------------------ cross-node
     def cross_node(
-        self, executor: Executor, view: DataStoreBag, delta: list[set[tuple]], adding: bool
+        self, executor: Executor, bag: DataStoreBag, delta: list[set[tuple]], adding: bool
     ) -> set[tuple]:
         """Algorithm 4 with the labelling ``L+`` (``adding``) or ``L-``: one pass per node
         with a non-empty delta."""
@@ -256,7 +256,7 @@ class DecomposedRule:
                 else:
                     actives.append(Active([inst], excluded=delta[j]))
             joined |= self.join(actives, start=i)
-        return self.heads(executor, view, joined) if joined else set()
+        return self.heads(executor, bag, joined) if joined else set()
 
     def join(self, actives: list[Active], start: int | None = None) -> set[tuple]:
         """The full reducer, then the join of the reduced nodes projected onto the outputs."""
@@ -333,11 +333,11 @@ class DecomposedRule:
         columns = [variables.index(v) for v in kept]
         return kept, {tuple(row[c] for c in columns) for row in rows}
 
-    def heads(self, executor: Executor, view: DataStoreBag, joined: set[tuple]) -> set[tuple]:
+    def heads(self, executor: Executor, bag: DataStoreBag, joined: set[tuple]) -> set[tuple]:
         """The head facts of the joined output tuples, after the binds and comparisons no node
         could check."""
         out: set[tuple] = set()
         if joined:
             sources = [[] for _ in self.post_rule.body]
-            executor.run(self.post_rule, view, out, 0, joined, sources=sources)
+            executor.run(self.post_rule, bag, out, 0, joined, sources=sources)
         return out

@@ -39,19 +39,19 @@ def temporary_relations(facts: Facts) -> dict[RelationKey, Relation]:
 
 
 def sources_for(
-    body: Sequence, view: DataStoreBag, extra: dict[RelationKey, Relation] | None = None
+    body: Sequence, bag: DataStoreBag, extra: dict[RelationKey, Relation] | None = None
 ) -> list[list[Relation]]:
-    """Per body position, the non-empty relations of ``view`` plus an extra relation (old
+    """Per body position, the non-empty relations of ``bag`` plus an extra relation (old
     facts) for positive atoms whose relation has one."""
     found: list[list[Relation]] = []
     for item in body:
         if isinstance(item, Atom):
-            relations = [r for r in view.relations(item.relation) if len(r)]
+            relations = [r for r in bag.relations(item.relation) if len(r)]
             if extra and item.relation in extra:
                 relations.append(extra[item.relation])
             found.append(relations)
         elif isinstance(item, Negation):
-            found.append([r for r in view.relations(item.atom.relation) if len(r)])
+            found.append([r for r in bag.relations(item.atom.relation) if len(r)])
         else:
             found.append([])
     return found
@@ -76,7 +76,7 @@ def overdeletion_candidates(
     executor: Executor,
     rule: Rule,
     body: Sequence,
-    view: DataStoreBag,
+    bag: DataStoreBag,
     old: dict[RelationKey, Relation],
     position: int,
     delta: set,
@@ -90,13 +90,13 @@ def overdeletion_candidates(
     items, positions = positive_body(body, keep=position)
     executor.run(
         rule,
-        view,
+        bag,
         out,
         positions[position],
         delta,
         body=items,
         head_terms=head_terms,
-        sources=sources_for(items, view, old),
+        sources=sources_for(items, bag, old),
         variant=Variant.OVERDELETE,
         detail=(tag, position),
     )
@@ -106,7 +106,7 @@ def enabled_by_deletion(
     executor: Executor,
     rule: Rule,
     body: Sequence,
-    view: DataStoreBag,
+    bag: DataStoreBag,
     position: int,
     delta: set,
     out: set,
@@ -119,13 +119,13 @@ def enabled_by_deletion(
     items = [*body, _with_fresh_existentials(body, position)]
     executor.run(
         rule,
-        view,
+        bag,
         out,
         len(body),
         delta,
         body=items,
         head_terms=head_terms,
-        sources=sources_for(items, view),
+        sources=sources_for(items, bag),
         variant=Variant.ENABLE,
         detail=(tag, position),
     )
@@ -149,7 +149,7 @@ def _with_fresh_existentials(body: Sequence, position: int) -> Atom:
 def heads_added(
     executor: Executor,
     rule: Rule,
-    view: DataStoreBag,
+    bag: DataStoreBag,
     plus: Facts,
     unblocked: Facts,
     out: set | None = None,
@@ -162,18 +162,18 @@ def heads_added(
         if isinstance(item, Atom):
             delta = plus.get(item.relation)
             if delta:
-                executor.run(rule, view, out, position, delta)
+                executor.run(rule, bag, out, position, delta)
         elif isinstance(item, Negation):
             delta = unblocked.get(item.atom.relation)
             if delta:
-                enabled_by_deletion(executor, rule, rule.body, view, position, delta, out)
+                enabled_by_deletion(executor, rule, rule.body, bag, position, delta, out)
     return out
 
 
 def heads_removed(
     executor: Executor,
     rule: Rule,
-    view: DataStoreBag,
+    bag: DataStoreBag,
     old: dict[RelationKey, Relation],
     minus: Facts,
     blocked: Facts,
@@ -193,7 +193,7 @@ def heads_removed(
             continue
         if delta:
             overdeletion_candidates(
-                executor, rule, rule.body, view, old, position, delta, out, tag=tag
+                executor, rule, rule.body, bag, old, position, delta, out, tag=tag
             )
     return out
 
@@ -201,20 +201,20 @@ def heads_removed(
 def removed_rule_heads(
     executor: Executor,
     rule: Rule,
-    view: DataStoreBag,
+    bag: DataStoreBag,
     old: dict[RelationKey, Relation],
     out: set | None = None,
 ) -> set:
-    """Everything a deleted ``rule`` derived over the old state (``view`` plus the facts of
+    """Everything a deleted ``rule`` derived over the old state (``bag`` plus the facts of
     ``old``): what its deletion may take away."""
     out = set() if out is None else out
-    sources = sources_for(rule.body, view, old)
-    executor.run(rule, view, out, sources=sources, variant=Variant.REMOVED)
+    sources = sources_for(rule.body, bag, old)
+    executor.run(rule, bag, out, sources=sources, variant=Variant.REMOVED)
     return out
 
 
 def check(
-    executor: Executor, rules: Iterable[Rule], view: DataStoreBag, candidates: Facts
+    executor: Executor, rules: Iterable[Rule], bag: DataStoreBag, candidates: Facts
 ) -> Facts:
     """The candidates that some rule derives in one step from the current state."""
     found: Facts = {}
@@ -228,12 +228,12 @@ def check(
         out = found.setdefault(key, set())
         executor.run(
             rule,
-            view,
+            bag,
             out,
             0,
             wanted,
             body=body,
-            sources=[[], *sources_for(rule.body, view)],
+            sources=[[], *sources_for(rule.body, bag)],
             variant=Variant.CHECK,
             exists=True,
         )

@@ -24,14 +24,14 @@ from agent.engine.storage.subject_facts import column_counts
 FOLLOWED_CHANGES = 64
 
 
-def subjects_reaching(shape: SubjectShape, view: DataStoreBag, ys: AbstractSet[int]) -> set[int]:
+def subjects_reaching(shape: SubjectShape, bag: DataStoreBag, ys: AbstractSet[int]) -> set[int]:
     """Every x with ``A(x, y)`` for one of ``ys``."""
     if not ys:
         return set()
     if shape.a_x == 0:  # (a test per subject in C, no Python step per (x, y))
-        return subjects_meeting(view.relations(shape.a), ys)
+        return subjects_meeting(bag.relations(shape.a), ys)
     found: set[int] = set()
-    a_in = Lookup.some(view.relations(shape.a), 1 - shape.a_x, python_set(ys))
+    a_in = Lookup.some(bag.relations(shape.a), 1 - shape.a_x, python_set(ys))
     for y in ys:
         found.update(a_in(y))
     return found
@@ -142,7 +142,7 @@ class KeptPartition:
                 # own objects leaves the same number of members)
                 found.update(reader.shared_rows(one, moved.get(one, ())))
         if self.alone and ys:
-            reached = subjects_reaching(shape, reader.view, ys) & self.alone
+            reached = subjects_reaching(shape, reader.bag, ys) & self.alone
             found.update(dict.fromkeys(reached))
             found.update(reader.alone_rows(reached))
         return found
@@ -197,7 +197,7 @@ class KeptPartition:
         if not loose:
             return
         found.update(dict.fromkeys(loose))
-        fresh = GroupReader(shape, reader.view, reader.executor, reader.function, loose)
+        fresh = GroupReader(shape, reader.bag, reader.executor, reader.function, loose)
         alone, shared = fresh.partition()
         alone = self.join_kept(fresh, alone, moved, stale)
         found.update(fresh.rows(alone, shared))

@@ -1,4 +1,4 @@
-"""Reading a binary relation of the view by one column, a key at a time, over the union of the
+"""Reading a binary relation of the bag by one column, a key at a time, over the union of the
 relations holding it (a hyper-node reads the EDB and lower IDBs through a DataStoreBag): what
 the modules that work a subject at a time (composition.py, aggregate.py) share."""
 
@@ -17,7 +17,7 @@ from agent.engine.storage.subject_facts import relation_by_subject, shared_union
 
 
 class Lookup:
-    """The values a relation of the view pairs with a key on one column, over the union of
+    """The values a relation of the bag pairs with a key on one column, over the union of
     the relations holding it: each relation's index on that column (`base.by_column`: an
     existing one as it is, a subject-keyed relation's own buckets included, else one built).
     Values are read only."""

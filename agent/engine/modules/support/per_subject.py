@@ -57,7 +57,7 @@ class PerSubjectModule(Module):
         executor: Executor,
         changes: InputChanges,
         removed_rules: Sequence[Rule] = (),
-        old_view: DataStoreBag | None = None,
+        old_bag: DataStoreBag | None = None,
     ) -> Maintained:
         if removed_rules:
             return self.recompute(node, executor, "recompute (rules removed)")

@@ -8,7 +8,7 @@ x of a component C has ``A[x] = C - {x}``: the groups of C differ only by their 
 Reading each group on its own costs |C| values per group, |C|^2 per component (160,000 values
 per aggregate for a farm of 400 turbines). Instead, subjects whose ``A[x] | {x}`` is the same
 set S are read together: S's values once, sorted once, and each group's values are that list
-less x's own values when x is not its own member (for ``med``, ``min`` and ``max`` a view
+less x's own values when x is not its own member (for ``med``, ``min`` and ``max`` a bag
 that skips them, `SortedWithout`; for the others a C-level copy and deletion), computed once
 for all the groups that leave out the same objects (a farm's turbines share a handful of
 readings). The results are the same numbers as group by group: the functions (values.py) do
@@ -214,19 +214,19 @@ class SharedSet:
 
 
 class GroupReader:
-    """Reads the members of groups of the subject shape over the view."""
+    """Reads the members of groups of the subject shape over the bag."""
 
     def __init__(
         self,
         shape: SubjectShape,
-        view: DataStoreBag,
+        bag: DataStoreBag,
         executor: Executor,
         function: str,
         subjects: Iterable[int] | None,
     ) -> None:
-        self.b_out = Lookup(view.relations(shape.b), shape.b_y)
+        self.b_out = Lookup(bag.relations(shape.b), shape.b_y)
         self.shape = shape
-        self.view = view
+        self.bag = bag
         self.executor = executor
         self.function = function
         self.subjects = subjects
@@ -236,7 +236,7 @@ class GroupReader:
         self.counted = function == "count"
         self.sized = self.counted or shape.constant is not None
         # The function reads a few items of the sorted values by index (ON_SORTED): a shared
-        # group's values are then a view of its set's values less its own, not a copy.
+        # group's values are then a bag of its set's values less its own, not a copy.
         self.by_index = function in ON_SORTED
 
     def partition(self) -> tuple[list[int], list[SharedSet]]:
@@ -247,7 +247,7 @@ class GroupReader:
         when ``x`` is in ``S`` and ``A[x]`` is a subset of it (the sizes being equal). Only a
         subject that matches none copies its set (hashing a copy of every subject's set cost
         several times as much: a farm's 400 turbines share one)."""
-        a_relations = self.view.relations(self.shape.a)
+        a_relations = self.bag.relations(self.shape.a)
         if self.subjects is None:
             known = _PARTITIONS.get(self.executor.guard, {}).get(self.partition_key())
             if known is not None:
@@ -300,11 +300,11 @@ class GroupReader:
         return alone, kept
 
     def partition_key(self) -> tuple:
-        """What a partition of every subject depends on: A and B, by the relations the view
+        """What a partition of every subject depends on: A and B, by the relations the bag
         reads them from (and their sizes, a guard: within one update they do not change),
         and their columns."""
-        shape, view = self.shape, self.view
-        a, b = view.relations(shape.a), view.relations(shape.b)
+        shape, bag = self.shape, self.bag
+        a, b = bag.relations(shape.a), bag.relations(shape.b)
         return (
             shape.a_x,
             shape.b_y,
@@ -340,7 +340,7 @@ class GroupReader:
         lookup when it holds them, else through one made for these subjects)."""
         a_out = self.a_out
         if a_out is None:
-            a_out = Lookup.some(self.view.relations(self.shape.a), self.shape.a_x, set(subjects))
+            a_out = Lookup.some(self.bag.relations(self.shape.a), self.shape.a_x, set(subjects))
         groups = self.members(subjects, a_out)
         return dict(group_rows(self.function, groups, True, self.executor))
 
