@@ -12,8 +12,8 @@ import pytest
 
 from agent.engine import Reasoner
 from agent.engine.costs import DEFAULT_COSTS
-from agent.engine.modules.composition import composition_shape
-from agent.engine.modules.renaming import compose, invert, renaming_shape, sources_of
+from agent.engine.modules.renaming import compose, invert, sources_of
+from agent.engine.modules.shapes import composition_shape, renaming_shape
 from agent.engine.program.parser import parse_program
 from tests.strategies import random_fact_updates
 

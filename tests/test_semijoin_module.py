@@ -9,7 +9,7 @@ import random
 import pytest
 
 from agent.engine import Reasoner
-from agent.engine.modules.semijoin import Filter, semijoin_shape
+from agent.engine.modules.shapes import Filter, semijoin_shape
 from agent.engine.program.parser import parse_program
 from tests.strategies import random_fact_updates
 

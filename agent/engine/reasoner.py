@@ -104,7 +104,8 @@ class Reasoner:
         terms: TermDictionary | None = None,
     ) -> None:
         """``modules=False`` evaluates every hyper-node with plain seminaive evaluation
-        instead of the specialised modules (for comparison, and as a safety switch).
+        instead of the specialised modules (for comparison, and as a safety switch); aggregate
+        rules keep their module, which is how they are evaluated at all.
         ``decompositions``: True evaluates a cyclic rule through a hypertree decomposition
         when that is estimated cheaper than its join plan (modules/hypertree.py), False never,
         ``"always"`` whenever the rule has one (for comparisons and tests).

@@ -179,8 +179,8 @@ class AgentState:
         # a materialisation (gcpause.py): a load builds the reasoner's whole state, objects
         # that live as long as the agent. Without it, in a process just started, the first
         # full collection (during the open, or right after it) walked every object of the
-        # imports and of the state (0.9 ms of a 3.1 ms RS1 restart, in one measurement), which
-        # the recompute it is measured against never pays (its materialisation freezes).
+        # imports and of the state (a large share of a small state's restart), which the
+        # recompute it is measured against never pays (its materialisation freezes).
         with collector_paused() as pause:
             pause.large = load
             self._open(existed, synchronous, load)

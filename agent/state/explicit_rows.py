@@ -3,11 +3,11 @@
 A fact is explicit while at least one source claims it (agent/state/claims.py). The ``explicit``
 table holds each source's claimed facts as derived facts are held (agent/state/packing.py): by
 prefix, the last column's ids as a bitmap, prefixes packed into chunks, a row per (relation,
-chunk, source) with the chunk's fact count, largest ids and checksum. Why not a row per fact,
-as before schema version 8: a restart reads every explicit fact, and SQLite hands a row to
-Python in about half a microsecond per fact (RS1 over DS1(400): 0.4 ms of a 3 ms restart for
-799 facts), and a row per fact had no checksum, so a fact whose id a damaged byte changed into
-another valid id was loaded as another fact. Now a restart reads a few blobs and checks them.
+chunk, source) with the chunk's fact count, largest ids and checksum. Why not a row per fact:
+a restart reads every explicit fact, and SQLite hands a row to Python in about half a
+microsecond per fact, more than the rest of a small state's restart; and a row per fact would
+have no checksum, so a fact whose id a damaged byte changed into another valid id would load
+as another fact. A restart reads a few blobs and checks them.
 
 The primary key starts with (relation, chunk): the claims on a fact are one lookup of the
 chunk holding it, every source's row together. An index by source serves what one source

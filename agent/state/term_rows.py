@@ -1,4 +1,4 @@
-"""How the agent's state file keeps the term dictionary (since schema version 9): in chunks of
+"""How the agent's state file keeps the term dictionary: in chunks of
 ``TERMS_PER_CHUNK`` consecutive term ids, one row each, with a checksum.
 
 A term's id is its position in the dictionary (agent/engine/terms.py), and ids are given in

@@ -49,7 +49,6 @@ from simulations.windfarm.monitor import Monitor, latest_statuses
 
 FAULTS = ("agent-kill", "broker-restart", "burst", "tampered-bundle")
 BURST_MESSAGES = 300
-TAMPERED_RULE = "evil: <Stop>(X) :- <WindTurbine>(X) ."  # would stop every turbine
 MISSING_BROKER = (
     "no MQTT broker: the embedded Python MQTT v5 broker did not start. Install Mosquitto "
     "(Debian/Ubuntu: sudo apt-get install mosquitto; macOS: brew install mosquitto), or pass "
@@ -129,7 +128,6 @@ class RunLog:
 
     started: float = 0.0
     t0: float = 0.0  # first reading
-    ended: float = 0.0
     base_sent: dict[str, float] = field(default_factory=dict)
     faults: list[dict] = field(default_factory=list)
     burst: dict = field(default_factory=dict)
@@ -185,7 +183,6 @@ class Simulation:
             self._scenario()
             self._wait_for_releases()
         finally:
-            self.log.ended = time.time()
             self._shutdown()
         return analyse(self)
 

@@ -2,18 +2,26 @@
 
 All modules share the interface of :class:`base.Module` (the modular-materialisation paper's
 Add / Del / Diff / Red), so the update driver never needs to know which algorithm a hyper-node
-uses. ``choose_module`` picks one by rule pattern (``patterns.py``).
+uses. ``choose_module`` picks one by the shape of the rules (``shapes.py``); the helpers the
+modules share are in ``support/``.
 """
 
 from agent.engine.costs import DEFAULT_COSTS, CostPolicy
 from agent.engine.modules.aggregate import AggregateModule
 from agent.engine.modules.base import Module, NodeState
-from agent.engine.modules.composition import CompositionModule, composition_shape
+from agent.engine.modules.composition import CompositionModule
 from agent.engine.modules.hypertree import HypertreeModule, choose_decompositions
-from agent.engine.modules.renaming import RenamingModule, is_renaming_node
-from agent.engine.modules.semijoin import SemiJoinModule, semijoin_shape
+from agent.engine.modules.renaming import RenamingModule
+from agent.engine.modules.semijoin import SemiJoinModule
 from agent.engine.modules.seminaive import SeminaiveModule
-from agent.engine.modules.shapes import ClosurePattern, detect_closure
+from agent.engine.modules.shapes import (
+    ClosurePattern,
+    CompositionPattern,
+    RenamingPattern,
+    SemiJoinPattern,
+    detect_closure,
+    node_shape,
+)
 from agent.engine.modules.symmetric_transitive import SymmetricTransitiveModule
 from agent.engine.modules.transitive import TransitiveClosureModule
 
@@ -28,32 +36,25 @@ def choose_module(
 
 
 def _module_for(node: NodeState, use_modules: bool, costs: CostPolicy) -> Module:
-    """Aggregates have their own module. Unless ``use_modules`` is off: transitive and
-    symmetric-transitive closures get the closure modules, hyper-nodes that only copy facts
-    (columns possibly permuted) the renaming module, a lone rule ``H(x, z) :- A(x, y),
-    B(y, z)`` (optionally ``and not N(y, z)``) the composition module, a lone rule keeping the
-    facts of one atom that match (or not) filter atoms, ``H(x, y) :- A(x, y), B(y, _)``, the
-    semi-join module. A hyper-node with a cyclic rule worth decomposing (by the policy's
-    ``decompositions`` setting) gets the hypertree module.
-    Everything else is seminaive."""
+    """Aggregates have their own module. Unless ``use_modules`` is off, the shape of the rules
+    (``shapes.node_shape``) picks the closure, renaming, composition or semi-join module; a
+    hyper-node with a cyclic rule worth decomposing (by the policy's ``decompositions``
+    setting) gets the hypertree module. Everything else is seminaive."""
     if any(rule.aggregate() is not None for rule in node.rules):
         return AggregateModule()
     if not use_modules:
         return SeminaiveModule()
-    pattern = detect_closure(node.rules)
-    if pattern is not None:
-        if pattern.kind == "transitive":
-            return TransitiveClosureModule(pattern.relation, pattern.irreflexive)
-        return SymmetricTransitiveModule(pattern.relation, pattern.irreflexive)
-    if is_renaming_node(node.rules):
+    shape = node_shape(node.rules)
+    if isinstance(shape, ClosurePattern):
+        if shape.kind == "transitive":
+            return TransitiveClosureModule(shape.relation, shape.irreflexive)
+        return SymmetricTransitiveModule(shape.relation, shape.irreflexive)
+    if isinstance(shape, RenamingPattern):
         return RenamingModule()
-    if len(node.rules) == 1:
-        composition = composition_shape(node.rules[0])
-        if composition is not None:
-            return CompositionModule(composition)
-        semijoin = semijoin_shape(node.rules[0])
-        if semijoin is not None:
-            return SemiJoinModule(semijoin)
+    if isinstance(shape, CompositionPattern):
+        return CompositionModule(shape)
+    if isinstance(shape, SemiJoinPattern):
+        return SemiJoinModule(shape)
     return _hypertree_or_seminaive(node, costs)
 
 
@@ -79,4 +80,5 @@ __all__ = [
     "TransitiveClosureModule",
     "choose_module",
     "detect_closure",
+    "node_shape",
 ]

@@ -3,8 +3,8 @@
 The interface follows the modular-materialisation paper (Hu, Motik, Horrocks): a module
 materialises its hyper-node (Add from nothing) and maintains it when the facts it reads change
 (Diff for the consequences of changed inputs, Del for overdeletion, Red for rederivation, Add
-for insertion). The update driver (maintenance.py) only ever calls ``materialise``, ``extend``
-and ``maintain``, so it never needs to know which algorithm a hyper-node uses.
+for insertion). The update driver (update/maintenance.py) calls ``materialise``, ``extend``,
+``maintain`` and ``recompute``, so it never needs to know which algorithm a hyper-node uses.
 """
 
 from __future__ import annotations

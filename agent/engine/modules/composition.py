@@ -59,15 +59,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, replace
 from itertools import repeat
 from operator import itemgetter
 
 from pyroaring import BitMap
 
 from agent.engine.budget import BudgetGuard, InFlight
-from agent.engine.language import Atom, Negation, Rule, Variable
 from agent.engine.modules.base import Maintained, NodeState, as_bitmap, by_subject_of
+from agent.engine.modules.shapes import CompositionPattern
 from agent.engine.modules.support.lookups import Lookup, add_into, python_set, reach
 from agent.engine.modules.support.per_subject import PerSubjectModule
 from agent.engine.modules.support.subject_changes import NO_IDS, SubjectChanges, group_by_column
@@ -75,71 +74,6 @@ from agent.engine.plan.executor import Executor
 from agent.engine.storage.changes import InputChanges
 from agent.engine.storage.store import EMPTY, RelationKey
 from agent.engine.storage.subject_facts import column_values
-
-
-@dataclass(frozen=True)
-class CompositionPattern:
-    """Where the variables sit: ``A`` holds the head's subject x at column ``a_x`` (and y at
-    ``1 - a_x``); ``B`` holds y at ``b_y`` (and the head's object z at ``1 - b_y``). With a
-    negated atom ``not N(y, z)`` (either column order), ``N`` holds y at ``n_y``."""
-
-    head: RelationKey
-    a: RelationKey
-    b: RelationKey
-    a_x: int
-    b_y: int
-    n: RelationKey | None = None
-    n_y: int = 0
-
-    def as_b(self, fact: tuple[int, int]) -> tuple[int, int]:
-        """An ``N`` fact in ``B``'s column order (the pair it blocks)."""
-        return fact if self.n_y == self.b_y else (fact[1], fact[0])
-
-
-def composition_shape(rule: Rule) -> CompositionPattern | None:
-    """The pattern when ``rule`` is ``H(x, z) :- A(x, y), B(y, z)`` up to the order of the
-    body and the columns of each atom, optionally with ``not N(y, z)`` (RS2's r15 and r16:
-    then ``B[y]`` stands for ``B[y] - N[y]``). Three distinct variables, nothing else in the
-    body, the head relation not read by the body. ``A`` is the atom holding the head's
-    subject."""
-    head = rule.head
-    if rule.aggregate() is not None or head.arity != 2:
-        return None
-    atoms = [item for item in rule.body if isinstance(item, Atom)]
-    negated = [item.atom for item in rule.body if isinstance(item, Negation)]
-    if len(atoms) != 2 or len(negated) > 1 or len(atoms) + len(negated) != len(rule.body):
-        return None
-    if not all(a.arity == 2 for a in (*atoms, *negated)):
-        return None
-    if any(a.relation == head.relation for a in (*atoms, *negated)):
-        return None
-    terms = [*head.terms, *(t for a in (*atoms, *negated) for t in a.terms)]
-    if not all(isinstance(t, Variable) for t in terms):
-        return None
-    if len(set(head.terms)) != 2 or any(len(set(a.terms)) != 2 for a in (*atoms, *negated)):
-        return None
-    x, z = head.terms
-    for first, second in (atoms, atoms[::-1]):
-        shared = set(first.terms) & set(second.terms)
-        if len(shared) != 1:
-            return None
-        (y,) = shared
-        if set(first.terms) != {x, y} or set(second.terms) != {y, z}:
-            continue
-        pattern = CompositionPattern(
-            head=head.relation,
-            a=first.relation,
-            b=second.relation,
-            a_x=first.terms.index(x),
-            b_y=second.terms.index(y),
-        )
-        if not negated:
-            return pattern
-        (blocked,) = negated
-        if set(blocked.terms) != {y, z}:
-            return None
-        return replace(pattern, n=blocked.relation, n_y=blocked.terms.index(y))
-    return None
 
 
 class Bitmaps:

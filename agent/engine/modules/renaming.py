@@ -33,7 +33,7 @@ from operator import itemgetter
 
 from pyroaring import BitMap
 
-from agent.engine.language import Atom, Rule, Variable
+from agent.engine.language import Rule
 from agent.engine.modules.base import (
     Maintained,
     Module,
@@ -42,6 +42,7 @@ from agent.engine.modules.base import (
     by_column,
     by_subject_of,
 )
+from agent.engine.modules.shapes import Permutation, renaming_shape
 from agent.engine.modules.support.subject_changes import SubjectChanges, group_by_column
 from agent.engine.plan.executor import Executor
 from agent.engine.storage.changes import InputChanges, difference
@@ -53,28 +54,6 @@ from agent.engine.storage.subject_facts import (
     subject_map,
     union_by_subject,
 )
-
-Permutation = tuple[int, ...]  # head column j takes the body's column permutation[j]
-
-
-def renaming_shape(rule: Rule) -> tuple[RelationKey, RelationKey, Permutation] | None:
-    """``(body relation, head relation, permutation)`` when the rule only renames columns."""
-    head = rule.head
-    if rule.aggregate() is not None or len(rule.body) != 1:
-        return None
-    (atom,) = rule.body
-    if not isinstance(atom, Atom) or atom.arity != head.arity or head.arity == 0:
-        return None
-    terms = atom.terms
-    if not all(isinstance(t, Variable) for t in terms) or len(set(terms)) != len(terms):
-        return None
-    if set(head.terms) != set(terms) or len(head.terms) != len(terms):
-        return None
-    return atom.relation, head.relation, tuple(terms.index(t) for t in head.terms)
-
-
-def is_renaming_node(rules: Sequence[Rule]) -> bool:
-    return bool(rules) and all(renaming_shape(rule) is not None for rule in rules)
 
 
 def compose(first: Permutation, then: Permutation) -> Permutation:

@@ -32,81 +32,20 @@ restart.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from operator import itemgetter
 
 from pyroaring import BitMap
 
-from agent.engine.language import Atom, Negation, Rule, Variable
 from agent.engine.modules.base import Maintained, NodeState, by_column, by_subject_of
+from agent.engine.modules.shapes import SemiJoinPattern
 from agent.engine.modules.support.lookups import Lookup, subjects_meeting
 from agent.engine.modules.support.per_subject import PerSubjectModule
 from agent.engine.modules.support.subject_changes import NO_IDS, SubjectChanges
 from agent.engine.plan.executor import Executor
 from agent.engine.storage.changes import InputChanges
-from agent.engine.storage.store import Relation, RelationKey
+from agent.engine.storage.store import Relation
 from agent.engine.storage.subject_facts import as_bitmap, column_values
-
-
-@dataclass(frozen=True)
-class Filter:
-    """One filter atom: ``relation`` holds the shared variable at ``column``; it is ``A``'s
-    object (``on_object``) or subject; ``negated``: the fact must have no match."""
-
-    relation: RelationKey
-    column: int
-    on_object: bool
-    negated: bool
-
-
-@dataclass(frozen=True)
-class SemiJoinPattern:
-    head: RelationKey
-    source: RelationKey
-    filters: tuple[Filter, ...]
-
-
-def semijoin_shape(rule: Rule) -> SemiJoinPattern | None:
-    """The pattern when ``rule`` is ``H(x, y) :- A(x, y)`` and filters (module docstring)."""
-    head = rule.head
-    if rule.aggregate() is not None or head.arity != 2 or len(rule.body) < 2:
-        return None
-    if not all(isinstance(t, Variable) for t in head.terms) or len(set(head.terms)) != 2:
-        return None
-    sources = [item for item in rule.body if isinstance(item, Atom) and item.terms == head.terms]
-    if not sources:
-        return None
-    source = sources[0]
-    filters = [item for item in rule.body if item is not source]
-    atoms = [f.atom if isinstance(f, Negation) else f for f in filters]
-    if not all(isinstance(f, (Atom, Negation)) for f in filters):
-        return None
-    if any(a.relation == head.relation for a in (source, *atoms)):
-        return None
-    occurrences = Counter(t for a in (head, source, *atoms) for t in a.terms)
-    x, y = head.terms
-    found = []
-    for item, atom in zip(filters, atoms, strict=True):
-        if not all(isinstance(t, Variable) for t in atom.terms):
-            return None
-        if len(set(atom.terms)) != atom.arity:
-            return None
-        shared = [t for t in atom.terms if t in (x, y)]
-        rest = [t for t in atom.terms if t not in (x, y)]
-        if len(shared) != 1 or any(occurrences[t] != 1 for t in rest):
-            return None
-        (variable,) = shared
-        found.append(
-            Filter(
-                relation=atom.relation,
-                column=atom.terms.index(variable),
-                on_object=variable == y,
-                negated=isinstance(item, Negation),
-            )
-        )
-    return SemiJoinPattern(head=head.relation, source=source.relation, filters=tuple(found))
 
 
 def key_set(relations: Iterable[Relation], column: int) -> BitMap:

@@ -20,8 +20,9 @@ Maintenance (modular-materialisation paper, Algorithm 3 for one module):
 4. *Add*: rederived facts, heads of instances that use new input facts (or that a deleted fact
    of a negated relation unblocks) are inserted and closed seminaively.
 
-When overdeletion reaches more than half of the node's facts, the node is recomputed instead:
-rederiving most of a relation is slower than deriving it again (the strategy is reported).
+When overdeletion reaches a share of the node's facts (``CostPolicy.overdeletion_recompute_share``,
+costs.py), the node is recomputed instead: rederiving much of a relation is slower than deriving
+it again (the strategy is reported).
 """
 
 from __future__ import annotations

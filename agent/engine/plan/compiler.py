@@ -14,7 +14,7 @@ For one rule and one delta position the generated function looks like::
 No dictionary of bindings per match: variables are Python locals holding term ids. ``S`` gives,
 per body position, the list of relations the atom reads (a DataStoreBag lookup done once per
 call), ``D`` the delta set when the plan has a delta atom, ``out`` the set receiving head tuples,
-``ERR`` a one-element list counting run-time errors (a failing bind or comparison drops the
+``ERR`` the executor's ErrorCount of run-time errors (a failing bind or comparison drops the
 substitution and counts, see docs/semantics.md) and ``GUARD`` the update's budget guard: the
 outermost loop over facts starts with ``if len(out) > GUARD.cap: GUARD.pulse(out)`` (budget.py).
 
@@ -92,7 +92,9 @@ class _Emitter:
 
 
 class RuleCompiler:
-    """Generates and caches nothing itself: callers cache by (rule, delta position, sources)."""
+    """Generates code for plans; keeps no plans (the executor caches them by rule, variant,
+    delta position and sources). Python's compilation of the text is shared process-wide
+    (``code_of``)."""
 
     def __init__(self, terms: TermDictionary) -> None:
         self.terms = terms
@@ -597,7 +599,7 @@ class _RuleGenerator:
         for statement in statements:
             out.line(f"    {statement}")
         out.line("except EVAL_ERRORS:")
-        out.line("    ERR[0] += 1")
+        out.line("    ERR.count += 1")
         out.line("    continue")
 
     # -- the C-level innermost step (rewrites/product.py) ----------------------------------

@@ -3,7 +3,8 @@
 The executor is the only place that joins the logical plan with physical storage: it looks up,
 for every body atom, the relations that hold its facts in the hyper-node's DataStoreBag, asks the
 planner for an order (using those relations' sizes), compiles the plan once per
-(rule, delta position, number of stores per atom) and calls the compiled function.
+(rule, variant, detail, delta position, number of stores per atom; ``CacheKey``) and calls the
+compiled function.
 """
 
 from __future__ import annotations
@@ -59,10 +60,21 @@ class CompiledEntry:
         return f"{self.plan.rule.id} [{self.variant.value}, {delta}] {self.node.describe()}"
 
 
+class ErrorCount:
+    """The run-time errors of compiled rules (a failing bind or comparison, docs/semantics.md):
+    one mutable cell every compiled function of an executor is handed and adds to
+    (``ERR.count += 1``), since an int passed in could not be changed in place."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 @dataclass
 class Executor:
     terms: TermDictionary
-    errors: list[int] = field(default_factory=lambda: [0])
+    errors: ErrorCount = field(default_factory=ErrorCount)
     guard: BudgetGuard = NO_GUARD  # the running update's budget (set by the update driver)
     _compiler: RuleCompiler | None = None
     _cache: dict[CacheKey, CompiledEntry] = field(default_factory=dict)
@@ -163,4 +175,4 @@ class Executor:
 
     @property
     def error_count(self) -> int:
-        return self.errors[0]
+        return self.errors.count

@@ -663,9 +663,6 @@ class DataStoreBag:
         """Forget the cached index (call after a store of the bag gained a new relation)."""
         self._by_key.clear()
 
-    def contains(self, key: RelationKey, fact: tuple[int, ...]) -> bool:
-        return any(fact in r for r in self.relations(key))
-
     def facts(self, key: RelationKey) -> set[tuple[int, ...]]:
         """The visible facts of ``key``: the union over the bag's stores."""
         relations = self.relations(key)

@@ -232,13 +232,6 @@ class MaterialisedView:
         return answers
 
     # ------------------------------------------------------------------ rules
-    def rules_by_head(self) -> dict[RelationKey, list[Rule]]:
-        found: dict[RelationKey, list[Rule]] = {}
-        for node in self.nodes:
-            for rule in node.rules:
-                found.setdefault(rule.head.relation, []).append(rule)
-        return found
-
     def node_of(self, rule: Rule) -> NodeView | None:
         for node in self.nodes:
             if rule in node.rules:

@@ -110,13 +110,13 @@ def group_rows(
     rows: set[tuple[int, ...]] = set()
     for key, values in groups.items():
         result, errors = aggregate_value(function, values)
-        executor.errors[0] += errors
+        executor.errors.count += errors
         if result is None:
             continue
         try:
             rows.add(((key,) if single else key) + (terms.encode(result),))
         except ValueError:
-            executor.errors[0] += 1
+            executor.errors.count += 1
     return rows
 
 
@@ -427,17 +427,17 @@ class GroupReader:
                     failed += 1
             outcomes[own] = outcome = (row, failed)
             if moved is None:
-                errors[0] += failed * len(xs)
+                errors.count += failed * len(xs)
                 if row is not None:
                     found.update(dict.fromkeys(xs, row))
             elif before.get(own) != outcome:
-                errors[0] += failed * len(xs)
+                errors.count += failed * len(xs)
                 found.update(dict.fromkeys(xs, row))
         if moved is not None:
             for x in moved:
                 if x not in found:
                     row, failed = outcomes[shared.owns[x]]
-                    errors[0] += failed
+                    errors.count += failed
                     found[x] = row
         shared.outcomes = outcomes
         return found
