@@ -11,8 +11,8 @@ v5 broker of :mod:`simulations.mqttbroker` (`EmbeddedBroker`, the same interface
 process). Python brokers from PyPI would not do: measured against what the agents need (MQTT
 v5, persistent sessions that survive a broker restart...), none passes, see the table in that
 package's docstring. The tests' fixtures keep using Mosquitto (ACLs, passwords and TLS are its
-alone); tests/test_broker_conformance.py runs the same feature tests against both brokers.
-The process life cycle (port, start/stop/kill/restart, orphan clean-up) is
+alone); tests/simulation/test_broker_conformance.py runs the same feature tests against both
+brokers. The process life cycle (port, start/stop/kill/restart, orphan clean-up) is
 `simulations.brokerprocess.BrokerProcess`, shared by both.
 """
 

@@ -7,7 +7,7 @@ Hypothesis profiles:
 * ``thorough``: ten times the examples, for hunting bugs locally:
   ``HYPOTHESIS_PROFILE=thorough make test``.
 * ``long``: 120 times the examples, for one file at a time, outside CI:
-  ``HYPOTHESIS_PROFILE=long pytest tests/test_incremental_differential.py``.
+  ``HYPOTHESIS_PROFILE=long pytest tests/engine/test_incremental_differential.py``.
 
 Fixtures: private MQTT brokers (``broker``, ``make_broker``), a small real filesystem that
 fills up (``small_disk``, a tmpfs) and the one SparkSession of the
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.broker import Broker, DeployedBroker, mosquitto_available
+from tests.support.broker import Broker, DeployedBroker, mosquitto_available
 
 settings.register_profile(
     "ci",
@@ -42,8 +42,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or "ci")
 
 
 # ------------------------------------------------------------------------- private MQTT brokers
-# Real mosquitto processes on free ports of 127.0.0.1 (see tests/broker.py); the system broker
-# on 1883 is never used, so tests can restart, crash and reconfigure theirs.
+# Real mosquitto processes on free ports of 127.0.0.1 (see tests/support/broker.py); the system
+# broker on 1883 is never used, so tests can restart, crash and reconfigure theirs.
 
 
 def _require_mosquitto() -> None:

@@ -1,6 +1,6 @@
 """The zodiac-edge Datalog engine: everything a user of it imports comes from here.
 
-The folders are its layers, each importing only those below it (``tests/test_layers.py``)::
+The folders are its layers, each importing only those below it (``tests/docs/test_layers.py``)::
 
     errors, language, terms, values, costs, budget, gcpause   the shared vocabulary
     program/    text -> rules (parser, validation, RDF input) -> dependency graph, hyper-nodes

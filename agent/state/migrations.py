@@ -3,7 +3,7 @@
 connection that returns the version it reached (`MIGRATIONS`), all run in one transaction by
 `upgrade`, so that a crash leaves the old version, which the next start upgrades again. The
 old versions' tables are kept here as they were: the steps read them, and the tests build a
-file of every old version with them (tests/old_states.py)."""
+file of every old version with them (tests/support/old_states.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """An embedded pure-Python MQTT v5 broker: the simulation's broker when Mosquitto is missing.
 
 Why our own: no MQTT broker published on PyPI does what the agents need. Each candidate was run
-as a child process on a loopback port against tests/test_broker_conformance.py (paho-mqtt 2.2
-MQTT v5 clients; November 2026), whose rows are the features below; the suite runs against
+as a child process on a loopback port against tests/simulation/test_broker_conformance.py (paho-mqtt
+2.2 MQTT v5 clients; November 2026), whose rows are the features below; the suite runs against
 Mosquitto (the reference) and this broker on every test run. "y" = the row's test passes:
 
     =================================  =========  ====  =======  ========  ========  =====  =====

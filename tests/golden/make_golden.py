@@ -4,7 +4,7 @@
 
 Each case folder holds ``program.rules``, ``facts.nt`` (input) and ``expected.nt`` (every fact
 of the materialisation, explicit and derived, sorted). The expected files were produced by
-``tests/reference.py`` (the naive oracle, independent of the engine) and their sizes checked
+``tests/support/reference.py`` (the naive oracle, independent of the engine) and their sizes checked
 against the hand-derived formulas of ``simulations/bench/datasets.py``; they are committed so
 that a change in the reference is a visible diff too. ``cases()`` also (re)writes the inputs of
 the generated cases (Rule Sets 1-3 over small DS1/DS2). A case using owl:sameAs is evaluated with
@@ -19,7 +19,7 @@ from pathlib import Path
 from agent.engine.program.parser import parse_file
 from agent.engine.program.rdf import read_facts, write_ntriples
 from simulations.bench.datasets import ds1, ds2
-from tests.reference import evaluate, from_external, to_external
+from tests.support.reference import evaluate, from_external, to_external
 
 HERE = Path(__file__).parent
 BENCHMARKS = HERE.parents[1] / "rules" / "benchmarks"

@@ -13,7 +13,7 @@ run once more after each round of merges to see whether the merges made more fac
 
 The component's store then holds what those rules would: every explicit fact in normal form,
 and ``c = c`` for the representative ``c`` at the key's position of every fact a key reads
-(the instance that pairs the fact with itself); `tests/test_equality.py` checks the two ways
+(the instance that pairs the fact with itself); `tests/engine/test_equality.py` checks the two ways
 give the same store.
 """
 
@@ -148,7 +148,7 @@ class KeyDeletion:
     the store's facts those facts and the deleted ones stand for are replaced: a
     rematerialisation of exactly the part a deletion can change, in place of B/F~'s
     fact-by-fact proofs (bf.py), which it gives the same result as
-    (`tests/test_equality.py`).
+    (`tests/engine/test_equality.py`).
 
     Why the part is exact: deleting facts only splits classes. A class may split when a
     deleted fact had a term of it at a key's position (or was an owl:sameAs naming it), or

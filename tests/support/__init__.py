@@ -1,0 +1,2 @@
+"""Helpers the tests share: the reference evaluator, strategies, brokers, agent processes, Spark
+clusters."""
