@@ -28,7 +28,6 @@ import logging
 import queue
 import signal
 import sqlite3
-import ssl
 import sys
 import threading
 import time
@@ -40,6 +39,7 @@ from paho.mqtt.properties import Properties
 
 from agent.config import AgentConfig
 from agent.protocol.messages import Telemetry, encode_model
+from agent.protocol.mqtt import Tls, mqtt_client
 from agent.service import Agent, Outcome
 from agent.state.agent_state import StateError
 
@@ -70,26 +70,17 @@ def client_id(config: AgentConfig) -> str:
 def make_client(config: AgentConfig, *, manual_ack: bool = True) -> mqtt.Client:
     """A paho client configured from ``[broker]``: credentials, TLS, back-off."""
     broker = config.broker
-    client = mqtt.Client(
-        mqtt.CallbackAPIVersion.VERSION2,
-        client_id=client_id(config),
-        protocol=mqtt.MQTTv5,
-        manual_ack=manual_ack,
-    )
-    if broker.username:
-        client.username_pw_set(broker.username, broker.resolve_password())
+    tls = None
     if broker.tls:
-        client.tls_set(
-            ca_certs=str(broker.ca_file) if broker.ca_file else None,
-            certfile=str(broker.cert_file) if broker.cert_file else None,
-            keyfile=str(broker.key_file) if broker.key_file else None,
-            cert_reqs=ssl.CERT_REQUIRED,
-        )
-        client.tls_insecure_set(broker.tls_insecure)
-    client.reconnect_delay_set(
-        max(1, int(broker.reconnect_min_delay)), max(1, int(broker.reconnect_max_delay))
+        tls = Tls(broker.ca_file, broker.cert_file, broker.key_file, broker.tls_insecure)
+    return mqtt_client(
+        client_id(config),
+        username=broker.username,
+        password=broker.resolve_password() if broker.username else None,
+        tls=tls,
+        manual_ack=manual_ack,
+        reconnect=(broker.reconnect_min_delay, broker.reconnect_max_delay),
     )
-    return client
 
 
 class AgentService:

@@ -41,6 +41,7 @@ from agent.protocol.messages import (
     decode_status,
     fact_tuple,
 )
+from agent.protocol.mqtt import mqtt_client
 from agent.protocol.signing import sign_bundle
 from cloud.bundles import BundleCutter, Target
 
@@ -140,13 +141,9 @@ class Publisher:
         self.resolved: list[tuple[str, str, tuple, float]] = []
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
-        self.client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=client_id or f"zodiac-cloud-{farm}",
-            protocol=mqtt.MQTTv5,
+        self.client = mqtt_client(
+            client_id or f"zodiac-cloud-{farm}", username=username, password=password
         )
-        if username:
-            self.client.username_pw_set(username, password)
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
         self.host, self.port = host, port

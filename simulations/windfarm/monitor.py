@@ -22,6 +22,7 @@ from agent.protocol.messages import (
     decode_status,
     decode_telemetry,
 )
+from agent.protocol.mqtt import mqtt_client
 from agent.protocol.signing import open_bundle
 from simulations.windfarm.farm import TEMPERATURE
 
@@ -59,14 +60,9 @@ class Monitor:
         self.keyring = keyring
         self.seen = Seen()
         self.lock = threading.Condition()
-        self.client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=f"zodiac-sim-monitor-{farm_id}",
-            protocol=mqtt.MQTTv5,
-        )
+        self.client = mqtt_client(f"zodiac-sim-monitor-{farm_id}", reconnect=(1, 2))
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
-        self.client.reconnect_delay_set(1, 2)
         self.host, self.port = host, port
         self.connected = threading.Event()
 

@@ -27,6 +27,7 @@ import paho.mqtt.client as mqtt
 
 from agent.protocol.keys import KeyRing
 from agent.protocol.messages import AddRules, Bundle, RuleSpec, Telemetry, encode_model
+from agent.protocol.mqtt import mqtt_client
 from agent.protocol.signing import sign_bundle
 from simulations.brokerprocess import BrokerError, BrokerProcess
 from simulations.mosquitto import Broker, mosquitto_available
@@ -330,12 +331,9 @@ class Simulation:
     # ------------------------------------------------------------------ the scenario
     def _scenario(self) -> None:
         options, schedule = self.options, self.schedule
-        self.controller = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=f"zodiac-sim-controllers-{uuid.uuid4().hex[:6]}",
-            protocol=mqtt.MQTTv5,
+        self.controller = mqtt_client(
+            f"zodiac-sim-controllers-{uuid.uuid4().hex[:6]}", reconnect=(1, 2)
         )
-        self.controller.reconnect_delay_set(1, 2)
         self.controller.connect(self.host, self.port, keepalive=10)
         self.controller.loop_start()
         self.say(

@@ -51,6 +51,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from agent.protocol.mqtt import Tls, mqtt_client
 from simulations.mosquitto import (
     MOSQUITTO,
     MOSQUITTO_PASSWD,
@@ -393,21 +394,11 @@ class TestClient:
         self._acks: dict[int, threading.Event] = {}
         self._ack_codes: dict[int, list[ReasonCode]] = {}
         self._lock = threading.Lock()
-        self.client = mqtt.Client(
-            mqtt.CallbackAPIVersion.VERSION2,
-            client_id=client_id,
-            protocol=mqtt.MQTTv5,
-            manual_ack=manual_ack,
+        # The agent's own way of making a client, so both sides negotiate alike.
+        tls = Tls(Path(ca_file), cert_file, key_file) if ca_file is not None else None
+        self.client = mqtt_client(
+            client_id, username=username, password=password, tls=tls, manual_ack=manual_ack
         )
-        if username is not None:
-            self.client.username_pw_set(username, password)
-        if ca_file is not None:
-            # The same call the agent's make_client uses, so both sides negotiate alike.
-            self.client.tls_set(
-                ca_certs=str(ca_file),
-                certfile=str(cert_file) if cert_file is not None else None,
-                keyfile=str(key_file) if key_file is not None else None,
-            )
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
         self.client.on_subscribe = self._on_subscribe
