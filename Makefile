@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 # Inside .venv, so that deleting .venv also forgets that it was installed.
 STAMP  := $(VENV)/.install.stamp
 
-.PHONY: venv demo test bench clean distclean
+.PHONY: venv demo test test-quick bench clean distclean
 
 venv: $(STAMP)
 
@@ -27,11 +27,15 @@ $(STAMP): pyproject.toml Makefile
 demo: venv
 	$(BIN)/python -m simulations.windfarm
 
-# Two pytest-xdist workers (the CI machines have two cores): much of the suite waits on
-# brokers, agent processes and Spark, so the two overlap (490 s serially, 280 s so). Each
-# worker that runs a Spark test starts its own SparkSession. Plain `pytest` runs serially.
+# The whole suite on two pytest-xdist workers (the CI machines have two cores), the tests of
+# the session's SparkSession in one group (one JVM), and the slowest tests listed at the end.
 test: venv
-	$(BIN)/ruff check . && $(BIN)/python -m pytest -n 2
+	$(BIN)/ruff check . && $(BIN)/python -m pytest -n 2 --dist loadgroup --durations=10
+
+# The edit loop: engine and agent tests that start no process and no Spark, with fewer
+# generated examples per property (the hypothesis profile "quick", tests/conftest.py).
+test-quick: venv
+	HYPOTHESIS_PROFILE=quick $(BIN)/python -m pytest -n 2 -m "not spark and not process and not slow" tests/engine tests/agent
 
 bench: venv
 	$(BIN)/python -m simulations.bench.materialise

@@ -265,6 +265,7 @@ def test_a_damaged_state_is_reported_refused_and_left_alone(tmp_path, capsys, cl
     assert database.read_bytes() == before
 
 
+@pytest.mark.process
 def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path, cloud):
     """``zodiac-agent status | head -1``: the reader closes the pipe before the command has
     written; the command stops with status 0 and no traceback (it printed BrokenPipeError's)."""

@@ -309,6 +309,7 @@ def test_an_agent_process_survives_an_exploding_bundle(tmp_path, make_broker, cl
         assert agent.terminate() == 0
 
 
+@pytest.mark.process
 def test_the_cli_takes_the_same_budgets(tmp_path):
     rules = tmp_path / "boom.rules"
     rules.write_text(PRODUCT)
@@ -442,6 +443,7 @@ def test_a_bundle_killing_the_agent_is_refused_once_its_tries_cost_the_budget(
             assert agent.terminate() == 0
 
 
+@pytest.mark.process
 def test_a_bundle_over_the_time_budget_is_not_tried_again(tmp_path, cloud):
     """Before: a bundle stopped by the time budget took the whole budget again at each
     delivery. Now the same bundle is refused at once (``budget_exceeded``, saying why), until

@@ -45,6 +45,8 @@ from tests.support.broker import (
     mosquitto_version,
 )
 
+pytestmark = pytest.mark.process
+
 FARMS = {"farm1": ["t1", "t2"], "farm2": ["t1"]}
 NOT_AUTHORIZED = 0x87
 

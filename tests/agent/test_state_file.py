@@ -81,6 +81,7 @@ def dangling_folder(directory: Path) -> Path:
     return directory / "data" / "agent.db"
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("make_path", [dangling, loop, dangling_folder])
 def test_a_state_path_that_is_a_broken_link_is_refused_and_left_alone(tmp_path, cloud, make_path):
     """Before: a dangling link (or a loop) was replaced by a new empty state, abandoning the
@@ -108,6 +109,7 @@ def test_a_state_path_that_is_a_broken_link_is_refused_and_left_alone(tmp_path, 
     assert listing(site) == before
 
 
+@pytest.mark.process
 def test_a_state_behind_a_link_is_created_where_the_link_leads(tmp_path, cloud):
     """A link to a mounted volume is followed: the state (and SQLite's -wal and -shm) live
     on the volume, and the link stays a link."""

@@ -369,6 +369,7 @@ def test_serve_command_answers_requests_and_releases_on_finding(tmp_path, make_b
     assert "Traceback" not in log
 
 
+@pytest.mark.process
 def test_serve_command_rejects_a_malformed_resolution(tmp_path):
     cloud = Cloud(tmp_path / "cloud")
     key = tmp_path / "cloud" / f"{cloud.key_id}.key"

@@ -27,6 +27,8 @@ from agent.engine.program.rdf import read_facts
 from tests.support.reference import to_external
 from tests.support.strategies import program_and_facts
 
+pytestmark = pytest.mark.spark
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -363,6 +365,7 @@ def test_cli_checkpoint_dir_gets_reliable_checkpoints(spark, tmp_path, capsys):
     assert spark.sparkContext.getCheckpointDir() == before
 
 
+@pytest.mark.process
 def test_cloud_imports_without_pyspark(tmp_path):
     """The edge install has no pyspark: ``import cloud`` and the CLI's help must work, and
     running the job must say what is missing."""

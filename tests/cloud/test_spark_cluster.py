@@ -22,6 +22,8 @@ from agent.engine import Reasoner
 from agent.engine.program.rdf import read_facts
 from tests.support.spark_cluster import StandaloneCluster, spark_home
 
+pytestmark = [pytest.mark.spark, pytest.mark.process, pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[2]
 CASE = ROOT / "tests" / "golden" / "rs1_ds1_12"
 
@@ -40,6 +42,7 @@ def test_the_job_on_a_standalone_cluster_gives_the_engines_model(cluster, tmp_pa
         "--master", cluster.url,
         "--conf", "spark.driver.host=127.0.0.1",
         "--executor-memory", "1g",
+        "--conf", f"spark.executor.extraJavaOptions={os.environ.get('SPARK_SUBMIT_OPTS', '')}",
         str(ROOT / "cloud" / "zodiac_cloud_cli.py"), "materialise",
         "--rules", str(CASE / "program.rules"),
         "--facts", str(CASE / "facts.nt"),

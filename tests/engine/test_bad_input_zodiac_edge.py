@@ -220,6 +220,7 @@ def test_bad_options_are_usage_errors(capsys, argv):
     assert "error:" in capsys.readouterr().err
 
 
+@pytest.mark.process
 def test_a_closed_output_pipe_ends_quietly(tmp_path):
     rules = tmp_path / "r.rules"
     rules.write_text(GOOD_RULES)

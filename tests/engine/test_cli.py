@@ -119,6 +119,7 @@ def test_errors_exit_2_with_a_message(tmp_path: Path, farm: Path, capsys):
     assert "bad.rules:1:12:" in err and "expected" in err
 
 
+@pytest.mark.process
 def test_console_script_runs_as_a_process(tmp_path: Path, farm: Path):
     out = tmp_path / "out.nt"
     done = subprocess.run(
@@ -181,6 +182,7 @@ def test_explain_plans_shows_a_decomposition_and_the_switch_turns_it_off(tmp_pat
     assert "decomposition" not in buffer.getvalue() and "[rule, no delta]" in buffer.getvalue()
 
 
+@pytest.mark.process
 def test_a_reader_that_goes_away_ends_the_command_quietly(farm: Path):
     """``zodiac-edge materialise ... | head -1``: status 0, no traceback."""
     code, error = run_with_the_reader_gone(

@@ -150,6 +150,7 @@ def test_decomposition_search_is_fast() -> None:
     assert time.perf_counter() - started < 0.5  # generous: a shared machine; typically ~20 ms
 
 
+@pytest.mark.process
 def test_choices_do_not_depend_on_the_hash_seed(tmp_path) -> None:
     """Decompositions and join plans are the same in processes with different hash seeds."""
     script = tmp_path / "plans.py"

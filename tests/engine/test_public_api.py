@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import agent.engine
 
 # What ``agent.engine`` exported before its modules moved into folders: each must stay.
@@ -58,6 +60,7 @@ def test_the_surface_works_end_to_end(tmp_path):
     assert sorted(a["Y"] for a in reasoner.query(pattern)) == ["b", "c"]
 
 
+@pytest.mark.process
 def test_importing_the_engine_does_not_import_rdflib():
     """rdflib is for reading RDF files: an agent that reads none must not pay for it at start
     (``read_facts`` and ``write_ntriples`` load it on first use)."""

@@ -380,6 +380,7 @@ def test_aggregates_over_the_same_relations_stay_apart_when_an_update_fails(monk
         assert set(reasoner.facts()) == plain(reasoner)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("derived", [True, False], ids=["bitmaps", "sets"])
 def test_the_kept_partition_follows_changes_of_a_directed_relation(monkeypatch, derived):
     """`KeptPartition.follow_a` on a directed A, where a set's member set can hold objects

@@ -144,6 +144,7 @@ def test_materialise_benchmark_prints_memory_per_fact(capsys):
         assert 0 < per_fact < 2000  # bitmaps keep a fact in a few bytes; not a gigabyte
 
 
+@pytest.mark.process
 def test_restart_benchmark_prints_memory_after_recompute_and_restart(capsys):
     from simulations.bench import restart
 
@@ -177,6 +178,7 @@ def test_bitmap_benchmark_compares_both_sides_on_every_row(capsys):
 
 
 # ------------------------------------------------------------------ simulations.bench.peers
+@pytest.mark.process
 def test_peer_benchmark_runs_both_engines_and_they_agree(capsys):
     """Each side in its own process, on the same CSV file; the fact counts must agree (the
     benchmark exits 1 on a mismatch)."""
@@ -230,6 +232,7 @@ def test_modules_benchmark_prints_memory_of_both_sides(capsys):
 
 
 # ------------------------------------------------------------------ simulations.bench.hypertree
+@pytest.mark.process
 def test_hypertree_benchmark_quick_run(capsys):
     """Both sides agree after every step (the benchmark exits otherwise), every expression rule
     is decomposed, and the hash-seed spread finds the same plans in fresh processes."""

@@ -17,6 +17,8 @@ import simulations.brokerprocess as brokerprocess
 import tests.support.broker as broker_module
 from tests.support.broker import Broker, MqttError, TestClient, mosquitto_version
 
+pytestmark = pytest.mark.process
+
 PASSWORDS = {"dev1": "pw-dev1", "dev2": "pw-dev2", "cloud": "pw-cloud"}
 
 

@@ -37,6 +37,8 @@ from simulations.brokerprocess import BrokerProcess
 from simulations.mqttbroker import EmbeddedBroker
 from tests.support.broker import Broker, MqttError, TestClient, mosquitto_available
 
+pytestmark = pytest.mark.process
+
 # The brokers every test runs against: a name and how to make one in a directory.
 BROKERS: dict[str, Callable[[Path], BrokerProcess]] = {
     "mosquitto": lambda directory: Broker(directory),

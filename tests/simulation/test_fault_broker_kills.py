@@ -12,6 +12,8 @@ import pytest
 from simulations.faults.broker_kills import Options, main, run
 from tests.conftest import _require_mosquitto
 
+pytestmark = pytest.mark.process
+
 
 @pytest.mark.slow
 def test_broker_kills_lose_bundles_but_recovery_never_storms(tmp_path):

@@ -32,6 +32,8 @@ from tests.conftest import started_brokers
 from tests.support.agent_harness import Cloud
 from tests.support.broker import TestClient
 
+pytestmark = pytest.mark.process
+
 
 @pytest.fixture(scope="module")
 def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:

@@ -25,6 +25,8 @@ from simulations.windfarm.farm import CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm, Se
 from simulations.windfarm.report import write_report
 from simulations.windfarm.run import FAULTS, Options, Simulation, SimulationError
 
+pytestmark = pytest.mark.process
+
 
 def test_five_turbines_end_to_end_with_every_fault(tmp_path, spark):
     options = Options(turbines=5, duration=39, faults=FAULTS, out=tmp_path / "run")

@@ -57,6 +57,8 @@ class StandaloneCluster:
             SPARK_LOCAL_IP="127.0.0.1",
             SPARK_LOG_DIR=str(self.directory / "logs"),
             PYSPARK_PYTHON=sys.executable,
+            # Short-lived daemons on tiny jobs: no optimising JIT (see tests/conftest.py).
+            SPARK_DAEMON_JAVA_OPTS=os.environ.get("SPARK_SUBMIT_OPTS", ""),
         )
         return env
 
