@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from agent import VersionAction
 from agent.config import AgentConfig, ConfigError
 from agent.engine.errors import ZodiacError, read_bytes
 from agent.state.schema import StatePathError
@@ -67,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="The zodiac-edge agent a turbine runs: signed rule bundles over MQTT, "
         "incremental reasoning, state in SQLite.",
     )
+    parser.add_argument("--version", action=VersionAction)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from agent import VersionAction
 from agent.engine.errors import ZodiacError
 from cloud.spark.driver import LOCAL_BELOW
 
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
             "publish rule bundles to devices."
         ),
     )
+    parser.add_argument("--version", action=VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     run = commands.add_parser(
         "materialise",

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from agent import VersionAction
 from agent.engine import Reasoner, ZodiacError
 from agent.engine.budget import MEMORY_SLACK, Budget
 from agent.engine.language import ANONYMOUS, RDF_TYPE, Constant, Variable
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="zodiac-edge",
         description="Materialise Datalog rules over RDF facts with the zodiac-edge engine.",
     )
+    parser.add_argument("--version", action=VersionAction)
     parser.add_argument(
         "--progress", action="store_true", help="show progress even when not on a terminal"
     )
