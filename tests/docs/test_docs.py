@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 # docs/*.md by glob: a page added later (docs/benchmarks.md) is checked as soon as it exists.

@@ -15,6 +15,8 @@ import pytest
 
 import agent
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 COMMANDS = [
     ("zodiac-edge", "agent.engine.cli"),
