@@ -559,7 +559,7 @@ def explain_fact(
     # passes over the whole materialisation cost more than the search (gcpause.py).
     with collector_paused():
         tree = _Explainer(view).prove(key, args)
-        return _without_body_steps(tree, rule_names or {}, {})
+        return _without_body_steps(tree, rule_names or {})
 
 
 # The name of the step that replaces names by equal ones (owl:sameAs), in explanations.
@@ -646,22 +646,30 @@ def explain_with_equality(
     return Derivation(external(key, args), EQUALITY_STEP, [tree], detail=merges(args, normal))
 
 
-def _without_body_steps(tree: Derivation, names: dict[str, str], done: dict) -> Derivation:
-    found = done.get(id(tree))
-    if found is not None:
-        return found
-    node = tree
-    owner, _, part = (tree.rule or "").rpartition(".")
-    if (
-        part.startswith("head")
-        and len(tree.premises) == 1
-        and str(tree.premises[0].fact[0]).startswith(BODY_PREFIX)
-    ):
-        body = tree.premises[0]
-        node = Derivation(tree.fact, names.get(owner, owner), body.premises, body.absent)
-    done[id(tree)] = node
-    node.premises = [_without_body_steps(p, names, done) for p in node.premises]
-    return node
+def _without_body_steps(tree: Derivation, names: dict[str, str]) -> Derivation:
+    """The tree with each multi-head rule's body step folded into its head step, named by the
+    rule's label. Iterative, with a stack: a derivation of a long chain that no closure module
+    shortens is as high as the chain, deeper than Python's recursion limit."""
+    done: dict[int, Derivation] = {}
+    stack = [tree]
+    while stack:
+        current = stack.pop()
+        if id(current) in done:
+            continue
+        node = current
+        owner, _, part = (current.rule or "").rpartition(".")
+        if (
+            part.startswith("head")
+            and len(current.premises) == 1
+            and str(current.premises[0].fact[0]).startswith(BODY_PREFIX)
+        ):
+            body = current.premises[0]
+            node = Derivation(current.fact, names.get(owner, owner), body.premises, body.absent)
+        done[id(current)] = node
+        stack.extend(p for p in node.premises if id(p) not in done)
+    for node in {id(node): node for node in done.values()}.values():
+        node.premises = [done[id(p)] for p in node.premises]
+    return done[id(tree)]
 
 
 __all__ = ["Derivation", "explain_fact", "explain_with_equality"]

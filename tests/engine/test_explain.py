@@ -234,3 +234,23 @@ def test_each_line_of_a_tree_is_a_fact_in_rule_syntax():
         assert (fact in set(reasoner.facts())) == holds, line
         if holds:
             assert reasoner.explain(fact).fact == fact
+
+
+def test_a_chain_longer_than_the_recursion_limit_is_explained():
+    """A chain no closure module shortens (each step also asks ``open``) has a proof as high as
+    the chain: 2,000 levels, twice Python's recursion limit, used to raise RecursionError."""
+    reasoner = Reasoner()
+    reasoner.add_rules(
+        """
+        road: <conn>(X, Y) :- <road>(X, Y) .
+        via:  <conn>(X, Z) :- <road>(X, Y) and <conn>(Y, Z) and <open>(Y) .
+        """
+    )
+    length = 2000
+    reasoner.add_facts([("road", f"c{i}", f"c{i + 1}") for i in range(length)])
+    reasoner.add_facts([("open", f"c{i}") for i in range(length)])
+    tree = reasoner.explain(("conn", "c0", f"c{length}"))
+    assert tree.height == length
+    lines = tree.lines()
+    assert lines[0].startswith("<conn>(<c0>, <c2000>)") and "[by rule via]" in lines[0]
+    assert sum("[explicit]" in line for line in lines) == 2 * length - 1
