@@ -221,13 +221,14 @@ def markdown_tables(rows: list[Row], repeat: int, seed: int) -> list[Table]:
             row.slowest if row.speedup < 1 else "",
         )
     small = Table(
-        ("update made", "changing under 10% of the result and slower than recomputing"),
-        "ll",
+        ("update made", "count", "changing under 10% of the result and slower than recomputing"),
+        "lrl",
         title="Small updates slower than recomputing (there should be none)",
     )
     for how, slow in slower(rows):
         small.add(
             how.strip() or "the first time",
+            len(slow),
             ", ".join(f"{r.update} ({r.workload})" for r in slow) if slow else "none",
         )
     return [table, small]
