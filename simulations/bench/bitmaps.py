@@ -38,7 +38,7 @@ from simulations.bench.datasets import ds2
 from simulations.bench.materialise import RULES
 from simulations.bench.memory import footprint
 from simulations.bench.modules import random_dag
-from simulations.bench.table import Table, add_markdown_option, write_markdown
+from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 from simulations.bench.timing import timed
 
 Groups = list[tuple[int, list[int]]]  # subject -> sorted objects, the neutral form of the data
@@ -189,7 +189,7 @@ def row(table: Table, label: str, times: dict[str, float], unit: str = "ms") -> 
         flush=True,
     )
     table.add(
-        label, unit, f"{times['set'] * scale:.2f}", f"{times['bitmap'] * scale:.2f}", f"{ratio:.2f}"
+        label, unit, f"{times['set'] * scale:.2f}", f"{times['bitmap'] * scale:.2f}", factor(ratio)
     )
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from agent.engine import Reasoner
 from agent.engine.language import RDF_TYPE
 from simulations.bench.datasets import ds1, ds2, turbine
-from simulations.bench.table import Table, add_markdown_option, write_markdown
+from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{result.explained:,}",
             f"{statistics.median(result.times) * 1000:.2f}",
             f"{worst * 1000:.2f}",
-            f"{worst / 0.05:.2f}",
+            factor(worst / 0.05),
             result.height,
             f"{result.size:,}",
             f"{result.materialise:.3f}",

@@ -648,7 +648,7 @@ def print_memory(rows: list[tuple[str, str, int, int]]) -> Table:
             flush=True,
         )
         table.add(
-            scenario, data, f"{incremental / 1e6:.1f}", f"{scratch / 1e6:.1f}", f"{ratio:.2f}"
+            scenario, data, f"{incremental / 1e6:.1f}", f"{scratch / 1e6:.1f}", factor(ratio)
         )
     return table
 

@@ -30,7 +30,7 @@ from agent.engine import Reasoner
 from agent.engine.storage.store import DataStore, by_subject
 from simulations.bench.datasets import ds1, ds2
 from simulations.bench.memory import fact_count, footprint, megabytes
-from simulations.bench.table import Table, add_markdown_option, write_markdown
+from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 from simulations.bench.timing import speedup
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{result.facts:,}",
             f"{result.materialise:.4f}",
             f"{result.store:.4f}",
-            f"{result.ratio:.2f}",
+            factor(result.ratio),
         )
     tables = [timing]
     if not args.no_memory:

@@ -77,7 +77,7 @@ def stc_rows(sizes: list[int], seminaive_limit: int) -> Table:
             f"{module_time / store:>9.1f}"
         )
         cells = [f"{n:,}", f"{fast.count():,}", f"{module_time:.4f}", f"{store:.4f}",
-                 factor(module_time / store, 1)]  # fmt: skip
+                 factor(module_time / store)]  # fmt: skip
         if n <= seminaive_limit:
             slow, seminaive_time = materialise(STC_RULES, facts, False)
             assert set(slow.facts()) == set(fast.facts()), f"results differ at n={n}"

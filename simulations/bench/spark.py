@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         if running is None:
             spark.stop()
     print(setting)
-    tables = print_table(rows, title=setting)
+    tables = print_table(rows, title=setting.replace("session start-up", "Spark's start-up"))
     if not args.no_fixed_cost:
         session = spark_or_new(running, args)
         try:
@@ -484,7 +484,7 @@ def print_fixed_cost(spark: SparkSession, startup: float, timeout: float) -> Tab
     table = Table(
         ("case", "default s", "default / start-up", "all Spark s", "all Spark / start-up"),
         "lrrrr",
-        title=f"Fixed cost (session start-up {startup:.1f} s; best of 2 each)",
+        title=f"Fixed cost (Spark's start-up {startup:.1f} s; best of 2 each)",
     )
 
     print(f"\nFixed cost (session start-up {startup:.1f} s; best of 2 each):")
