@@ -1,6 +1,6 @@
 """Benchmark: compressed bitmaps (pyroaring) against Python sets for this engine's object sets.
 
-    python -m simulations.bench.bitmaps [--quick] [--repeat N]
+    python -m simulations.bench.bitmaps [--quick] [--repeat N] [--markdown [FILE]]
 
 The choice of a per-subject object set decides memory and speed of every binary relation, so
 it is made by measurement on the engine's own data, not on a synthetic micro-benchmark:
@@ -38,6 +38,7 @@ from simulations.bench.datasets import ds2
 from simulations.bench.materialise import RULES
 from simulations.bench.memory import footprint
 from simulations.bench.modules import random_dag
+from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 from simulations.bench.timing import timed
 
 Groups = list[tuple[int, list[int]]]  # subject -> sorted objects, the neutral form of the data
@@ -173,7 +174,13 @@ def best(repeat_count: int, actions: dict[str, Callable[[], object]]) -> dict[st
     return found
 
 
-def row(label: str, times: dict[str, float], unit: str = "ms") -> None:
+def new_table(title: str) -> Table:
+    """A Markdown table of the rows ``row`` prints under one ``# title`` line."""
+    return Table(("measure", "unit", "set", "bitmap", "bitmap / set"), "llrrr", title=title)
+
+
+def row(table: Table, label: str, times: dict[str, float], unit: str = "ms") -> None:
+    """Print one measure's line (and add it to ``table``)."""
     scale = 1e3 if unit == "ms" else 1.0
     ratio = times["bitmap"] / times["set"] if times["set"] else float("nan")
     print(
@@ -181,27 +188,35 @@ def row(label: str, times: dict[str, float], unit: str = "ms") -> None:
         f"{ratio:>9.2f}  {unit}",
         flush=True,
     )
+    table.add(
+        label, unit, f"{times['set'] * scale:.2f}", f"{times['bitmap'] * scale:.2f}", factor(ratio)
+    )
 
 
-def workload(title: str, groups: Groups, repeat_count: int) -> None:
+def workload(title: str, groups: Groups, repeat_count: int) -> Table:
     pairs = sum(len(objects) for _, objects in groups)
     print(f"\n# {title}: {len(groups):,} sets, {pairs:,} pairs")
     print(f"{'':<34}{'set':>12}{'bitmap':>12}{'ratio':>9}")
+    table = new_table(f"{title}: {len(groups):,} sets, {pairs:,} pairs")
     memory = {}
     for kind in KINDS:
         used = footprint(build, _pairs, kind, groups)
         memory[kind] = used.per_fact(used.rss)
-    row("memory, bytes per pair (RSS)", memory, unit="B")
+    row(table, "memory, bytes per pair (RSS)", memory, unit="B")
     stored = {kind: build(kind, groups) for kind in KINDS}
-    row("build", best(repeat_count, {k: lambda k=k: build(k, groups) for k in KINDS}))
+    row(table, "build", best(repeat_count, {k: lambda k=k: build(k, groups) for k in KINDS}))
     row(
-        "scan, tuple at a time", best(repeat_count, {k: lambda k=k: scan(stored[k]) for k in KINDS})
+        table,
+        "scan, tuple at a time",
+        best(repeat_count, {k: lambda k=k: scan(stored[k]) for k in KINDS}),
     )
     row(
+        table,
         "membership test per pair",
         best(repeat_count, {k: lambda k=k: probe(stored[k], groups) for k in KINDS}),
     )
     row(
+        table,
         "join A o A, set at a time",
         best(repeat_count, {k: lambda k=k: compose(k, groups, stored[k]) for k in KINDS}),
     )
@@ -212,26 +227,33 @@ def workload(title: str, groups: Groups, repeat_count: int) -> None:
             "bitmap": lambda: compose("bitmap", groups, stored["bitmap"]),
         },
     )
-    row("join A o A: tuples out vs bitmaps", today)
+    row(table, "join A o A: tuples out vs bitmaps", today)
     row(
+        table,
         "save + load (serialise all)",
         best(repeat_count, {k: lambda k=k: save_load(k, stored[k]) for k in KINDS}),
     )
     assert compose("set", groups, stored["set"]) == compose("bitmap", groups, stored["bitmap"])
+    return table
 
 
-def dag_workload(nodes: int, edges: int, repeat_count: int) -> None:
+def dag_workload(nodes: int, edges: int, repeat_count: int) -> list[Table]:
     groups = dag_groups(nodes, edges)
-    workload(f"DAG-R adjacency ({nodes:,} nodes, {edges:,} edges)", groups, repeat_count)
+    adjacency = workload(
+        f"DAG-R adjacency ({nodes:,} nodes, {edges:,} edges)", groups, repeat_count
+    )
     reach = {kind: closure(kind, groups) for kind in KINDS}
     assert {u: set(vs) for u, vs in reach["bitmap"].items()} == reach["set"]
     pairs = sum(map(len, reach["set"].values()))
     print(f"# DAG-R transitive closure: {pairs:,} pairs")
+    closed = new_table(f"DAG-R transitive closure: {pairs:,} pairs")
     row(
+        closed,
         "closure (reach sets)",
         best(repeat_count, {k: lambda k=k: closure(k, groups) for k in KINDS}),
     )
     row(
+        closed,
         "closure + full scan as tuples",
         best(
             repeat_count,
@@ -242,7 +264,8 @@ def dag_workload(nodes: int, edges: int, repeat_count: int) -> None:
     for kind in KINDS:
         used = footprint(closure, _closure_pairs, kind, groups)
         memory[kind] = used.per_fact(used.rss)
-    row("closure memory, bytes per pair (RSS)", memory, unit="B")
+    row(closed, "closure memory, bytes per pair (RSS)", memory, unit="B")
+    return [adjacency, closed]
 
 
 def _closure_pairs(reach: object) -> int:
@@ -254,10 +277,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per side, best reported")
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     width, nodes, edges = (20, 200, 1000) if args.quick else (200, 2000, 10000)
-    workload(f"RS2 over DS2({width}), subject -> objects", rs2_groups(width), args.repeat)
-    dag_workload(nodes, edges, args.repeat)
+    tables = [
+        workload(f"RS2 over DS2({width}), subject -> objects", rs2_groups(width), args.repeat)
+    ]
+    tables += dag_workload(nodes, edges, args.repeat)
+    write_markdown(args.markdown, tables)
     return 0
 
 

@@ -2,7 +2,7 @@
 
     python -m simulations.bench.equality [--quick] [--largest N ...] [--repeat N]
                                          [--axiomatised-up-to N] [--departments N]
-                                         [--axiomatised-seminaive]
+                                         [--axiomatised-seminaive] [--markdown [FILE]]
     python -m simulations.bench.equality --largest 2000
 
 The default sizes are 10 to 500 names (the axiomatised side makes them take about 35 minutes
@@ -56,6 +56,8 @@ from dataclasses import replace
 from agent.engine import Reasoner
 from agent.engine.costs import DEFAULT_COSTS
 from simulations.bench.memory import fact_count, footprint
+from simulations.bench.table import Table, add_markdown_option, write_markdown
+from simulations.bench.table import ratio as over
 from simulations.bench.timing import timed
 
 OWL_SAME_AS = "http://www.w3.org/2002/07/owl#sameAs"
@@ -195,7 +197,10 @@ def run(
     departments: int,
     modules: bool = True,
     memory: bool = True,
-) -> None:
+    memory_table: Table | None = None,
+) -> Table:
+    """Print one class size's steps (and memory lines, added to ``memory_table`` too); return
+    the steps as a Markdown table."""
     facts = university(largest, departments, 20 if departments < 10 else 150)
     with_axioms = largest <= axiomatised_up_to
     print(f"\n## largest class {largest} names: {len(facts):,} explicit facts")
@@ -219,9 +224,17 @@ def run(
         f"  materialised: {stats['facts']:,} facts (expanded), {equality['classes']} classes, "
         f"largest {equality['largest_class']}, component {equality['component_facts']:,} facts"
     )
-    _row("materialise", best.get("mat rewriting"), None, None, None, best.get("mat axiomatised"))
+    table = Table(
+        ("step", "default s", "B/F~ s", "remat~ s", "scratch s", "axiomatised s",
+         "B/F~ / default", "remat~ / default", "scratch / default", "axiomatised / default"),
+        "lrrrrrrrrr",
+        title=f"Largest class {largest} names: {len(facts):,} explicit facts, "
+        f"{stats['facts']:,} facts expanded, {equality['classes']:,} classes",
+    )  # fmt: skip
+    materialised = best.get("mat rewriting"), None, None, None, best.get("mat axiomatised")
+    table.add(*_row("materialise", *materialised))
     if memory:
-        _memory_row(facts, with_axioms, modules, stats["facts"])
+        _memory_row(facts, with_axioms, modules, stats["facts"], largest, memory_table)
     rng = random.Random(11)
     star = _star(facts)
     star_links = [f for f in facts if f[0] == OWL_SAME_AS and f[2] == star]
@@ -235,7 +248,7 @@ def run(
         _check(result, expected, name)
         if baseline is not None:
             _check(as_same_as(baseline.facts()), expected, name + " (axiomatised)")
-        _row(
+        row = _row(
             name,
             times["keys"],
             times["bf"],
@@ -243,6 +256,8 @@ def run(
             times["scratch"],
             times.get("axiomatised"),
         )
+        table.add(*row)
+    return table
 
 
 def _deletions(facts: list, deleted: list, repeat: int, with_axioms: bool, modules: bool):
@@ -284,7 +299,24 @@ def _axiomatised(facts, modules: bool) -> Reasoner:
     return reasoner
 
 
-def _memory_row(facts: list, with_axioms: bool, modules: bool, expanded: int) -> None:
+def memory_table() -> Table:
+    """The Markdown table of the memory lines, every class size's in one."""
+    return Table(
+        ("largest class", "side", "peak traced MB", "kept MB", "RSS MB", "kept B/fact",
+         "RSS B/fact", "peak / rewriting", "kept / rewriting", "RSS / rewriting"),
+        "rlrrrrrrrr",
+        title="Memory of materialising (fresh process per side; per fact of the expanded model)",
+    )  # fmt: skip
+
+
+def _memory_row(
+    facts: list,
+    with_axioms: bool,
+    modules: bool,
+    expanded: int,
+    largest: int = 0,
+    table: Table | None = None,
+) -> None:
     """Peak and kept traced allocation and RSS growth of materialising, each side in a fresh
     process (simulations/bench/memory.py), per fact of the expanded model (the same model on
     both sides, so the figures compare)."""
@@ -297,6 +329,20 @@ def _memory_row(facts: list, with_axioms: bool, modules: bool, expanded: int) ->
             f"{found.traced_kept / 1e6:6.1f} MB, RSS {found.rss / 1e6:6.1f} MB; per expanded "
             f"fact {found.traced_kept / expanded:5.1f} B kept, {found.rss / expanded:5.1f} B RSS"
         )
+        if table is not None:
+            ours = sides[0][1]
+            table.add(
+                f"{largest:,}",
+                name,
+                f"{found.traced_peak / 1e6:.1f}",
+                f"{found.traced_kept / 1e6:.1f}",
+                f"{found.rss / 1e6:.1f}",
+                f"{found.traced_kept / expanded:.1f}",
+                f"{found.rss / expanded:.1f}",
+                over(found.traced_peak, ours.traced_peak),
+                over(found.traced_kept, ours.traced_kept),
+                over(found.rss, ours.rss),
+            )
     if with_axioms:
         (_, ours), (_, axioms) = sides
         print(
@@ -333,8 +379,9 @@ def _check(got: set | tuple, want: set | tuple, step: str) -> None:
         raise SystemExit(1)
 
 
-def _row(step: str, ours, bf, remat, scratch, axioms) -> None:
-    """One step: seconds per side, and each other side's time over ours (the default)."""
+def _row(step: str, ours, bf, remat, scratch, axioms) -> tuple[str, ...]:
+    """Print one step: seconds per side, and each other side's time over ours (the default);
+    return the same as Markdown cells."""
 
     def cell(seconds) -> str:
         return "-" if seconds is None else f"{seconds:.3f}"
@@ -347,6 +394,8 @@ def _row(step: str, ours, bf, remat, scratch, axioms) -> None:
         f" {cell(axioms):>11}   B/F~ {ratio(bf):>6}  remat~ {ratio(remat):>6}"
         f"  scratch {ratio(scratch):>6}  axiomatised {ratio(axioms):>7}"
     )
+    times = [cell(seconds) for seconds in (ours, bf, remat, scratch, axioms)]
+    return (step, *times, *(ratio(other) for other in (bf, remat, scratch, axioms)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -366,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the axiomatised side with plain seminaive evaluation (no modules)",
     )
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     departments = 4 if args.quick else args.departments
     sizes = args.largest or ([10, 40] if args.quick else [10, 100, 200, 500])
@@ -376,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  {'step':20} {'default':>8} {'B/F~':>8} {'remat~':>8} {'scratch':>8} {'axiomatised':>11}"
     )
-    for largest in sizes:
+    memory = memory_table()
+    tables = [
         run(
             largest,
             args.repeat,
@@ -384,7 +435,11 @@ def main(argv: list[str] | None = None) -> int:
             departments,
             modules=not args.axiomatised_seminaive,
             memory=not args.no_memory,
+            memory_table=memory,
         )
+        for largest in sizes
+    ]
+    write_markdown(args.markdown, [*tables, memory])
     return 0
 
 

@@ -1,7 +1,7 @@
 """Benchmark: hypertree decompositions (the combined approach) vs plain join plans.
 
     python -m simulations.bench.hypertree [--quick] [--repeat N] [--only NAME ...]
-                                          [--seeds N] [--no-memory]
+                                          [--seeds N] [--no-memory] [--markdown [FILE]]
 
 Workloads (``simulations/bench/hypertree_workloads.py``, generators deterministic):
 expressions (the paper's Exp), graph patterns (its YAGO rules), university L (LUBM's simple
@@ -48,6 +48,8 @@ from simulations.bench.hypertree_workloads import (
     university_workload,
 )
 from simulations.bench.memory import fact_count, footprint, megabytes
+from simulations.bench.table import Table, add_markdown_option, write_markdown
+from simulations.bench.table import ratio as over
 from simulations.bench.timing import timed
 
 SIDES = {"combined": {}, "plans": {"decompositions": False}}
@@ -164,7 +166,34 @@ def compare(name: str, make: Callable[[], Workload], repeat: int) -> dict:
             "facts": facts}  # fmt: skip
 
 
-def print_table(result: dict) -> None:
+class Tables:
+    """The Markdown tables of a run, every workload's rows in each."""
+
+    def __init__(self, repeat: int) -> None:
+        self.steps = Table(
+            ("workload", "step", "combined s", "plans s", "plans / combined"),
+            "llrrr",
+            title=f"Steps, each side's best of {repeat}",
+        )
+        self.choices = Table(
+            ("workload", "explicit facts", "facts after materialisation", "rules", "cyclic",
+             "decomposed", "slowest search ms"),
+            "lrrrrrr",
+            title="Decompositions chosen (combined side)",
+        )  # fmt: skip
+        self.memory = Table(
+            ("workload", "combined peak MB", "plans peak MB", "combined / plans",
+             "combined kept MB", "plans kept MB"),
+            "lrrrrr",
+            title="Memory of the materialisation (peak traced allocation, fresh process)",
+        )  # fmt: skip
+        self.seeds = Table(("PYTHONHASHSEED", "materialise s"), "rr")
+
+    def all(self) -> list[Table]:
+        return [self.steps, self.choices, self.memory, self.seeds]
+
+
+def print_table(result: dict, tables: Tables | None = None) -> None:
     best = result["best"]
     print(f"\n{result['workload']}: {result['explicit']:,} explicit facts, "
           f"{result['facts']['materialise'].split(':')[0]} after materialisation; "
@@ -173,18 +202,42 @@ def print_table(result: dict) -> None:
     for step in STEPS:
         combined, plans = best["combined"][step], best["plans"][step]
         print(f"  {step:<14} {combined:>11.3f} {plans:>10.3f} {plans / combined:>14.1f}x")
+        if tables is not None:
+            tables.steps.add(
+                result["workload"], step, f"{combined:.3f}", f"{plans:.3f}", over(plans, combined)
+            )
+    if tables is not None:
+        stats = result["stats"]
+        tables.choices.add(
+            result["workload"],
+            f"{result['explicit']:,}",
+            f"{int(result['facts']['materialise'].split(':')[0]):,}",
+            stats["rules"],
+            stats["cyclic"],
+            stats["decomposed"],
+            stats["slowest search ms"],
+        )
 
 
-def print_memory(name: str, quick: bool) -> None:
+def print_memory(name: str, quick: bool, tables: Tables | None = None) -> None:
     found = {side: footprint(build_for_memory, fact_count, name, quick, side) for side in SIDES}
     combined, plans = found["combined"], found["plans"]
     print(f"  memory (materialisation, fresh process): peak traced combined "
           f"{megabytes(combined.traced_peak)} MB, plans {megabytes(plans.traced_peak)} MB "
           f"({combined.traced_peak / max(1, plans.traced_peak):.2f}x); kept "
           f"{megabytes(combined.traced_kept)} vs {megabytes(plans.traced_kept)} MB")  # fmt: skip
+    if tables is not None:
+        tables.memory.add(
+            name,
+            megabytes(combined.traced_peak),
+            megabytes(plans.traced_peak),
+            over(combined.traced_peak, max(1, plans.traced_peak), 2),
+            megabytes(combined.traced_kept),
+            megabytes(plans.traced_kept),
+        )
 
 
-def seed_spread(count: int, quick: bool) -> None:
+def seed_spread(count: int, quick: bool, tables: Tables | None = None) -> None:
     """Materialise the graph patterns (combined) in fresh processes with other hash seeds."""
     print(f"\nhash seeds (graph patterns, combined, {count} processes):")
     outputs = []
@@ -195,10 +248,18 @@ def seed_spread(count: int, quick: bool) -> None:
         result = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
         outputs.append(json.loads(result.stdout))
         print(f"  PYTHONHASHSEED={seed}: {outputs[-1]['seconds']:.2f} s")
+        if tables is not None:
+            tables.seeds.add(seed, f"{outputs[-1]['seconds']:.3f}")
     same = len({o["plans"] for o in outputs}) == 1
     times = [o["seconds"] for o in outputs]
     print(f"  plans and decompositions identical in all: {same}; "
           f"slowest/fastest {max(times) / min(times):.2f}")  # fmt: skip
+    if tables is not None:
+        tables.seeds.title = (
+            f"Graph patterns (combined) in {count} fresh processes: plans and decompositions "
+            f"identical in all: {'yes' if same else 'NO'}; slowest / fastest "
+            f"{max(times) / min(times):.2f}x"
+        )
 
 
 def child_materialise(quick: bool) -> None:
@@ -217,7 +278,7 @@ def child_materialise(quick: bool) -> None:
     print(json.dumps({"seconds": seconds, "plans": hashlib.sha1(text.encode()).hexdigest()}))
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per side (best kept)")
@@ -225,20 +286,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="hash seeds for the spread")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory figures")
     parser.add_argument("--child-materialise", action="store_true", help=argparse.SUPPRESS)
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     if args.child_materialise:
         child_materialise(args.quick)
-        return
+        return 0
+    tables = Tables(args.repeat)
     for name, make in workloads(args.quick).items():
         if args.only and name not in args.only:
             continue
-        print_table(compare(name, make, args.repeat))
+        print_table(compare(name, make, args.repeat), tables)
         if not args.no_memory:
-            print_memory(name, args.quick)
+            print_memory(name, args.quick, tables)
         sys.stdout.flush()
     if args.seeds:
-        seed_spread(args.seeds, args.quick)
+        seed_spread(args.seeds, args.quick, tables)
+    write_markdown(args.markdown, tables.all())
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,6 +1,7 @@
 """Benchmark: incremental updates vs. materialising the final state from scratch.
 
-    python -m simulations.bench.incremental [--quick] [--only NAME] [--repeat N]
+    python -m simulations.bench.incremental [--quick] [--only NAME] [--repeat N] [--memory]
+                                            [--no-modules] [--markdown [FILE]]
 
 Reproduces the experiments of the ZodiacEdge paper, section 6.2.2. Every row is one update:
 
@@ -74,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import tracemalloc
 from collections import Counter
@@ -86,6 +88,7 @@ from agent.engine import Program, Reasoner, Rule
 from agent.engine.program.parser import parse_file
 from agent.engine.update.reclaim import RECLAIMER
 from simulations.bench.datasets import AIR_TEMPERATURE, NEIGHBOUR, Fact, ds1, ds2, turbine
+from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 from simulations.bench.timing import bring_back, set_aside, speedup
 from simulations.bench.timing import timed as stopwatch
 
@@ -171,6 +174,7 @@ class Row:
     # update, not measured): what it costs a running agent, its plans compiled and its
     # indexes built by the first time.
     again: float = float("nan")
+    brief_strategy: str = ""  # the strategy without details (``strategy_summary``'s brief)
 
     @property
     def speedup(self) -> float:
@@ -440,14 +444,16 @@ def from_scratch(state: State, repeat: int) -> Reference:
     return Reference(best, facts)
 
 
-def strategy_summary(stats: dict) -> str:
+def strategy_summary(stats: dict, brief: bool = False) -> str:
     """A short account of what the engine says it did: the strategies found anywhere in
-    ``last_update`` (a top-level ``strategy``, per-hyper-node ones), counted when several."""
+    ``last_update`` (a top-level ``strategy``, per-hyper-node ones), counted when several;
+    ``brief``: each without its details in parentheses (the counts of subjects and facts it
+    saw), so that one kind is counted once."""
     found: Counter[str] = Counter()
 
     def collect(value: object) -> None:
         if isinstance(value, str):
-            found[value] += 1
+            found[re.sub(r" \([^()]*\)", "", value) if brief else value] += 1
         elif isinstance(value, dict):
             for item in value.values():
                 collect(item)
@@ -548,7 +554,8 @@ class Runner:
                 rows.append(self.failed(case, step, f"{type(error).__name__}: {error}"))
                 break
             freed = freed_later()
-            strategy = strategy_summary(reasoner.stats())
+            stats = reasoner.stats()
+            strategy = strategy_summary(stats)
             reference = self.reference(step.final)
             equal = not check or frozenset(reasoner.facts()) == reference.facts
             changed = -1 if before is None else len(before ^ reference.facts)
@@ -572,6 +579,7 @@ class Runner:
                     freed=freed,
                     changed=changed,
                     again=again,
+                    brief_strategy=strategy_summary(stats, brief=True),
                 )
             )
         return rows
@@ -621,7 +629,13 @@ def memory_rows(case: Case) -> list[tuple[str, str, int, int]]:
     return found
 
 
-def print_memory(rows: list[tuple[str, str, int, int]]) -> None:
+def print_memory(rows: list[tuple[str, str, int, int]]) -> Table:
+    """Print the memory table; return it as a Markdown table too."""
+    table = Table(
+        ("scenario", "data", "update peak MB", "scratch peak MB", "update / scratch"),
+        "llrrr",
+        title="Peak traced allocation of each update and of from scratch",
+    )
     print(
         f"\n{'scenario':<24} {'data':<9} {'update peak MB':>15} {'scratch peak MB':>16} "
         f"{'ratio':>7}"
@@ -633,6 +647,10 @@ def print_memory(rows: list[tuple[str, str, int, int]]) -> None:
             f"{ratio:>7.2f}",
             flush=True,
         )
+        table.add(
+            scenario, data, f"{incremental / 1e6:.1f}", f"{scratch / 1e6:.1f}", factor(ratio)
+        )
+    return table
 
 
 # --------------------------------------------------------------------------------------------
@@ -660,6 +678,40 @@ def format_row(row: Row) -> str:
         f"{row.scenario:<24} {row.data:<9} {row.facts:>8} {row.net_change:>7.1%} "
         f"{row.incremental:>13.4f} {row.scratch:>10.4f} {row.speedup:>8.3g}x {again} "
         f"{row.freed:>13.4f} {equal:<8} {strategy}"
+    )
+
+
+def group_table(title: str) -> Table:
+    """The Markdown table of one scenario group's rows (the columns of ``HEADER``)."""
+    return Table(
+        ("scenario", "data", "facts", "change", "incremental s", "scratch s", "speed-up",
+         "again s", "again speed-up", "freed later s", "equal", "strategy"),
+        "llrrrrrrrrll",
+        title=title,
+    )  # fmt: skip
+
+
+def markdown_row(row: Row) -> tuple[str, ...]:
+    """``format_row``'s cells, for ``group_table``; the strategies without their details (which
+    make a table too wide to read)."""
+    if row.error:
+        equal, strategy = "ERROR", row.error
+    else:
+        equal, strategy = "OK" if row.equal else "MISMATCH", row.brief_strategy or row.strategy
+    made = row.made_again
+    return (
+        row.scenario,
+        row.data,
+        f"{row.facts:,}",
+        f"{row.net_change:.1%}",
+        f"{row.incremental:.4f}",
+        f"{row.scratch:.4f}",
+        factor(row.speedup),
+        f"{row.again:.4f}" if made else "-",
+        factor(row.again_speedup) if made else "-",
+        f"{row.freed:.4f}",
+        equal,
+        strategy,
     )
 
 
@@ -711,9 +763,15 @@ def targets(rows: list[Row]) -> list[tuple[str, list[Row], list[Row]]]:
     ]
 
 
-def print_targets(rows: list[Row]) -> None:
-    """One line per paper target: met, NOT met (with the rows that miss it), or n/a."""
+def print_targets(rows: list[Row]) -> Table:
+    """One line per paper target: met, NOT met (with the rows that miss it), or n/a; returned
+    as a Markdown table too."""
     print("\nTargets (ratios of this run; the paper's, then those marked (storage)):")
+    table = Table(
+        ("target", "rows", "missed", "verdict"),
+        "lrrl",
+        title="Targets (ratios of this run; the paper's, then those marked (storage))",
+    )
     for description, applicable, missed in targets(rows):
         if not applicable:
             verdict = "n/a (no such rows run)"
@@ -723,6 +781,8 @@ def print_targets(rows: list[Row]) -> None:
             names = ", ".join(f"{row.scenario} {row.data}" for row in missed)
             verdict = f"NOT met: {len(missed)} of {len(applicable)} rows miss it ({names})"
         print(f"  - {description}: {verdict}")
+        table.add(description, len(applicable), len(missed), verdict.split(":")[0])
+    return table
 
 
 USE_MODULES = [True]  # set from --no-modules; both sides of every row use the same
@@ -749,6 +809,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also print the peak traced allocation of each update and of from scratch",
     )
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     USE_MODULES[0] = not args.no_modules
     if args.repeat < 1:
@@ -756,27 +817,32 @@ def main(argv: list[str] | None = None) -> int:
     runner = Runner(args.repeat)
     rows: list[Row] = []
     memory: list[tuple[str, str, int, int]] = []
+    tables: list[Table] = []
     print(HEADER)
     print("-" * len(HEADER))
     for name, (title, build) in GROUPS.items():
         if args.only and name not in args.only:
             continue
         print(f"# {title}", flush=True)
+        tables.append(group_table(title))
         for case in build(args.quick):
             for row in runner.run(case):
                 print(format_row(row), flush=True)
                 rows.append(row)
+                tables[-1].add(*markdown_row(row))
             if args.memory:
                 memory += memory_rows(case)
         runner.forget()
     if args.memory:
-        print_memory(memory)
-    print_targets(rows)
+        tables.append(print_memory(memory))
+    tables.append(print_targets(rows))
     bad = [row for row in rows if not row.equal]
     if bad:
         print(f"\n{len(bad)} row(s) differ from the from-scratch materialisation", file=sys.stderr)
+        write_markdown(args.markdown, tables)
         return 1
     print(f"\nAll {len(rows)} rows equal the from-scratch materialisation.")
+    write_markdown(args.markdown, tables)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Benchmark: materialisation from scratch vs. the time to merely store its output.
 
-    python -m simulations.bench.materialise [--quick] [--repeat N]
+    python -m simulations.bench.materialise [--quick] [--repeat N] [--markdown [FILE]]
 
 For each (rule set, data set) the engine materialises the program, then the same run times
 inserting the final set of facts (distinct, per relation) into a fresh DataStore with the same
@@ -30,6 +30,7 @@ from agent.engine import Reasoner
 from agent.engine.storage.store import DataStore, by_subject
 from simulations.bench.datasets import ds1, ds2
 from simulations.bench.memory import fact_count, footprint, megabytes
+from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 from simulations.bench.timing import speedup
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
@@ -107,8 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per case, best reported")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory table")
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     chosen = cases(args.quick)
+    timing = Table(
+        ("rules", "data", "facts", "materialise s", "store s", "materialise / store"),
+        "llrrrr",
+        title=f"Materialisation against storing its output (best of {args.repeat})",
+    )
     header = (
         f"{'rules':<10} {'data':<9} {'facts':>9} {'materialise s':>14} {'store s':>9} {'ratio':>7}"
     )
@@ -121,13 +128,35 @@ def main(argv: list[str] | None = None) -> int:
             f"{result.store:>9.3f} {result.ratio:>7.1f}",
             flush=True,
         )
+        timing.add(
+            rules_name(result.rules),
+            result.data,
+            f"{result.facts:,}",
+            f"{result.materialise:.4f}",
+            f"{result.store:.4f}",
+            factor(result.ratio),
+        )
+    tables = [timing]
     if not args.no_memory:
         print()
-        print_memory(chosen)
+        tables.append(print_memory(chosen))
+    write_markdown(args.markdown, tables)
     return 0
 
 
-def print_memory(chosen: list[tuple[str, str, list]]) -> None:
+def rules_name(rule_file: str) -> str:
+    """``RS1`` for ``rs1.rules``."""
+    return rule_file.removesuffix(".rules").upper()
+
+
+def print_memory(chosen: list[tuple[str, str, list]]) -> Table:
+    """Print the memory table; return it as a Markdown table too."""
+    table = Table(
+        ("rules", "data", "facts", "peak traced MB", "kept MB", "kept B/fact", "RSS MB",
+         "RSS B/fact"),
+        "llrrrrrr",
+        title="Memory of the materialisation (fresh process per case)",
+    )  # fmt: skip
     header = (
         f"{'rules':<10} {'data':<9} {'facts':>9} {'traced peak MB':>15} {'kept MB':>8} "
         f"{'kept B/fact':>12} {'RSS MB':>7} {'RSS B/fact':>11}"
@@ -142,6 +171,17 @@ def print_memory(chosen: list[tuple[str, str, list]]) -> None:
             f"{megabytes(used.rss):>7} {used.per_fact(used.rss):>11.0f}",
             flush=True,
         )
+        table.add(
+            rules_name(rule_file),
+            data_name,
+            f"{used.facts:,}",
+            megabytes(used.traced_peak),
+            megabytes(used.traced_kept),
+            f"{used.per_fact(used.traced_kept):.0f}",
+            megabytes(used.rss),
+            f"{used.per_fact(used.rss):.0f}",
+        )
+    return table
 
 
 def _materialised(rule_file: str, facts: list) -> Reasoner:

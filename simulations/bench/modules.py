@@ -1,6 +1,7 @@
 """Benchmark: closure modules vs plain seminaive evaluation, measured in the same run.
 
     python -m simulations.bench.modules [--quick] [--seminaive-limit N] [--repeat N]
+                                        [--markdown [FILE]]
 
 1. RS1's first two rules (symmetric-transitive ``hasNeighbour``) over DS1(n), n = 100 .. 1600:
    materialisation with the STC module, with seminaive (up to ``--seminaive-limit`` turbines:
@@ -30,6 +31,7 @@ from agent.engine import Reasoner
 from simulations.bench.datasets import ds1, ds2
 from simulations.bench.materialise import store_time
 from simulations.bench.memory import fact_count, footprint
+from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 from simulations.bench.timing import timed
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
@@ -54,7 +56,13 @@ def module_of(reasoner: Reasoner) -> str:
     return ",".join(sorted({n["module"] for n in reasoner.stats()["hyper_nodes"]}))
 
 
-def stc_rows(sizes: list[int], seminaive_limit: int) -> None:
+def stc_rows(sizes: list[int], seminaive_limit: int) -> Table:
+    table = Table(
+        ("n", "facts", "module s", "store s", "module / store", "seminaive s",
+         "seminaive / module", "module"),
+        "rrrrrrrl",
+        title="RS1 r1 + r2 (symmetric-transitive) over DS1(n)",
+    )  # fmt: skip
     print("\n# RS1 r1 + r2 (symmetric-transitive) over DS1(n)")
     print(
         f"{'n':>6} {'facts':>10} {'module s':>9} {'store s':>8} {'mod/store':>9} "
@@ -68,21 +76,36 @@ def stc_rows(sizes: list[int], seminaive_limit: int) -> None:
             f"{n:>6} {fast.count():>10} {module_time:>9.3f} {store:>8.3f} "
             f"{module_time / store:>9.1f}"
         )
+        cells = [f"{n:,}", f"{fast.count():,}", f"{module_time:.4f}", f"{store:.4f}",
+                 factor(module_time / store)]  # fmt: skip
         if n <= seminaive_limit:
             slow, seminaive_time = materialise(STC_RULES, facts, False)
             assert set(slow.facts()) == set(fast.facts()), f"results differ at n={n}"
             line += f" {seminaive_time:>12.3f} {seminaive_time / module_time:>8.1f}x"
+            cells += [f"{seminaive_time:.4f}", factor(seminaive_time / module_time, 1)]
             del slow
         else:
             line += f" {'(skipped)':>12} {'':>9}"
+            cells += ["(skipped)", "-"]
         print(line + f"  {module_of(fast)}", flush=True)
+        table.add(*cells, module_of(fast))
+    return table
 
 
-def stc_small_deletions(n: int, count: int = 5) -> None:
+def module_table(title: str) -> Table:
+    """A Markdown table of lines printed as ``label  module ... s   seminaive ... s``."""
+    return Table(
+        ("case", "module s", "seminaive s", "seminaive / module"), "lrrr", title=title
+    )
+
+
+def stc_small_deletions(n: int, count: int = 5) -> Table:
     """Delete single hasNeighbour edges (each splits the chain's component), then re-add them:
     the STC module's per-component Del/Red against seminaive DRed^c (which falls back to
     recomputation when overdeletion covers most of the closure)."""
-    print(f"\n# Small deletions on STC: DS1({n}), {count} single-edge deletions and re-insertions")
+    title = f"Small deletions on STC: DS1({n}), {count} single-edge deletions and re-insertions"
+    print(f"\n# {title}")
+    table = module_table(title)
     facts = [f for f in ds1(n) if f[0] == "hasNeighbour"]
     picked = facts[n // 3 : n // 3 + count]
     results = {}
@@ -98,6 +121,8 @@ def stc_small_deletions(n: int, count: int = 5) -> None:
             f"{label:<20} module {fast:>8.3f} s   seminaive {slow:>8.3f} s   "
             f"speed-up {slow / fast:>6.1f}x"
         )
+        table.add(label, f"{fast:.4f}", f"{slow:.4f}", factor(slow / fast, 1))
+    return table
 
 
 def random_dag(nodes: int, edges: int, seed: int = 7) -> list[tuple]:
@@ -125,8 +150,9 @@ def read_through(reasoner: Reasoner) -> float:
     return timed(lambda: [deque(view.scan(key), maxlen=0) for key in keys])
 
 
-def dag_rows(nodes: int, edges: int, changes: int, repeat: int) -> None:
-    print(f"\n# DAG-R: random DAG, {nodes} nodes, {edges} edges, transitive rule")
+def dag_rows(nodes: int, edges: int, changes: int, repeat: int) -> list[Table]:
+    title = f"DAG-R: random DAG, {nodes} nodes, {edges} edges, transitive rule"
+    print(f"\n# {title}")
     facts = random_dag(nodes, edges)
     builds: dict[bool, float] = {True: float("inf"), False: float("inf")}
     scan = read = float("inf")
@@ -150,6 +176,15 @@ def dag_rows(nodes: int, edges: int, changes: int, repeat: int) -> None:
     fast, slow = results[True], results[False]
     assert set(fast[0].facts()) == set(slow[0].facts()), "DAG-R results differ"
     print(f"closure facts: {fast[0].count() - len(facts)} derived, module: {module_of(fast[0])}")
+    table = module_table(
+        f"{title}: {fast[0].count() - len(facts):,} derived facts, module "
+        f"{module_of(fast[0])}; materialise best of {repeat}"
+    )
+    memory = Table(
+        ("side", "kept B/fact", "RSS B/fact", "peak traced MB"),
+        "lrrr",
+        title="DAG-R: memory after materialising (fresh process per side)",
+    )
     for label, index in (
         ("materialise", 1),
         (f"{changes} deletions", 2),
@@ -159,6 +194,12 @@ def dag_rows(nodes: int, edges: int, changes: int, repeat: int) -> None:
             f"{label:<20} module {fast[index]:>8.3f} s   seminaive {slow[index]:>8.3f} s   "
             f"speed-up {slow[index] / fast[index]:>6.1f}x"
         )
+        table.add(
+            label,
+            f"{fast[index]:.4f}",
+            f"{slow[index]:.4f}",
+            factor(slow[index] / fast[index], 1),
+        )
     for modules, side in ((True, "module"), (False, "seminaive")):
         used = footprint(_materialised, fact_count, TC_RULE, facts, modules)
         print(
@@ -166,29 +207,62 @@ def dag_rows(nodes: int, edges: int, changes: int, repeat: int) -> None:
             f"RSS {used.per_fact(used.rss):>6.0f} B/fact   (peak traced "
             f"{used.traced_peak / 1e6:.0f} MB)"
         )
+        memory.add(
+            side,
+            f"{used.per_fact(used.traced_kept):.0f}",
+            f"{used.per_fact(used.rss):.0f}",
+            f"{used.traced_peak / 1e6:.1f}",
+        )
     both = builds[True] + scan
     print(
         f"{'+ first full scan':<20} module {both:>8.3f} s   (the closure is stored by subject; "
         f"a reader scanning all of it builds its tuples once: {scan:.3f} s; "
         f"speed-up {builds[False] / both:.1f}x)"
     )
+    table.add(
+        f"materialise + first full scan (tuples built: {scan:.4f} s)",
+        f"{both:.4f}",
+        f"{builds[False]:.4f}",
+        factor(builds[False] / both, 1),
+    )
     both = builds[True] + read
     print(
         f"{'+ one read through':<20} module {both:>8.3f} s   (every fact read once, none kept: "
         f"{read:.3f} s; speed-up {builds[False] / both:.1f}x)"
     )
+    table.add(
+        f"materialise + one read through (none kept: {read:.4f} s)",
+        f"{both:.4f}",
+        f"{builds[False]:.4f}",
+        factor(builds[False] / both, 1),
+    )
+    return [table, memory]
 
 
-def rs2_row(width: int) -> None:
+def rs2_row(width: int) -> Table:
     print(f"\n# RS2 over DS2({width}) end to end")
     facts = ds2(width)
     fast, module_time = materialise(RULES / "rs2.rules", facts, True)
     slow, seminaive_time = materialise(RULES / "rs2.rules", facts, False)
     assert set(fast.facts()) == set(slow.facts()), "RS2 results differ"
+    store = store_time(fast)
     print(
         f"facts {fast.count()}: modules {module_time:.3f} s, seminaive {seminaive_time:.3f} s, "
-        f"speed-up {seminaive_time / module_time:.1f}x, store-only {store_time(fast):.3f} s"
+        f"speed-up {seminaive_time / module_time:.1f}x, store-only {store:.3f} s"
     )
+    table = Table(
+        ("facts", "modules s", "seminaive s", "seminaive / modules", "store only s"),
+        "rrrrr",
+        title=f"RS2 over DS2({width}) end to end",
+    )
+    table.add(
+        f"{fast.count():,}",
+        f"{module_time:.4f}",
+        f"{seminaive_time:.4f}",
+        factor(seminaive_time / module_time, 1),
+        f"{store:.4f}",
+    )
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,17 +274,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=3, help="DAG-R materialisations per side (best kept)"
     )
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     if args.quick:
-        stc_rows([50, 100], args.seminaive_limit)
-        stc_small_deletions(60, 3)
-        dag_rows(200, 600, 20, args.repeat)
-        rs2_row(30)
+        tables = [stc_rows([50, 100], args.seminaive_limit), stc_small_deletions(60, 3)]
+        tables += dag_rows(200, 600, 20, args.repeat)
+        tables.append(rs2_row(30))
     else:
-        stc_rows([100, 200, 400, 800, 1600], args.seminaive_limit)
-        stc_small_deletions(400)
-        dag_rows(2000, 10000, 100, args.repeat)
-        rs2_row(200)
+        tables = [
+            stc_rows([100, 200, 400, 800, 1600], args.seminaive_limit),
+            stc_small_deletions(400),
+        ]
+        tables += dag_rows(2000, 10000, 100, args.repeat)
+        tables.append(rs2_row(200))
+    write_markdown(args.markdown, tables)
     return 0
 
 

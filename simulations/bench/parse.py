@@ -1,6 +1,6 @@
 """Benchmark: parsing a large rule bundle.
 
-    python -m simulations.bench.parse [--rules N]
+    python -m simulations.bench.parse [--rules N] [--repeat N] [--markdown [FILE]]
 
 A bundle of ``N`` rules (10,000 by default), each with a label, a join, COMP, BIND with
 arithmetic, a comparison and an existential negation, is parsed and validated into a Program.
@@ -15,6 +15,7 @@ import argparse
 
 from agent.engine.gcpause import collector_paused
 from agent.engine.program.parser import parse_program, tokenize
+from simulations.bench.table import Table, add_markdown_option, write_markdown
 from simulations.bench.timing import timed
 
 
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rules", type=int, default=10_000, help="rules in the bundle")
     parser.add_argument("--repeat", type=int, default=3, help="runs per side; the best counts")
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
 
     text = bundle_text(args.rules)
@@ -52,6 +54,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  parse + validate  {parse:8.3f} s  ({parse / args.rules * 1e6:6.0f} us per rule)")
     print(f"  tokenize only     {scan:8.3f} s  ({scan / args.rules * 1e6:6.0f} us per rule)")
     print(f"  parse / tokenize  {parse / scan:8.2f}x")
+    table = Table(
+        ("rules", "text MB", "parse + validate s", "us per rule", "tokenize only s",
+         "us per rule", "parse / tokenize"),
+        "rrrrrrr",
+        title=f"Parsing a bundle of rules (best of {args.repeat})",
+    )  # fmt: skip
+    table.add(
+        f"{args.rules:,}",
+        f"{len(text) / 1e6:.1f}",
+        f"{parse:.3f}",
+        f"{parse / args.rules * 1e6:.0f}",
+        f"{scan:.3f}",
+        f"{scan / args.rules * 1e6:.0f}",
+        f"{parse / scan:.2f}x",
+    )
+    write_markdown(args.markdown, [table])
     return 0
 
 

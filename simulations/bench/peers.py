@@ -1,6 +1,6 @@
 """Benchmark: this engine against Nemo on general workloads no module of ours is shaped for.
 
-    python -m simulations.bench.peers [--quick] [--repeat N]
+    python -m simulations.bench.peers [--quick] [--repeat N] [--markdown [FILE]]
 
 Nemo (knowsys/nemo, a Rust in-memory Datalog engine; Python bindings ``nemo-python``, module
 ``nmo_python``) is the peer: both engines run the same program on the same data, each run in a
@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from simulations.bench.modules import random_dag
+from simulations.bench.table import Table, add_markdown_option, ratio, write_markdown
 
 SIDES = ("ours", "ours-no-modules", "nemo")
 
@@ -202,7 +203,8 @@ def in_fresh_process(side: str, workload: str, quick: bool) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def compare(workload: str, title: str, quick: bool, repeat_count: int) -> bool:
+def compare(workload: str, title: str, quick: bool, repeat_count: int) -> tuple[bool, Table]:
+    """Print the workload's table; return whether the sides agree, and the table as Markdown."""
     best: dict[str, dict] = {}
     for _ in range(repeat_count):
         for side in SIDES:
@@ -214,6 +216,13 @@ def compare(workload: str, title: str, quick: bool, repeat_count: int) -> bool:
                 best[side] = found
     relation, facts = workload_data(workload, quick)
     print(f"\n# {title}: {len(facts):,} explicit facts")
+    table = Table(
+        ("side", "load s", "reason s", "total s", "facts", "peak RSS MB", "total / nemo's"),
+        "lrrrrrr",
+        title=f"{title[0].upper()}{title[1:]}: {len(facts):,} explicit facts "
+        f"(best of {repeat_count} per side)",
+    )
+    nemo = best["nemo"]["load"] + best["nemo"]["reason"]
     print(
         f"{'side':<18}{'load s':>9}{'reason s':>10}{'total s':>9}{'facts':>10}{'peak RSS MB':>13}"
     )
@@ -223,7 +232,16 @@ def compare(workload: str, title: str, quick: bool, repeat_count: int) -> bool:
             f"{found['load'] + found['reason']:>9.3f}{found['facts']:>10,}"
             f"{found['maxrss'] / 1e6:>13.0f}"
         )
-    nemo = best["nemo"]["load"] + best["nemo"]["reason"]
+        total = found["load"] + found["reason"]
+        table.add(
+            side,
+            f"{found['load']:.3f}",
+            f"{found['reason']:.3f}",
+            f"{total:.3f}",
+            f"{found['facts']:,}",
+            f"{found['maxrss'] / 1e6:.0f}",
+            ratio(total, nemo, 2),
+        )
     for side in best:
         if side != "nemo":
             ours = best[side]["load"] + best[side]["reason"]
@@ -231,8 +249,8 @@ def compare(workload: str, title: str, quick: bool, repeat_count: int) -> bool:
     counts = {found["facts"] for found in best.values()}
     if len(counts) != 1:
         print(f"MISMATCH: the sides derived different numbers of facts: {counts}")
-        return False
-    return True
+        return False, table
+    return True, table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per side, best reported")
     parser.add_argument("--run", nargs=2, metavar=("SIDE", "WORKLOAD"), help=argparse.SUPPRESS)
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     if args.run:
         print(json.dumps(run_one(*args.run, quick=args.quick)))
@@ -249,9 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("this benchmark needs Nemo's Python bindings: pip install nemo-python")
         return 2
-    same = compare("tc", "linear TC of a random DAG", args.quick, args.repeat)
-    same &= compare("rdfs", "RDFS closure of a university data set", args.quick, args.repeat)
-    return 0 if same else 1
+    tc_same, tc = compare("tc", "linear TC of a random DAG", args.quick, args.repeat)
+    rdfs_same, rdfs = compare(
+        "rdfs", "RDFS closure of a university data set", args.quick, args.repeat
+    )
+    write_markdown(args.markdown, [tc, rdfs])
+    return 0 if tc_same and rdfs_same else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Benchmark: what an everyday update costs as the rule program grows.
 
     python -m simulations.bench.program_size [--quick] [--sizes 20,200,2000] [--repeat N]
+                                             [--markdown [FILE]]
 
 A device's rule bundle may hold hundreds or thousands of rules, while its everyday updates are
 small: a sensor reading, a diagnosis rule arriving from the cloud and leaving again (a rule no
@@ -34,6 +35,7 @@ from agent.engine import Reasoner
 from agent.engine.update.reclaim import RECLAIMER
 from agent.state.agent_state import AgentState
 from simulations.bench.parse import bundle_text
+from simulations.bench.table import Table, add_markdown_option, ratio, write_markdown
 
 LEAF = "leaf: <z>(X) :- <p3>(X, Y) ."
 FACTS = [("p11", f"a{i}", f"b{i}") for i in range(50)] + [("q3", f"b{i}", 5) for i in range(50)]
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="sizes 10 and 40, 2 passes")
     parser.add_argument("--sizes", default="20,200,2000", help="rules per program (comma list)")
     parser.add_argument("--repeat", type=int, default=8, help="passes (best of each kept)")
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     sizes = [10, 40] if args.quick else [int(s) for s in args.sizes.split(",")]
     repeat = 2 if args.quick else args.repeat
@@ -120,6 +123,27 @@ def main(argv: list[str] | None = None) -> int:
     for program in programs[1:]:
         ratios = "".join(f"{program.best[c] / smallest.best[c]:>20.1f}x" for c in COLUMNS)
         print(f"{program.size:>6}{'':>13}{ratios}")
+    times = Table(
+        ("rules", "hyper-nodes", *(f"{column} ms" for column in COLUMNS)),
+        "r" * (2 + len(COLUMNS)),
+        title=f"Milliseconds, best of {repeat} passes",
+    )
+    growth = Table(
+        ("rules", *COLUMNS),
+        "r" * (1 + len(COLUMNS)),
+        title=f"Ratio to {smallest.size} rules (1.0x: the update does not grow with the program)",
+    )
+    for program in programs:
+        times.add(
+            f"{program.size:,}",
+            f"{program.hyper_nodes:,}",
+            *(f"{program.best[c] * 1e3:.3f}" for c in COLUMNS),
+        )
+        if program is not smallest:
+            growth.add(
+                f"{program.size:,}", *(ratio(program.best[c], smallest.best[c]) for c in COLUMNS)
+            )
+    write_markdown(args.markdown, [times, growth])
     return 0
 
 

@@ -1,6 +1,7 @@
 """Benchmark: restarting an agent from its SQLite state vs recomputing the materialisation.
 
-    python -m simulations.bench.restart [--quick]
+    python -m simulations.bench.restart [--quick] [--repeat N] [--no-memory] [--no-new-process]
+                                        [--markdown [FILE]]
 
 For each (rule set, data set), in one run (RS1-RS3 over DS1(400)/DS2(200), and a state of
 sensor readings: 20,000 turbines, each with a reading, a neighbour and a label, one rule; its
@@ -58,6 +59,7 @@ from agent.engine.update.reclaim import RECLAIMER
 from agent.state.agent_state import AgentState
 from simulations.bench.datasets import AIR_TEMPERATURE, ds1, ds2
 from simulations.bench.memory import Footprint, fact_count, footprint
+from simulations.bench.table import Table, add_markdown_option, ratio, write_markdown
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
@@ -272,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-new-process", action="store_true", help="skip the table of sides in new processes"
     )
     parser.add_argument("--run", nargs=3, metavar=("SIDE", "CASE", "STATE"), help=argparse.SUPPRESS)
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     if args.run:
         side, index, path = args.run
@@ -303,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['recompute'] / (r['restart'] + r['first_update']):>13.1f}x{r['mb']:>9.1f}",
             flush=True,
         )
+    tables = [in_one_process(results, args.repeat)]
     if not args.no_new_process:
-        print_new_process(results)
+        tables.append(print_new_process(results))
     if not args.no_memory:
         print()
         print(
@@ -319,11 +323,67 @@ def main(argv: list[str] | None = None) -> int:
                 f"{before.per_fact(before.rss):>12.0f}{after.per_fact(after.traced_kept):>22.0f}"
                 f"{after.per_fact(after.rss):>12.0f}"
             )
+        tables.append(memory_table(results))
+    write_markdown(args.markdown, tables)
     return 0
 
 
-def print_new_process(results: list[dict]) -> None:
-    """The table of sides run in new processes (module docstring)."""
+def in_one_process(results: list[dict], repeat: int) -> Table:
+    """The first printed table, as Markdown."""
+    table = Table(
+        ("case", "facts", "recompute s", "first save s", "restart s", "recompute / restart",
+         "all read s", "1st update s", "later s", "back to work", "file MB"),
+        "lrrrrrrrrrr",
+        title=f"In one process (best of {repeat} per side, sides alternating)",
+    )  # fmt: skip
+    for r in results:
+        table.add(
+            r["case"],
+            f"{r['facts']:,}",
+            f"{r['recompute']:.4f}",
+            f"{r['save']:.3f}",
+            f"{r['restart']:.4f}",
+            ratio(r["recompute"], r["restart"]),
+            f"{r['read_all']:.4f}",
+            f"{r['first_update']:.4f}",
+            f"{r['later_update']:.4f}",
+            ratio(r["recompute"], r["restart"] + r["first_update"]),
+            f"{r['mb']:.1f}",
+        )
+    return table
+
+
+def memory_table(results: list[dict]) -> Table:
+    """The printed memory table, as Markdown."""
+    table = Table(
+        ("case", "facts", "recompute: kept B/fact", "recompute: RSS B/fact",
+         "restart: kept B/fact", "restart: RSS B/fact", "restart / recompute (RSS)"),
+        "lrrrrrr",
+        title="Memory held after recomputing and after a restart (fresh process per side)",
+    )  # fmt: skip
+    for r in results:
+        before: Footprint = r["memory"]["recompute"]
+        after: Footprint = r["memory"]["restart"]
+        table.add(
+            r["case"],
+            f"{r['facts']:,}",
+            f"{before.per_fact(before.traced_kept):.0f}",
+            f"{before.per_fact(before.rss):.0f}",
+            f"{after.per_fact(after.traced_kept):.0f}",
+            f"{after.per_fact(after.rss):.0f}",
+            ratio(after.rss, before.rss, 2),
+        )
+    return table
+
+
+def print_new_process(results: list[dict]) -> Table:
+    """The table of sides run in new processes (module docstring); returned as Markdown."""
+    table = Table(
+        ("case", "recompute s", "restart s", "recompute / restart", "1st update s",
+         "back to work"),
+        "lrrrrr",
+        title="In new processes (each run a process of its own, sides alternating, best of each)",
+    )  # fmt: skip
     print()
     print("In new processes (each run a process of its own, sides alternating, best of each):")
     print(
@@ -338,6 +398,15 @@ def print_new_process(results: list[dict]) -> None:
             f"{first:>14.4f}{recompute / (restart + first):>13.1f}x",
             flush=True,
         )
+        table.add(
+            r["case"],
+            f"{recompute:.4f}",
+            f"{restart:.4f}",
+            ratio(recompute, restart),
+            f"{first:.4f}",
+            ratio(recompute, restart + first),
+        )
+    return table
 
 
 if __name__ == "__main__":

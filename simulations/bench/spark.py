@@ -1,6 +1,7 @@
 """Benchmark: the Spark job (local mode) vs the edge engine, materialising from scratch.
 
     python -m simulations.bench.spark [--widths 50 100 ...] [--ds1 400 800 ...] [--quick]
+                                      [--markdown [FILE]]
 
 Why: the cloud job (``cloud.spark``) exists for data that outgrow one Python process. Spark pays
 a fixed cost per job (planning, scheduling, a checkpoint per stratum and per seminaive round)
@@ -43,6 +44,7 @@ from agent.engine import Reasoner
 from simulations.bench.datasets import NEIGHBOUR, ds1, ds2
 from simulations.bench.materialise import RULES
 from simulations.bench.modules import STC_RULES, timed
+from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyspark.sql import SparkSession
@@ -287,7 +289,14 @@ def fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_table(rows: list[Row]) -> None:
+def print_table(rows: list[Row], title: str = "") -> list[Table]:
+    """Print the cases and, per series, its reading; return both as Markdown tables."""
+    table = Table(
+        ("case", "out facts", "engine s", "spark s", "spark / engine", "engine facts/s",
+         "spark facts/s", "note"),
+        "lrrrrrrl",
+        title=title,
+    )  # fmt: skip
     header = (
         f"{'case':<14} {'out facts':>10} {'engine s':>9} {'spark s':>9} {'spark/eng':>9} "
         f"{'engine f/s':>11} {'spark f/s':>11}"
@@ -303,11 +312,29 @@ def print_table(rows: list[Row]) -> None:
             + (f"  ({row.note})" if row.note else ""),
             flush=True,
         )
+        table.add(
+            row.case,
+            fmt(row.facts, ","),
+            fmt(row.engine, ".3f"),
+            fmt(row.spark, ".3f"),
+            factor(row.ratio, 1),
+            fmt(rate[0], ",.0f"),
+            fmt(rate[1], ",.0f"),
+            row.note,
+        )
+    reading = Table(
+        ("series", "Spark first wins at", "closest spark / engine", "engine slope",
+         "spark slope", "engine slope, last two", "spark slope, last two"),
+        "llrrrrr",
+        title="How each side's time grows with the output: slope of log(time) against "
+        "log(output facts), over every case and over the last two",
+    )  # fmt: skip
     for series in dict.fromkeys(row.series for row in rows):
-        print_reading(series, [row for row in rows if row.series == series])
+        print_reading(series, [row for row in rows if row.series == series], reading)
+    return [table, reading]
 
 
-def print_reading(series: str, rows: list[Row]) -> None:
+def print_reading(series: str, rows: list[Row], table: Table | None = None) -> None:
     both = [row for row in rows if row.ratio is not None]
     wins = [row for row in both if row.ratio < 1]  # type: ignore[operator]
     if wins:
@@ -318,13 +345,28 @@ def print_reading(series: str, rows: list[Row]) -> None:
     else:
         line = f"{series}: no case ran on both sides"
     print(line)
-    tops = {}
+    tops, slopes = {}, {}
     for side in ("engine", "spark"):
         points = [(row.facts, getattr(row, side)) for row in rows if getattr(row, side)]
         overall, tops[side] = fit(points), fit(points[-2:])
         print(
             f"  {side:<6} time ~ facts^{fmt(overall and overall[1], '.2f')} over "
             f"{len(points)} case(s) (last two: ^{fmt(tops[side] and tops[side][1], '.2f')})"
+        )
+        slopes[side] = (
+            fmt(overall and overall[1], ".2f"),
+            fmt(tops[side] and tops[side][1], ".2f"),
+        )
+    if table is not None:
+        ratios = [row.ratio for row in both if row.ratio is not None]
+        table.add(
+            series,
+            wins[0].case if wins else "no case",
+            factor(min(ratios) if ratios else None, 2),
+            slopes["engine"][0],
+            slopes["spark"][0],
+            slopes["engine"][1],
+            slopes["spark"][1],
         )
     engine, spark = tops["engine"], tops["spark"]
     if wins or not (engine and spark):
@@ -362,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         help="DS2 width of the 1-vs-2-core speed-up (default 800, --quick 20; 0 skips it; "
         "not run on a caller's session)",
     )
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     if args.cores_width is None:
         args.cores_width = 20 if args.quick else 800
@@ -399,16 +442,17 @@ def main(argv: list[str] | None = None) -> int:
         if running is None:
             spark.stop()
     print(setting)
-    print_table(rows)
+    tables = print_table(rows, title=setting.replace("session start-up", "Spark's start-up"))
     if not args.no_fixed_cost:
         session = spark_or_new(running, args)
         try:
-            print_fixed_cost(session, startup, args.timeout)
+            tables.append(print_fixed_cost(session, startup, args.timeout))
         finally:
             if running is None:
                 session.stop()
     if args.cores_width and running is None:
-        print_core_speedup(args, args.cores_width)
+        tables.append(print_core_speedup(args, args.cores_width))
+    write_markdown(args.markdown, tables)
     return 0
 
 
@@ -431,10 +475,17 @@ def fixed_cost_cases() -> list[Case]:
     return [rs2_case(10), Case("farm", "30 turbines", FARM_PROGRAM.read_text(), farm)]
 
 
-def print_fixed_cost(spark: SparkSession, startup: float, timeout: float) -> None:
+def print_fixed_cost(spark: SparkSession, startup: float, timeout: float) -> Table:
     """The job as zodiac-cloud runs it (small hyper-nodes on the driver) and with every
-    hyper-node in Spark, on the small inputs of one farm, against the session's start-up."""
+    hyper-node in Spark, on the small inputs of one farm, against the session's start-up;
+    returned as a Markdown table too."""
     from cloud.spark.driver import LOCAL_BELOW
+
+    table = Table(
+        ("case", "default s", "default / start-up", "all Spark s", "all Spark / start-up"),
+        "lrrrr",
+        title=f"Fixed cost (Spark's start-up {startup:.1f} s; best of 2 each)",
+    )
 
     print(f"\nFixed cost (session start-up {startup:.1f} s; best of 2 each):")
     print(
@@ -449,11 +500,20 @@ def print_fixed_cost(spark: SparkSession, startup: float, timeout: float) -> Non
             f"{times[1]:>12.2f} {times[1] / startup:>11.2f}",
             flush=True,
         )
+        table.add(
+            case.name,
+            f"{times[0]:.2f}",
+            factor(times[0] / startup),
+            f"{times[1]:.2f}",
+            factor(times[1] / startup),
+        )
+    return table
 
 
-def print_core_speedup(args, width: int) -> None:
+def print_core_speedup(args, width: int) -> Table:
     """RS2 over DS2(width), every hyper-node in Spark, with one and with two executor cores
-    (local[1], local[2]: a new session each), and the speed-up."""
+    (local[1], local[2]: a new session each), and the speed-up; returned as a Markdown table
+    too."""
     from cloud.spark.session import local_session
 
     case, seconds = rs2_case(width), {}
@@ -474,6 +534,13 @@ def print_core_speedup(args, width: int) -> None:
         f"\nCores: {case.name}, every hyper-node in Spark: 1 core {seconds[1]:.1f} s, "
         f"2 cores {seconds[2]:.1f} s, speed-up {seconds[1] / seconds[2]:.2f}x"
     )
+    table = Table(
+        ("case", "1 core s", "2 cores s", "1 core / 2 cores"),
+        "lrrr",
+        title="Cores: every hyper-node in Spark, local[1] against local[2]",
+    )
+    table.add(case.name, f"{seconds[1]:.1f}", f"{seconds[2]:.1f}", factor(seconds[1] / seconds[2]))
+    return table
 
 
 if __name__ == "__main__":

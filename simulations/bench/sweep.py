@@ -1,6 +1,6 @@
 """Benchmark: a sweep of small updates of every kind, each against recomputing its final state.
 
-    python -m simulations.bench.sweep [--quick] [--repeat N] [--seed S]
+    python -m simulations.bench.sweep [--quick] [--repeat N] [--seed S] [--markdown [FILE]]
 
 ``simulations.bench.incremental`` times the updates the papers chose. An update no row covers
 can still cost many times what recomputing does, and did: a turbine leaving RS1's farm (its
@@ -41,6 +41,7 @@ from agent.engine import Program, Reasoner
 from agent.engine.program.parser import parse_file
 from simulations.bench.datasets import Fact, ds1, ds2
 from simulations.bench.incremental import rule_set
+from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 from simulations.bench.timing import bring_back, set_aside, speedup, timed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -198,11 +199,57 @@ def format_row(row: Row) -> str:
     )
 
 
+def markdown_tables(rows: list[Row], repeat: int, seed: int) -> list[Table]:
+    """The rows as a Markdown table, and the closing lines' lists as another."""
+    table = Table(
+        ("workload", "update", "change", "incremental s", "scratch s", "speed-up", "again s",
+         "again speed-up", "equal", "slowest hyper-node (when slower than recomputing)"),
+        "llrrrrrrll",
+        title=f"Small updates against recomputing (seed {seed}, best of {repeat})",
+    )  # fmt: skip
+    for row in rows:
+        table.add(
+            row.workload,
+            row.update,
+            f"{row.change:.1%}",
+            f"{row.incremental:.4f}",
+            f"{row.scratch:.4f}",
+            factor(row.speedup),
+            f"{row.again:.4f}",
+            factor(row.again_speedup),
+            "OK" if row.equal else "MISMATCH",
+            row.slowest if row.speedup < 1 else "",
+        )
+    small = Table(
+        ("update made", "count", "changing under 10% of the result and slower than recomputing"),
+        "lrl",
+        title="Small updates slower than recomputing (there should be none)",
+    )
+    for how, slow in slower(rows):
+        small.add(
+            how.strip() or "the first time",
+            len(slow),
+            ", ".join(f"{r.update} ({r.workload})" for r in slow) if slow else "none",
+        )
+    return [table, small]
+
+
+def slower(rows: list[Row]) -> list[tuple[str, list[Row]]]:
+    """The rows changing under SMALL_CHANGE of the result and slower than recomputing: the
+    first time, and made again."""
+    small = [r for r in rows if r.change < SMALL_CHANGE]
+    return [
+        ("", [r for r in small if r.speedup < 1]),
+        (" made again", [r for r in small if r.again_speedup < 1]),
+    ]
+
+
 def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small data sets (a smoke run)")
     parser.add_argument("--repeat", type=int, default=2, help="runs per update (best kept)")
     parser.add_argument("--seed", type=int, default=1, help="which facts and entities")
+    add_markdown_option(parser)
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     out(
@@ -219,12 +266,8 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> i
             out(format_row(row))
         del start
         bring_back()
-    small = [r for r in rows if r.change < SMALL_CHANGE]
     out("")
-    for how, slow in (
-        ("", [r for r in small if r.speedup < 1]),
-        (" made again", [r for r in small if r.again_speedup < 1]),
-    ):
+    for how, slow in slower(rows):
         out(
             f"Updates changing under {SMALL_CHANGE:.0%} of the result and slower than "
             f"recomputing{how}: "
@@ -233,9 +276,10 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> i
     mismatches = [r for r in rows if not r.equal]
     if mismatches:
         out(f"MISMATCH in {len(mismatches)} row(s): the incremental result differs")
-        return 1
-    out(f"All {len(rows)} rows equal the from-scratch materialisation.")
-    return 0
+    else:
+        out(f"All {len(rows)} rows equal the from-scratch materialisation.")
+    write_markdown(args.markdown, markdown_tables(rows, args.repeat, args.seed))
+    return 1 if mismatches else 0
 
 
 if __name__ == "__main__":
