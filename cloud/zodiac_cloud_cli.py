@@ -107,6 +107,9 @@ def _add_publisher_commands(commands) -> None:
             raise
         return
     add_commands(commands)
+    from cloud.operator_cli import add_commands as add_operator_commands
+
+    add_operator_commands(commands)
 
 
 def _non_negative(text: str) -> int:
