@@ -42,7 +42,9 @@ def add_commands(commands) -> None:
         help="make the cloud's signing key pair",
         description="Make the Ed25519 key pair the publisher signs bundles with.",
     )
-    actions = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
+    actions = keys.add_subparsers(
+        dest="keys_command", metavar="ACTION", required=True, help="generate"
+    )
     generate = actions.add_parser(
         "generate",
         help="write NAME.key (private, mode 0600) and NAME.pub (for the agents)",

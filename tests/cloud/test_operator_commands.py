@@ -25,6 +25,17 @@ RULES = "hot: <Hot>(X) :- <temp>(X, T) and COMP(T, >, 50) .\n"
 FACTS = '<t1> <temp> "70"^^<http://www.w3.org/2001/XMLSchema#integer> .\n'
 
 
+def test_every_cloud_command_and_option_has_help_text():
+    from cloud.zodiac_cloud_cli import build_parser
+    from tests.engine.test_cli import check_help_texts
+
+    parser = build_parser()
+    check_help_texts(parser, {"materialise", "publish", "serve", "keys", "bundle"})
+    commands = next(a for a in parser._actions if a.dest == "command")
+    generate = commands.choices["keys"]._actions[-1].choices["generate"]
+    assert generate.description and all(a.help for a in generate._actions)
+
+
 def run(*command: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(c) for c in command], capture_output=True, text=True, timeout=timeout, cwd=REPO
