@@ -6,7 +6,9 @@
 
 ``publish`` cuts and sends one stream (default ``base``) to the listed devices: the stream's
 rules plus, with ``--facts``, the facts each device needs (about itself and its neighbours) from
-a materialised farm graph (N-Triples/Turtle, e.g. ``zodiac-cloud materialise`` output).
+a materialised farm graph (N-Triples/Turtle, e.g. ``zodiac-cloud materialise`` output), then
+waits (``--timeout``, unless ``--no-wait``) for each device's status and prints whether the
+device applied or refused it (cloud/status_wait.py): the exit status says whether all applied.
 ``serve`` runs until SIGTERM: it answers rule requests for the events it is told to answer
 (``--answer EVENT[=STREAM]``, and the streams of ``--resolve``) from the streams under
 ``--rules-dir``, re-sends full states to devices that report a version gap, and releases a
@@ -39,7 +41,12 @@ WAIT_TIMEOUT = 30.0
 def add_commands(commands) -> None:
     """Register ``publish`` and ``serve`` on an argparse sub-parser collection."""
     for name, help_text in (
-        ("publish", "cut and publish one rule stream (and device facts) to devices"),
+        (
+            "publish",
+            "cut and publish one rule stream (and device facts) to devices, then wait for "
+            "each device's answer: applied, refused (with the reason) or no answer; exit 0 "
+            "only if every device applied it",
+        ),
         ("serve", "answer rule requests and version gaps until SIGTERM"),
     ):
         sub = commands.add_parser(name, help=help_text, description=help_text)

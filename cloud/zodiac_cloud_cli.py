@@ -6,7 +6,9 @@ relation, see :mod:`cloud.spark.storage`) and ``facts.nt`` (every fact that is a
 Progress, one line per stratum, goes to standard error; the count per predicate to standard
 output.
 
-``publish`` and ``serve`` (the MQTT publisher) come from :mod:`cloud.publisher_cli`.
+``publish`` and ``serve`` (the MQTT publisher) come from :mod:`cloud.publisher_cli`; ``keys
+generate`` (the signing key pair) and ``bundle`` (a signed bundle file for ``zodiac-agent
+apply``) from :mod:`cloud.operator_cli`.
 
 pyspark is imported only when a command runs, so ``zodiac-cloud --help`` works without it and a
 missing pyspark is one clear error line.
