@@ -363,14 +363,14 @@ class AgentConfig(_Section):
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {name} is not valid TOML: {exc}") from None
         if "source" in raw:
-            raise ConfigError(f"invalid config file {name}:\n  source: not a config option")
+            raise ConfigError(f"invalid config file {name}: source: not a config option")
         if source is not None:
             raw["source"] = Path(source)
         context = {"base_dir": Path(base_dir) if base_dir is not None else None}
         try:
             return cls.model_validate(raw, context=context)
         except ValidationError as exc:
-            raise ConfigError(f"invalid config file {name}:\n{_describe(exc)}") from None
+            raise ConfigError(f"invalid config file {name}: {_describe(exc)}") from None
 
     # ------------------------------------------------------------------------------ files
     def file_problems(self, *, broker: bool = True) -> list[str]:
@@ -500,7 +500,9 @@ def _ssl_reason(error: Exception) -> str:
 
 
 def _describe(exc: ValidationError) -> str:
-    """One line per error: dotted field path, message, and the offending value when short."""
+    """Every error on one line, ``; `` between them (a configuration problem is one line on
+    stderr, for journald and for the operator): dotted field path, message, and the offending
+    value when short."""
     lines = []
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
@@ -517,5 +519,5 @@ def _describe(exc: ValidationError) -> str:
             text = repr(value)
             if len(text) <= 60 and "password" not in where:
                 shown = f" (got {text})"
-        lines.append(f"  {where}: {message}{shown}")
-    return "\n".join(lines)
+        lines.append(f"{where}: {message}{shown}")
+    return "; ".join(lines)
