@@ -4,6 +4,7 @@
     zodiac-agent status --config agent.toml           # state summary; exit 0 when healthy
     zodiac-agent query  --config agent.toml PATTERN   # answers from the saved state
     zodiac-agent apply  --config agent.toml BUNDLE    # apply a signed bundle file offline
+    zodiac-agent init   --farm F --device D --broker HOST:PORT --trust cloud.pub [--dir DIR]
 
 ``status`` and ``query`` read the database while a running agent writes it (SQLite WAL allows
 that); they never create a database. ``apply`` runs exactly the checks of a bundle received over
@@ -93,11 +94,51 @@ def build_parser() -> argparse.ArgumentParser:
     )
     apply = command("apply", "apply a signed bundle file with the same checks as over MQTT")
     apply.add_argument("bundle", type=Path, help="a signed bundle envelope (msgpack) file")
+    add_init_command(commands)
     return parser
+
+
+def add_init_command(commands) -> None:
+    """``init``: no ``--config`` (it writes one)."""
+    description = (
+        "Write a working configuration for one device: DIR/agent.toml, DIR/state/ (the "
+        "database) and DIR/keys/ with a copy of the trusted public key. Nothing is "
+        "overwritten: an existing DIR/agent.toml is refused (exit 2). Then: "
+        "zodiac-agent run --config DIR/agent.toml"
+    )
+    init = commands.add_parser(
+        "init", help="write agent.toml and its folders for a device", description=description
+    )
+    init.add_argument("--farm", required=True, help="the farm id (an MQTT topic level)")
+    init.add_argument("--device", required=True, help="this device's id (an MQTT topic level)")
+    init.add_argument(
+        "--broker", required=True, metavar="HOST:PORT", help="the MQTT broker (port 1883 if none)"
+    )
+    init.add_argument(
+        "--trust",
+        required=True,
+        type=Path,
+        metavar="PUBKEY_FILE",
+        help="the cloud's public key (NAME.pub, from zodiac-cloud keys generate)",
+    )
+    init.add_argument(
+        "--dir", type=Path, default=None, metavar="DIR", help="where to write (default: ./agent-D)"
+    )
+    init.add_argument(
+        "--password-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the broker password's file (its first line), referred to by absolute path; the "
+        "username is then FARM/DEVICE unless --username says otherwise",
+    )
+    init.add_argument("--username", default=None, help="the broker username")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "init":
+        return cmd_init(args)
     if args.command == "query":
         args.pattern = args.pattern or args.pattern_option
     try:
@@ -200,6 +241,30 @@ def cmd_apply(config: AgentConfig, args: argparse.Namespace) -> int:
         agent.close()
     print(json.dumps(outcome.as_log(), default=str))
     return 0 if outcome.status in ("applied", "duplicate") else 1
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from agent.init_config import write_agent_folder
+    from agent.protocol.keys import fingerprint, load_public_key
+
+    directory = args.dir if args.dir is not None else Path(f"agent-{args.device}")
+    try:
+        result = write_agent_folder(
+            directory,
+            farm=args.farm,
+            device=args.device,
+            broker=args.broker,
+            trust=args.trust,
+            username=args.username,
+            password_file=args.password_file,
+        )
+    except ConfigError as error:
+        print(f"zodiac-agent: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {result.config}, {directory / 'state'}/ and {result.key_path}")
+    print(f"trusts key {result.key_id}: {fingerprint(load_public_key(result.key_path))}")
+    print(f"start it with: zodiac-agent run --config {result.config}")
+    return 0
 
 
 COMMANDS = {"run": cmd_run, "status": cmd_status, "query": cmd_query, "apply": cmd_apply}

@@ -363,14 +363,14 @@ class AgentConfig(_Section):
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {name} is not valid TOML: {exc}") from None
         if "source" in raw:
-            raise ConfigError(f"invalid config file {name}:\n  source: not a config option")
+            raise ConfigError(f"invalid config file {name}: source: not a config option")
         if source is not None:
             raw["source"] = Path(source)
         context = {"base_dir": Path(base_dir) if base_dir is not None else None}
         try:
             return cls.model_validate(raw, context=context)
         except ValidationError as exc:
-            raise ConfigError(f"invalid config file {name}:\n{_describe(exc)}") from None
+            raise ConfigError(f"invalid config file {name}: {_describe(exc)}") from None
 
     # ------------------------------------------------------------------------------ files
     def file_problems(self, *, broker: bool = True) -> list[str]:
@@ -398,10 +398,42 @@ class AgentConfig(_Section):
             for option, path in files
             if path is not None and (problem := _file_problem(path)) is not None
         ]
+        if broker and self.broker.tls and not problems:
+            problems += [f"{problem}{where}" for problem in self._tls_problems()]
         keys = self.keys.trusted_keys
         if not keys.is_dir():
             problem = "no such directory" if not keys.exists() else "not a directory"
             problems.append(f"keys.trusted_keys {keys}: {problem}{where}")
+        else:
+            problems += [f"keys.trusted_keys {p}{where}" for p in _key_problems(keys)]
+        return problems
+
+    def _tls_problems(self) -> list[str]:
+        """TLS files that exist but that TLS cannot use (not PEM, a key that is not the
+        certificate's, an encrypted key): found now, not as a traceback when connecting."""
+        import ssl
+
+        problems = []
+        context = ssl.create_default_context()
+        if self.broker.ca_file is not None:
+            try:
+                context.load_verify_locations(cafile=self.broker.ca_file)
+            except (ssl.SSLError, ValueError) as error:
+                problems.append(
+                    f"broker.ca_file {self.broker.ca_file}: no PEM CA certificate in it "
+                    f"({_ssl_reason(error)})"
+                )
+        if self.broker.cert_file is not None and self.broker.key_file is not None:
+            try:  # (a password callback: an encrypted key must not prompt on a terminal)
+                context.load_cert_chain(
+                    self.broker.cert_file, self.broker.key_file, password=lambda: b""
+                )
+            except (ssl.SSLError, ValueError) as error:
+                problems.append(
+                    f"broker.cert_file {self.broker.cert_file} and broker.key_file "
+                    f"{self.broker.key_file}: not a PEM certificate with its unencrypted "
+                    f"private key ({_ssl_reason(error)})"
+                )
         return problems
 
     def check_files(self, *, broker: bool = True) -> None:
@@ -448,8 +480,29 @@ def _file_problem(path: Path) -> str | None:
         return f"cannot be read ({error.strerror or error})"
 
 
+def _key_problems(directory: Path) -> list[str]:
+    """The ``*.pub`` files of the trusted-keys folder that are not Ed25519 public keys (the
+    agent refuses to start with one: it would not know which key the operator meant)."""
+    from agent.engine.errors import ZodiacError
+    from agent.protocol.keys import load_public_key
+
+    problems = []
+    for path in sorted(directory.glob("*.pub")):
+        try:
+            load_public_key(path)
+        except ZodiacError as error:
+            problems.append(str(error))
+    return problems
+
+
+def _ssl_reason(error: Exception) -> str:
+    return getattr(error, "reason", None) or str(error).splitlines()[0]
+
+
 def _describe(exc: ValidationError) -> str:
-    """One line per error: dotted field path, message, and the offending value when short."""
+    """Every error on one line, ``; `` between them (a configuration problem is one line on
+    stderr, for journald and for the operator): dotted field path, message, and the offending
+    value when short."""
     lines = []
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
@@ -466,5 +519,5 @@ def _describe(exc: ValidationError) -> str:
             text = repr(value)
             if len(text) <= 60 and "password" not in where:
                 shown = f" (got {text})"
-        lines.append(f"  {where}: {message}{shown}")
-    return "\n".join(lines)
+        lines.append(f"{where}: {message}{shown}")
+    return "; ".join(lines)

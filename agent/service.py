@@ -431,8 +431,13 @@ class Agent:
         delete_rules = net.rules_deleted
         delete_facts = net.facts_deleted
         if bundle.full_state:
+            held = self.reasoner.rules
             for rule_id in self.state.rules_of_stream(source):
-                if rule_id not in add_rules:
+                # Gone from the stream, or held with another text: replaced (deleted and added
+                # in this one change). A rule held as sent is left alone.
+                if rule_id not in add_rules or (
+                    rule_id in held and held[rule_id].key != add_rules[rule_id].key
+                ):
                     delete_rules.append(rule_id)
             delete_facts += [
                 fact for fact in self.state.facts_of_source(source) if not net.adds_fact(fact)

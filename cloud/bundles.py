@@ -63,15 +63,19 @@ def load_streams(directory: str | Path) -> dict[str, dict[str, str]]:
         raise ZodiacError(f"{directory}: not a directory of rule streams (<stream>.rules)")
     streams: dict[str, dict[str, str]] = {}
     for path in sorted(root.rglob("*.rules")):
-        name = path.relative_to(root).with_suffix("").as_posix()
-        program = parse_file(path)
-        rules: dict[str, str] = {}
-        for rule in program.rules:
-            if not rule.label:
-                raise ZodiacError(f"{path}: every rule of a stream needs a label: {rule}")
-            rules[rule.id] = str(rule)
-        streams[name] = rules
+        streams[path.relative_to(root).with_suffix("").as_posix()] = load_stream_file(path)
     return streams
+
+
+def load_stream_file(path: str | Path) -> dict[str, str]:
+    """One stream's rule file as {rule id: rule text}; every rule needs a label (see
+    :func:`load_streams`)."""
+    rules: dict[str, str] = {}
+    for rule in parse_file(Path(path)).rules:
+        if not rule.label:
+            raise ZodiacError(f"{path}: every rule of a stream needs a label: {rule}")
+        rules[rule.id] = str(rule)
+    return rules
 
 
 def device_facts(

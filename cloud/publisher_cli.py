@@ -6,7 +6,9 @@
 
 ``publish`` cuts and sends one stream (default ``base``) to the listed devices: the stream's
 rules plus, with ``--facts``, the facts each device needs (about itself and its neighbours) from
-a materialised farm graph (N-Triples/Turtle, e.g. ``zodiac-cloud materialise`` output).
+a materialised farm graph (N-Triples/Turtle, e.g. ``zodiac-cloud materialise`` output), then
+waits (``--timeout``, unless ``--no-wait``) for each device's status and prints whether the
+device applied or refused it (cloud/status_wait.py): the exit status says whether all applied.
 ``serve`` runs until SIGTERM: it answers rule requests for the events it is told to answer
 (``--answer EVENT[=STREAM]``, and the streams of ``--resolve``) from the streams under
 ``--rules-dir``, re-sends full states to devices that report a version gap, and releases a
@@ -30,11 +32,21 @@ from agent.protocol.messages import MAX_BUNDLE_LIFETIME
 from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, device_facts, load_streams
 from cloud.publisher import Publisher
 
+# Seconds ``publish`` waits for the devices' answers by default: a connected device answers in
+# well under a second; a device that is offline gets its bundle when it reconnects (the broker
+# keeps it), which ``publish`` cannot wait for.
+WAIT_TIMEOUT = 30.0
+
 
 def add_commands(commands) -> None:
     """Register ``publish`` and ``serve`` on an argparse sub-parser collection."""
     for name, help_text in (
-        ("publish", "cut and publish one rule stream (and device facts) to devices"),
+        (
+            "publish",
+            "cut and publish one rule stream (and device facts) to devices, then wait for "
+            "each device's answer: applied, refused (with the reason) or no answer; exit 0 "
+            "only if every device applied it",
+        ),
         ("serve", "answer rule requests and version gaps until SIGTERM"),
     ):
         sub = commands.add_parser(name, help=help_text, description=help_text)
@@ -81,6 +93,19 @@ def add_commands(commands) -> None:
                 "--neighbour-predicate",
                 default=None,
                 help="predicate IRI relating a device to its neighbours",
+            )
+            sub.add_argument(
+                "--timeout",
+                type=_positive_seconds,
+                default=WAIT_TIMEOUT,
+                metavar="SECONDS",
+                help="how long to wait for the devices' answers (default: "
+                f"{WAIT_TIMEOUT:.0f}); a device silent that long counts as not applied",
+            )
+            sub.add_argument(
+                "--no-wait",
+                action="store_true",
+                help="send and exit 0, without waiting for the devices' answers",
             )
         else:
             sub.add_argument(
@@ -206,7 +231,10 @@ def _publisher(args: argparse.Namespace) -> Publisher:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
+    """Send the stream to each device; unless ``--no-wait``, then wait for each device's
+    answer (cloud/status_wait.py) and print it: exit 0 only if every device applied it."""
     publisher = _publisher(args)
+    waiter = None
     try:
         rules = publisher.streams.get(args.stream)
         if rules is None:
@@ -217,6 +245,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
             from agent.engine.program.rdf import read_facts
 
             farm_facts = list(read_facts(args.facts))
+        if not args.no_wait:
+            waiter = _status_waiter(args)
         for device in args.devices:
             facts = (
                 device_facts(farm_facts, device, args.neighbour_predicate)
@@ -226,10 +256,38 @@ def cmd_publish(args: argparse.Namespace) -> int:
             bundle = publisher.send(device, args.stream, Target(rules=dict(rules), facts=facts))
             state = f"version {bundle.version}" if bundle else "unchanged"
             print(f"{device}: {args.stream} {state} ({len(rules)} rules, {len(facts)} facts)")
+            if waiter is not None:
+                version = publisher.cutter.version(device, args.stream)
+                waiter.expect(device, args.stream, version, bundle.bundle_id if bundle else None)
         publisher.flush()
+        if waiter is None:
+            return 0
+        answers = waiter.wait(args.timeout)
     finally:
+        if waiter is not None:
+            waiter.stop()
         publisher.stop()
-    return 0
+    for answer in answers:
+        print(answer.line(args.stream), flush=True)
+    return 0 if all(a.outcome == "applied" for a in answers) else 1
+
+
+def _status_waiter(args: argparse.Namespace):
+    """The devices' status follower, subscribed before anything is sent."""
+    from cloud.status_wait import StatusWaiter
+
+    host, _, port = args.broker.rpartition(":")
+    try:
+        return StatusWaiter(
+            args.farm,
+            args.devices,
+            host=host or "127.0.0.1",
+            port=int(port or 1883),
+            username=args.username,
+            password=args.password,
+        ).start()
+    except TimeoutError as error:
+        raise ZodiacError(str(error)) from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -6,7 +6,9 @@ relation, see :mod:`cloud.spark.storage`) and ``facts.nt`` (every fact that is a
 Progress, one line per stratum, goes to standard error; the count per predicate to standard
 output.
 
-``publish`` and ``serve`` (the MQTT publisher) come from :mod:`cloud.publisher_cli`.
+``publish`` and ``serve`` (the MQTT publisher) come from :mod:`cloud.publisher_cli`; ``keys
+generate`` (the signing key pair) and ``bundle`` (a signed bundle file for ``zodiac-agent
+apply``) from :mod:`cloud.operator_cli`.
 
 pyspark is imported only when a command runs, so ``zodiac-cloud --help`` works without it and a
 missing pyspark is one clear error line.
@@ -107,6 +109,9 @@ def _add_publisher_commands(commands) -> None:
             raise
         return
     add_commands(commands)
+    from cloud.operator_cli import add_commands as add_operator_commands
+
+    add_operator_commands(commands)
 
 
 def _non_negative(text: str) -> int:

@@ -6,6 +6,8 @@ This module is imported by the edge agent: it must not import pyspark or anythin
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,8 +41,9 @@ def generate_key_pair(directory: str | os.PathLike[str], key_id: str) -> tuple[P
     folder.mkdir(parents=True, exist_ok=True)
     private_path = folder / f"{key_id}.key"
     public_path = folder / f"{key_id}.pub"
-    if public_path.exists():
-        raise FileExistsError(f"{public_path} already exists")
+    for path in (private_path, public_path):
+        if path.exists() or path.is_symlink():
+            raise FileExistsError(f"{path} already exists")
     private_key = Ed25519PrivateKey.generate()
     private_pem = private_key.private_bytes(
         serialization.Encoding.PEM,
@@ -58,6 +61,15 @@ def generate_key_pair(directory: str | os.PathLike[str], key_id: str) -> tuple[P
         os.close(fd)
     public_path.write_bytes(public_pem)
     return private_path, public_path
+
+
+def fingerprint(public_key: Ed25519PublicKey) -> str:
+    """``SHA256:`` and the unpadded base64 of the SHA-256 of the raw 32-byte public key: what
+    an operator compares to tell that a device trusts the key the publisher signs with (the
+    PEM files differ in layout, the fingerprint does not)."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    digest = hashlib.sha256(raw).digest()
+    return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
 
 
 def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:

@@ -79,21 +79,52 @@ CONFIGS = [
     ("password-file-missing", lambda d, c: with_password_file(d, c, "none.txt"), "none.txt"),
     ("password-file-is-directory", lambda d, c: with_password_file(d, c, "."), "directory"),
     ("rules-file-missing", lambda d, c: with_rules_file(d, c, "none.rules"), "none.rules"),
+    # (run: a traceback from the TLS set-up, exit 1; status: healthy)
+    ("ca-file-garbage", lambda d, c: with_tls_files(d, c, ca="garbage"), "ca.pem"),
+    ("client-cert-garbage", lambda d, c: with_tls_files(d, c, cert="garbage"), "client.pem"),
 ]
-KEYS_ONLY = {"trusted-keys-missing", "trusted-key-garbage"}  # only `run` reads the keys
-CHECKED = {"password-file-missing", "password-file-is-directory", "rules-file-missing"}
+# Configuration problems: exit 2, one line on stderr, from `run` and `status` (which checks the
+# files the configuration names); `query` reads only the state.
+CHECKED = {
+    "password-file-missing",
+    "password-file-is-directory",
+    "rules-file-missing",
+    "trusted-keys-missing",
+    "trusted-key-garbage",  # (run: exit 1; status: healthy)
+    "ca-file-garbage",
+    "client-cert-garbage",
+}
+# A configuration that does not load: one line in all, exit 2 (a bad value printed a line
+# naming the file and one more line per bad option).
+UNLOADABLE = {"config-missing", "config-not-toml", "config-wrong-type", "config-unknown-key"}
 CASES = [
     (case, command)
     for case in CONFIGS
     for command in ("status", "run", "query")
-    if command == "run"
-    or (case[0] not in KEYS_ONLY and (command == "status" or case[0] not in CHECKED))
+    if command != "query" or case[0] not in CHECKED
 ]
 
 
 def with_password_file(folder, cloud, name):
     text = CONFIG.format(database="t1.db", keys=cloud.keys)
     text = text.replace("[keys]", f'[broker]\nusername = "u"\npassword_file = "{name}"\n[keys]')
+    return config_file(folder, cloud, text=text)
+
+
+def with_tls_files(folder, cloud, *, ca="", cert=""):
+    """TLS files that exist: a real CA and client certificate unless ``garbage`` is asked."""
+    from tests.support.broker import make_tls_files
+
+    files = make_tls_files(folder / "pki")
+    (folder / "ca.pem").write_bytes(b"not a certificate" if ca else files.ca_cert.read_bytes())
+    (folder / "client.pem").write_bytes(
+        b"not a certificate" if cert else files.client_cert.read_bytes()
+    )
+    text = CONFIG.format(database="t1.db", keys=cloud.keys).replace(
+        "[keys]",
+        '[broker]\ntls = true\nca_file = "ca.pem"\ncert_file = "client.pem"\n'
+        f'key_file = "{files.client_key}"\n[keys]',
+    )
     return config_file(folder, cloud, text=text)
 
 
@@ -121,6 +152,8 @@ def test_a_broken_configuration_is_a_clear_refusal(tmp_path, capsys, cloud, case
     code, text = run([command, "--config", config, *extra], capsys)
     assert code != 0, text
     assert names in text
+    if case[0] in UNLOADABLE:
+        assert code == 2 and len(text.strip().splitlines()) == 1, text
     if case[0] in CHECKED:  # a configuration problem: exit 2, one line on stderr
         assert code == 2, text
         assert len([line for line in text.splitlines() if "zodiac-agent:" in line]) == 1, text

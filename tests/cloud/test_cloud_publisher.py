@@ -298,7 +298,10 @@ def test_publish_command_sends_rules_and_device_facts_once(tmp_path, make_broker
         result = run_cloud(*publish)
         assert result.returncode == 0, result.stderr
         # The facts about t1 and its neighbour t2, not about t3.
-        assert result.stdout.splitlines() == ["t1: base version 1 (2 rules, 3 facts)"]
+        assert result.stdout.splitlines() == [
+            "t1: base version 1 (2 rules, 3 facts)",
+            "t1: applied base version 1",  # (publish waits for the device's answer)
+        ]
         status = watcher.wait(lambda s: s.applied.get("base") == 1)
         assert status.rules == 2 and status.explicit_facts == 3
         assert status.facts == 4  # and Near(t1, t2)
@@ -307,7 +310,10 @@ def test_publish_command_sends_rules_and_device_facts_once(tmp_path, make_broker
 
         again = run_cloud(*publish)
         assert again.returncode == 0, again.stderr
-        assert again.stdout.splitlines() == ["t1: base unchanged (2 rules, 3 facts)"]
+        assert again.stdout.splitlines() == [
+            "t1: base unchanged (2 rules, 3 facts)",
+            "t1: applied base version 1",  # (the device's retained status says so)
+        ]
         # Nothing sent: no bundle reaches the device's topic, the version stays 1.
         with pytest.raises(MqttError):
             spy.expect(timeout=1)
@@ -340,7 +346,10 @@ def test_serve_command_answers_requests_and_releases_on_finding(tmp_path, make_b
                 *cloud_command("publish", broker, rules, key, state, "--devices", "t1")
             )
             assert result.returncode == 0, result.stderr
-            assert result.stdout.splitlines() == ["t1: base version 1 (2 rules, 0 facts)"]
+            assert result.stdout.splitlines() == [
+                "t1: base version 1 (2 rules, 0 facts)",
+                "t1: applied base version 1",
+            ]
             watcher.wait(lambda s: s.applied.get("base") == 1 and s.rules == 2)
 
             client.publish(
