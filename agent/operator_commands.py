@@ -36,7 +36,7 @@ from sqlite_utils import Database
 from agent.config import ConfigError
 from agent.engine.errors import ZodiacError
 from agent.state.agent_state import _refuse_orphaned_log, _state_file
-from agent.state.schema import FORMAT, StateError
+from agent.state.schema import FORMAT, SCHEMA_VERSION, StateError
 
 # The views of the state ``inspect --table`` knows besides the file's own tables.
 SECTIONS = ("tables", "rules", "streams")
@@ -69,6 +69,11 @@ def open_read_only(database: Path) -> Database:
         conn.close()
         raise StateError(f"{database}: not a zodiac-edge agent state")
     return db
+
+
+def schema_version(db: Database) -> str | None:
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return row[0] if row else None
 
 
 def inspect_state(db: Database) -> dict[str, list[dict]]:
@@ -115,12 +120,21 @@ def inspect(database: Path, *, fmt: str = "json", table: str | None = None) -> s
         if table is not None and table not in SECTIONS and table not in names:
             choices = ", ".join([*SECTIONS, *sorted(names - set(SECTIONS))])
             raise ConfigError(f"--table: no table {table!r} in {database} (one of: {choices})")
+        version = schema_version(db)
+        if version != str(SCHEMA_VERSION) and table not in names | {"tables"}:
+            # (the rules and streams are read as this version lays them out)
+            raise StateError(
+                f"{database}: state schema version {version}, this agent reads version "
+                f"{SCHEMA_VERSION}: `zodiac-agent run` migrates it at start; `--table tables` "
+                "or one of its tables lists it as it is"
+            )
         if table in SECTIONS or (table is None and fmt == "csv"):
             data: object = inspect_state(db)[table or "tables"]
         elif table is not None:
             data = table_rows(db, table)
         else:
-            data = {"database": str(database), **inspect_state(db)}
+            data = {"database": str(database), "schema_version": int(version),
+                    **inspect_state(db)}  # fmt: skip
     finally:
         db.close()
     if fmt == "json":

@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
+from agent.state.schema import SCHEMA_VERSION
 from tests.agent.test_service import make_agent
 from tests.support.agent_harness import (
     REPO,
@@ -79,6 +81,7 @@ def test_inspect_lists_tables_rules_and_streams_as_json(state, capsys):
     code, out, err = run(capsys, "inspect", "--config", str(state))
     assert code == 0, err
     data = json.loads(out)
+    assert data["schema_version"] == SCHEMA_VERSION
     tables = {row["name"]: row["rows"] for row in data["tables"]}
     assert tables["rules"] == 3 and tables["streams"] == 2 and tables["meta"] >= 1
     assert {"terms", "relations", "explicit", "derived", "nodes"} <= set(tables)
@@ -158,6 +161,20 @@ def test_no_state_is_one_line_and_creates_nothing(tmp_path, cloud, capsys):
         code, out, err = run(capsys, command[0], "--config", str(config), *command[1:])
         assert code == 1 and err.count("\n") == 1 and "no agent state here" in err, err
     assert not (tmp_path / "t1.db").exists() and not (tmp_path / "copy.db").exists()
+
+
+def test_inspect_of_an_older_schema_lists_its_tables_only(state, tmp_path, capsys):
+    """An older state (before the agent's start migrates it) lays its rules out otherwise:
+    inspect lists its tables and rows, and says so for the rules and streams."""
+    conn = sqlite3.connect(tmp_path / "t1.db")
+    with conn:
+        conn.execute("UPDATE meta SET value = '9' WHERE key = 'schema_version'")
+    conn.close()
+    code, out, err = run(capsys, "inspect", "--config", str(state))
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert f"state schema version 9, this agent reads version {SCHEMA_VERSION}" in err
+    code, out, _ = run(capsys, "inspect", "--config", str(state), "--table", "tables")
+    assert code == 0 and {"name": "rules", "rows": 3} in json.loads(out)
 
 
 def test_backup_is_a_healthy_state_with_the_same_rules(state, tmp_path, capsys):
