@@ -109,9 +109,11 @@ class DeployedBroker(Broker):
         tls: bool = False,
         tls_client: str = "zodiac-test-client",
         tls_devices: bool = False,
+        pki: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__(directory)
         self.tls_devices = tls_devices
+        self.pki = Path(pki) if pki is not None else None
         self.farms = farms
         self.controllers = controllers
         self.device_tls = tls
@@ -184,7 +186,10 @@ class DeployedBroker(Broker):
             self.add_users(
                 *(["--controllers"] if self.controllers else []), "devices", farm, *devices
             )
-        if self.device_tls:
+        if self.device_tls and self.pki is not None:
+            for name in ("ca.pem", "server.pem", "server.key"):
+                (self.directory / name).write_bytes((self.pki / name).read_bytes())
+        elif self.device_tls:
             # Named as the shipped configuration expects them (ca.pem, server.pem, server.key).
             devices = [f"{farm}/{device}" for farm, names in self.farms.items() for device in names]
             self.tls_files = make_tls_files(
