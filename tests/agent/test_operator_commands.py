@@ -18,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -230,9 +231,10 @@ def test_the_agents_service_does_not_import_sqlite_utils():
 
 def test_backup_of_a_running_agent_applying_bundles(tmp_path, broker, cloud):
     """Backups taken while the agent process applies a stream of bundles: every copy is a
-    healthy state at some version the agent applied, the later copies at later versions."""
+    healthy state at some version the agent applied, the later copies at later versions, the
+    first one before the last bundle."""
     config = write_config(tmp_path / "t1", broker, cloud.keys)
-    total = 40
+    total = 60  # (one every 0.1 s: the backups below are taken while they arrive)
     copies: list[Path] = []
     with AgentProcess(config) as agent, TestClient(broker, "cloud-1") as client:
         watcher = StatusWatcher(client, "farm1", "t1")
@@ -247,6 +249,7 @@ def test_backup_of_a_running_agent_applying_bundles(tmp_path, broker, cloud):
                 facts = [("temp", f"s{version}", 30 + version % 10)]
                 bundle = cloud.bundle("base", version, facts=facts)
                 client.publish("zodiac/farm1/t1/bundle", cloud.sign(bundle))
+                time.sleep(0.1)
 
         sender = threading.Thread(target=publish)
         sender.start()
@@ -271,4 +274,5 @@ def test_backup_of_a_running_agent_applying_bundles(tmp_path, broker, cloud):
         assert status["explicit_facts"] == version
         versions.append(version)
     assert versions == sorted(versions) and versions[0] >= 1 and versions[-1] <= total
+    assert versions[0] < total, versions  # (the first copy was taken mid-stream)
     assert os.path.getsize(copies[-1]) > 0
