@@ -253,6 +253,9 @@ def test_backup_of_a_running_agent_applying_bundles(tmp_path, broker, cloud):
 
         sender = threading.Thread(target=publish)
         sender.start()
+        inspected = run_cli("inspect", "--config", str(config), "--table", "streams")
+        assert inspected.returncode == 0, inspected.stderr
+        assert [row["stream"] for row in json.loads(inspected.stdout)] == ["base"]
         for number in range(4):
             copy = tmp_path / f"backup-{number}.db"
             result = run_cli("backup", "--config", str(config), str(copy))
