@@ -5,9 +5,13 @@
     zodiac-agent query  --config agent.toml PATTERN   # answers from the saved state
     zodiac-agent apply  --config agent.toml BUNDLE    # apply a signed bundle file offline
     zodiac-agent init   --farm F --device D --broker HOST:PORT --trust cloud.pub [--dir DIR]
+    zodiac-agent inspect --config agent.toml [--format json|csv] [--table NAME]
+    zodiac-agent backup --config agent.toml OUT       # online copy of the state, never overwrites
 
 ``status`` and ``query`` read the database while a running agent writes it (SQLite WAL allows
-that); they never create a database. ``apply`` runs exactly the checks of a bundle received over
+that); they never create a database, and neither do ``inspect`` (read-only: tables and row
+counts, rules, streams) and ``backup`` (SQLite's online backup), for operators
+(agent/operator_commands.py). ``apply`` runs exactly the checks of a bundle received over
 MQTT (size, signature, schema, expiry, version sequence, rules) and commits in one transaction.
 Exit codes: 0 success, 1 refused or unhealthy, 2 bad usage or configuration.
 """
@@ -95,6 +99,22 @@ def build_parser() -> argparse.ArgumentParser:
     apply = command("apply", "apply a signed bundle file with the same checks as over MQTT")
     apply.add_argument("bundle", type=Path, help="a signed bundle envelope (msgpack) file")
     add_init_command(commands)
+    inspect = command(
+        "inspect", "list the state's tables (row counts), rules and streams; read-only"
+    )
+    inspect.add_argument(
+        "--format", choices=("json", "csv"), default="json", help="output format (default json)"
+    )
+    inspect.add_argument(
+        "--table",
+        metavar="NAME",
+        help="one section (tables, rules, streams) or one table of the file (its rows); "
+        "CSV prints one section, 'tables' by default",
+    )
+    backup = command(
+        "backup", "copy the state (while the agent runs) to OUT with SQLite's online backup"
+    )
+    backup.add_argument("out", type=Path, metavar="OUT", help="the copy's path (must not exist)")
     return parser
 
 
@@ -267,7 +287,28 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "status": cmd_status, "query": cmd_query, "apply": cmd_apply}
+def cmd_inspect(config: AgentConfig, args: argparse.Namespace) -> int:
+    from agent.operator_commands import inspect
+
+    sys.stdout.write(inspect(config.database, fmt=args.format, table=args.table))
+    return 0
+
+
+def cmd_backup(config: AgentConfig, args: argparse.Namespace) -> int:
+    from agent.operator_commands import backup
+
+    print(json.dumps(backup(config.database, args.out), indent=2))
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "status": cmd_status,
+    "query": cmd_query,
+    "apply": cmd_apply,
+    "inspect": cmd_inspect,
+    "backup": cmd_backup,
+}
 
 
 if __name__ == "__main__":

@@ -8,9 +8,12 @@ lost its state), :meth:`BundleCutter.full_state` re-sends the whole target as a 
 bundle, which the agent applies whatever its version; the cutter remembers the last full state
 cut per device and stream (:meth:`BundleCutter.last_full_state`), so that one gap gets one.
 
-The cutter's memory (last target and version per device and stream) is kept in a small SQLite
-file, so a restarted publisher continues the version sequence instead of starting again at 1
-(which every device would ignore as a duplicate).
+The cutter's memory (last target and version per device and stream), the ledger of bundles
+sent, is kept in a small SQLite file, so a restarted publisher continues the version sequence
+instead of starting again at 1 (which every device would ignore as a duplicate). It is written
+through sqlite-utils (tables declared as columns, upserts by primary key), opened with
+``execute_plugins=False``: a plugin installed beside the publisher must not get hooks on the
+connection that holds every device's version sequence.
 
 Rule streams live as text under ``rules/``: ``rules/<farm-set>/base.rules`` is stream ``base``,
 ``rules/<farm-set>/anomaly/ambient-temperature.rules`` is stream
@@ -29,6 +32,9 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sqlite_utils import Database
+from sqlite_utils.db import Table
 
 from agent.engine.errors import ZodiacError
 from agent.engine.program.parser import parse_file
@@ -103,19 +109,27 @@ def device_facts(
 # the version gap and gets a fresh full-state bundle; a captured bundle is useless after it.
 DEFAULT_TTL = 7 * 24 * 3600.0
 
-# What was last sent to each device on each stream (the table earlier publishers made too).
-SENT_TABLE = """CREATE TABLE IF NOT EXISTS sent (
-    device TEXT, stream TEXT, version INTEGER, target TEXT, at FLOAT,
-    PRIMARY KEY (device, stream)
-)"""
-
+# What was last sent to each device on each stream (the table earlier publishers made too:
+# sqlite-utils declares it with the same columns, types and key, so their files open as they are).
+SENT_COLUMNS = {"device": str, "stream": str, "version": int, "target": str, "at": float}
 
 # The last full state cut for each device and stream, and when: a device that reports a gap
 # the full state already answers (it is on its way, or applied) does not get another one.
-FULL_STATES_TABLE = """CREATE TABLE IF NOT EXISTS full_states (
-    device TEXT, stream TEXT, version INTEGER, at FLOAT,
-    PRIMARY KEY (device, stream)
-)"""
+FULL_STATES_COLUMNS = {"device": str, "stream": str, "version": int, "at": float}
+
+LEDGER_KEY = ("device", "stream")
+
+
+def open_ledger(path: str | Path) -> Database:
+    """The publisher's ledger file as a sqlite-utils `Database` (created when missing), with
+    plugins off and WAL on; the connection may be used from the publisher's MQTT thread."""
+    conn = sqlite3.connect(path, check_same_thread=False)
+    db = Database(conn, execute_plugins=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    with db.atomic():
+        for name, columns in (("sent", SENT_COLUMNS), ("full_states", FULL_STATES_COLUMNS)):
+            db.table(name).create(columns, pk=LEDGER_KEY, if_not_exists=True)
+    return db
 
 
 @dataclass(frozen=True)
@@ -142,13 +156,12 @@ class BundleCutter:
         self.ttl = ttl
         # Used from the publisher's MQTT thread too (always under the publisher's lock).
         try:
-            self.conn = sqlite3.connect(path, check_same_thread=False)
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            with self.conn:
-                self.conn.execute(SENT_TABLE)
-                self.conn.execute(FULL_STATES_TABLE)
+            self.db = open_ledger(path)
         except sqlite3.Error as error:
             raise ZodiacError(f"{path}: cannot open the publisher's state ({error})") from None
+        self.conn = self.db.conn
+        self.sent: Table = self.db.table("sent")
+        self.full_states: Table = self.db.table("full_states")
 
     def version(self, device: str, stream: str) -> int:
         row = self._row(device, stream)
@@ -191,18 +204,13 @@ class BundleCutter:
 
     def last_sent_at(self, device: str, stream: str) -> float | None:
         """When the last bundle for ``device`` on ``stream`` was cut (cloud time; None: never)."""
-        row = self.conn.execute(
-            "SELECT at FROM sent WHERE device = ? AND stream = ?", (device, stream)
-        ).fetchone()
-        return row[0] if row else None
+        row = self._get(self.sent, device, stream)
+        return row["at"] if row else None
 
     def last_full_state(self, device: str, stream: str) -> SentFullState | None:
         """The last full state cut for ``device`` on ``stream`` (None: never)."""
-        row = self.conn.execute(
-            "SELECT version, at FROM full_states WHERE device = ? AND stream = ?",
-            (device, stream),
-        ).fetchone()
-        return SentFullState(row[0], row[1]) if row else None
+        row = self._get(self.full_states, device, stream)
+        return SentFullState(row["version"], row["at"]) if row else None
 
     def full_state(self, device: str, stream: str, target: Target | None = None) -> Bundle:
         """The whole target (by default the last one sent) as a ``full_state`` bundle,
@@ -243,24 +251,24 @@ class BundleCutter:
             "rules": target.rules,
             "facts": [encode_fact(f) for f in sorted(target.facts, key=repr)],
         }
-        with self.conn:
-            self.conn.execute(
-                "INSERT INTO sent (device, stream, version, target, at) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT (device, stream) DO UPDATE SET version = excluded.version, "
-                "target = excluded.target, at = excluded.at",
-                (device, stream, version, json.dumps(data), now),
+        key = {"device": device, "stream": stream}
+        with self.db.atomic():  # (both tables or neither)
+            self.sent.upsert(
+                {**key, "version": version, "target": json.dumps(data), "at": now}, pk=LEDGER_KEY
             )
             if full_state:
-                self.conn.execute(
-                    "INSERT INTO full_states (device, stream, version, at) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (device, stream) DO UPDATE SET version = excluded.version, "
-                    "at = excluded.at",
-                    (device, stream, version, now),
-                )
+                self.full_states.upsert({**key, "version": version, "at": now}, pk=LEDGER_KEY)
         return bundle
 
     def _row(self, device: str, stream: str) -> tuple[int, str] | None:
         """The version and target (JSON) last sent to ``device`` on ``stream``."""
-        return self.conn.execute(
-            "SELECT version, target FROM sent WHERE device = ? AND stream = ?", (device, stream)
-        ).fetchone()
+        row = self._get(self.sent, device, stream)
+        return (row["version"], row["target"]) if row else None
+
+    @staticmethod
+    def _get(table: Table, device: str, stream: str) -> dict | None:
+        """The ledger row of ``device`` and ``stream`` in ``table`` (None: none yet)."""
+        rows = list(
+            table.rows_where("device = ? AND stream = ?", [device, stream], limit=1)
+        )
+        return rows[0] if rows else None

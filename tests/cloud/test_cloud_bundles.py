@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import sqlite_utils
+from sqlite_utils import plugins
+
 from agent.protocol.signing import sign_bundle
-from cloud.bundles import BundleCutter, Target, device_facts, load_streams
+from cloud.bundles import BundleCutter, SentFullState, Target, device_facts, load_streams
 from tests.agent.test_service import make_agent
 from tests.support.agent_harness import Cloud
 
@@ -85,6 +88,61 @@ def test_a_ledger_written_by_earlier_publishers_is_read_and_continued(tmp_path):
     assert [type(operation).__name__ for operation in bundle.operations] == ["AddRules"]
     assert BundleCutter(path, "farm1").version("t1", "base") == 4  # (saved)
     assert cutter.version("t2", "base") == 0
+
+
+def test_a_ledger_written_with_plain_sqlite3_is_read_and_continued(tmp_path):
+    """Publishers that wrote the ledger with plain sqlite3 made both tables with this DDL: the
+    sqlite-utils ledger opens such a file as it is and continues both sequences."""
+    path = tmp_path / "cutter.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE sent (device TEXT, stream TEXT, version INTEGER, target TEXT, at FLOAT, "
+        "PRIMARY KEY (device, stream))"
+    )
+    conn.execute(
+        "CREATE TABLE full_states (device TEXT, stream TEXT, version INTEGER, at FLOAT, "
+        "PRIMARY KEY (device, stream))"
+    )
+    target = {"rules": {"hot": RULES["hot"]}, "facts": []}
+    conn.execute("INSERT INTO sent VALUES ('t1', 'base', 5, ?, 1.0)", (json.dumps(target),))
+    conn.execute("INSERT INTO full_states VALUES ('t1', 'base', 4, 0.5)")
+    conn.commit()
+    conn.close()
+    cutter = BundleCutter(path, "farm1")
+    assert cutter.last_full_state("t1", "base") == SentFullState(4, 0.5)
+    assert cutter.last_sent_at("t1", "base") == 1.0
+    full = cutter.full_state("t1", "base")
+    assert full.version == 6 and full.full_state
+    reopened = BundleCutter(path, "farm1")
+    assert reopened.last_full_state("t1", "base").version == 6
+    assert reopened.last_target("t1", "base") == Target(rules={"hot": RULES["hot"]})
+
+
+class _Plugin:
+    """A sqlite-utils plugin that marks every connection it is given."""
+
+    def __init__(self) -> None:
+        self.connections: list[sqlite3.Connection] = []
+
+    @sqlite_utils.hookimpl
+    def prepare_connection(self, conn: sqlite3.Connection) -> None:
+        self.connections.append(conn)
+
+
+def test_the_ledger_runs_no_sqlite_utils_plugin(tmp_path):
+    """An installed plugin gets no hook on the ledger's connection (``execute_plugins=False``);
+    the same plugin does get one on a default `Database`, so the check is real."""
+    plugin = _Plugin()
+    plugins.pm.register(plugin, name="zodiac-test-plugin")
+    try:
+        sqlite_utils.Database(tmp_path / "other.db")
+        assert len(plugin.connections) == 1
+        cutter = BundleCutter(tmp_path / "cutter.db", "farm1")
+        cutter.cut("t1", "base", Target(rules=dict(RULES)))
+        assert isinstance(cutter.db, sqlite_utils.Database)
+        assert cutter.conn not in plugin.connections and len(plugin.connections) == 1
+    finally:
+        plugins.pm.unregister(name="zodiac-test-plugin")
 
 
 def test_streams_are_loaded_from_rule_files(tmp_path):

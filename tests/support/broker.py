@@ -72,6 +72,7 @@ __all__ = [
     "TestClient",
     "TlsFiles",
     "free_port",
+    "client_files",
     "make_tls_files",
     "mosquitto_available",
     "mosquitto_version",
@@ -107,8 +108,12 @@ class DeployedBroker(Broker):
         controllers: bool = True,
         tls: bool = False,
         tls_client: str = "zodiac-test-client",
+        tls_devices: bool = False,
+        pki: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__(directory)
+        self.tls_devices = tls_devices
+        self.pki = Path(pki) if pki is not None else None
         self.farms = farms
         self.controllers = controllers
         self.device_tls = tls
@@ -181,9 +186,24 @@ class DeployedBroker(Broker):
             self.add_users(
                 *(["--controllers"] if self.controllers else []), "devices", farm, *devices
             )
-        if self.device_tls:
+        if self.device_tls and self.pki is not None:
+            for name in ("ca.pem", "server.pem", "server.key"):
+                (self.directory / name).write_bytes((self.pki / name).read_bytes())
+        elif self.device_tls:
             # Named as the shipped configuration expects them (ca.pem, server.pem, server.key).
-            self.tls_files = make_tls_files(self.directory, client_name=self.tls_client)
+            devices = [f"{farm}/{device}" for farm, names in self.farms.items() for device in names]
+            self.tls_files = make_tls_files(
+                self.directory,
+                client_name=self.tls_client,
+                clients=devices if self.tls_devices else (),
+            )
+
+    def device_tls_files(self, username: str) -> dict[str, Path]:
+        """``ca_file``, ``cert_file`` and ``key_file`` of device ``username``'s certificate
+        (``tls_devices``), as `TestClient` takes them."""
+        assert self.tls_files is not None and self.tls_devices, "no device certificates"
+        cert_file, key_file = client_files(self.directory, username)
+        return {"ca_file": self.tls_files.ca_cert, "cert_file": cert_file, "key_file": key_file}
 
     def _configure(self) -> None:
         if self._extra_ports_for != self.port:  # first start, or a retry on a new port
@@ -215,10 +235,25 @@ class DeployedBroker(Broker):
 
 
 # ------------------------------------------------------------------------------------- TLS
+def client_files(directory: str | os.PathLike[str], common_name: str) -> tuple[Path, Path]:
+    """The certificate and key files `make_tls_files` writes for a client of ``clients``:
+    ``client-<name>.pem`` and ``.key``, the name's slashes made dashes
+    (``farm1/t1`` -> ``client-farm1-t1.pem``)."""
+    stem = "client-" + common_name.replace("/", "-")
+    directory = Path(directory).resolve()
+    return directory / f"{stem}.pem", directory / f"{stem}.key"
+
+
 def make_tls_files(
-    directory: str | os.PathLike[str], *, client_name: str = "zodiac-test-client"
+    directory: str | os.PathLike[str],
+    *,
+    client_name: str = "zodiac-test-client",
+    clients: tuple[str, ...] | list[str] = (),
 ) -> TlsFiles:
     """Generate a fresh CA, server and client certificate as PEM files in ``directory``.
+
+    ``clients`` are more client certificates of the same CA, one per Common Name (a device's
+    ``<farm>/<device>``, say), at the paths `client_files` gives.
 
     Done with ``cryptography`` (already a dependency, for bundle signatures) rather than the
     openssl CLI, so the tests need no extra tool. Each call makes an independent CA, so two
@@ -328,6 +363,11 @@ def make_tls_files(
         [x509.IPAddress(IPv4Address("127.0.0.1")), x509.DNSName("localhost")],
     )
     client_cert, client_key = leaf(client_name, ExtendedKeyUsageOID.CLIENT_AUTH, None)
+    for common_name in clients:
+        cert, key = leaf(common_name, ExtendedKeyUsageOID.CLIENT_AUTH, None)
+        cert_path, key_path = client_files(directory, common_name)
+        write_cert(cert, cert_path)
+        write_key(key, key_path)
     return TlsFiles(
         ca_cert=write_cert(ca_cert, directory / "ca.pem"),
         server_cert=write_cert(server_cert, directory / "server.pem"),
