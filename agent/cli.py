@@ -11,7 +11,7 @@
 ``status`` and ``query`` read the database while a running agent writes it (SQLite WAL allows
 that); they never create a database, and neither do ``inspect`` (read-only: tables and row
 counts, rules, streams) and ``backup`` (SQLite's online backup), for operators
-(agent/operator_commands.py). ``apply`` runs exactly the checks of a bundle received over
+(agent/state/inspection.py). ``apply`` runs exactly the checks of a bundle received over
 MQTT (size, signature, schema, expiry, version sequence, rules) and commits in one transaction.
 Exit codes: 0 success, 1 refused or unhealthy, 2 bad usage or configuration.
 """
@@ -288,16 +288,22 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(config: AgentConfig, args: argparse.Namespace) -> int:
-    from agent.operator_commands import inspect
+    from agent.state.inspection import UsageError, inspect
 
-    sys.stdout.write(inspect(config.database, fmt=args.format, table=args.table))
+    try:
+        sys.stdout.write(inspect(config.database, fmt=args.format, table=args.table))
+    except UsageError as error:
+        raise ConfigError(str(error)) from None  # (a usage error: exit 2)
     return 0
 
 
 def cmd_backup(config: AgentConfig, args: argparse.Namespace) -> int:
-    from agent.operator_commands import backup
+    from agent.state.inspection import UsageError, backup
 
-    print(json.dumps(backup(config.database, args.out), indent=2))
+    try:
+        print(json.dumps(backup(config.database, args.out), indent=2))
+    except UsageError as error:
+        raise ConfigError(str(error)) from None  # (a usage error: exit 2)
     return 0
 
 

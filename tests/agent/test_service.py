@@ -297,7 +297,8 @@ def test_state_survives_a_new_agent_on_the_same_file(tmp_path, cloud):
 
 
 def test_every_agent_command_and_option_has_help_text():
-    check_help_texts(build_parser(), {"run", "status", "query", "apply", "init"})
+    commands = {"run", "status", "query", "apply", "init", "inspect", "backup"}
+    check_help_texts(build_parser(), commands)
 
 
 def test_bundles_carry_cyclic_multi_head_rules_through_the_agent(tmp_path, cloud):

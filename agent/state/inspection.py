@@ -16,7 +16,7 @@ Both work while the agent runs, and neither changes the state:
 They use sqlite-utils (table names, counts, queries), always as ``Database(conn,
 execute_plugins=False)``: a sqlite-utils plugin installed on the device must not get hooks on
 a connection to the agent's state. The agent's service never imports this module (its hot path
-is plain ``sqlite3``; tests/agent/test_operator_commands.py checks ``zodiac-agent run``'s
+is plain ``sqlite3``; tests/agent/test_inspect_backup.py checks ``zodiac-agent run``'s
 imports).
 """
 
@@ -33,10 +33,13 @@ from pathlib import Path
 
 from sqlite_utils import Database
 
-from agent.config import ConfigError
 from agent.engine.errors import ZodiacError
 from agent.state.agent_state import _refuse_orphaned_log, _state_file
 from agent.state.schema import FORMAT, SCHEMA_VERSION, StateError
+
+
+class UsageError(ZodiacError):
+    """A bad option or path given to ``inspect`` or ``backup`` (the CLI's exit status 2)."""
 
 # The views of the state ``inspect --table`` knows besides the file's own tables.
 SECTIONS = ("tables", "rules", "streams")
@@ -113,13 +116,13 @@ def inspect(database: Path, *, fmt: str = "json", table: str | None = None) -> s
     JSON without ``table`` holds every section; CSV is one section (``table``, by default
     ``tables``). ``table`` is a section or one of the file's tables (its rows)."""
     if fmt not in FORMATS:
-        raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise UsageError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     db = open_read_only(database)
     try:
         names = set(db.table_names())
         if table is not None and table not in SECTIONS and table not in names:
             choices = ", ".join([*SECTIONS, *sorted(names - set(SECTIONS))])
-            raise ConfigError(f"--table: no table {table!r} in {database} (one of: {choices})")
+            raise UsageError(f"--table: no table {table!r} in {database} (one of: {choices})")
         version = schema_version(db)
         if version != str(SCHEMA_VERSION) and table not in names | {"tables"}:
             # (the rules and streams are read as this version lays them out)
@@ -152,9 +155,9 @@ def backup(database: Path, out: Path) -> dict:
     """Copy the agent state at ``database`` to ``out`` (which must not exist) while the agent
     may be running; what was copied (the copy's tables and row counts)."""
     if out.exists() or out.is_symlink():
-        raise ConfigError(f"{out}: {EXISTS}")
+        raise UsageError(f"{out}: {EXISTS}")
     if not out.parent.is_dir():
-        raise ConfigError(f"{out.parent}: no such directory for the backup")
+        raise UsageError(f"{out.parent}: no such directory for the backup")
     source = open_read_only(database)
     partial = out.parent / f".{out.name}.{uuid.uuid4().hex[:8]}.partial"
     try:
@@ -174,7 +177,7 @@ def backup(database: Path, out: Path) -> dict:
         try:
             os.link(partial, out)  # (fails if OUT appeared meanwhile: never overwritten)
         except FileExistsError:
-            raise ConfigError(f"{out}: {EXISTS}") from None
+            raise UsageError(f"{out}: {EXISTS}") from None
         except OSError as error:
             raise ZodiacError(f"{out}: cannot write the backup ({error.strerror})") from None
     except sqlite3.Error as error:

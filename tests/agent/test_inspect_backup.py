@@ -1,4 +1,4 @@
-"""``zodiac-agent inspect`` and ``backup`` (agent/operator_commands.py) on real agent states.
+"""``zodiac-agent inspect`` and ``backup`` (agent/state/inspection.py) on real agent states.
 
 The states are made by a real agent (bundles applied, local rules), in process for the output
 checks and as a running ``zodiac-agent run`` process, applying bundles from a real Mosquitto,
@@ -222,7 +222,7 @@ def test_the_agents_service_does_not_import_sqlite_utils():
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
     # (the check is real: the operator commands do load it)
-    code = code.replace("agent.cli.build_parser()", "import agent.operator_commands")
+    code = code.replace("agent.cli.build_parser()", "import agent.state.inspection")
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60
     )
