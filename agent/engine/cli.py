@@ -509,6 +509,7 @@ def run_shell(
         sys.stderr,
         answer=lambda r, text, o: print_answers(r, text, o, prefixes, shorten=args.prefixes),
         explain=lambda r, text, o: explain_fact(r, text, o, prefixes, shorten=args.prefixes),
+        shorten=args.prefixes,
     )
     run(shell)
 

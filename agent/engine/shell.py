@@ -39,10 +39,12 @@ class Shell:
         err: TextIO,
         answer: Callable[[Reasoner, str, TextIO], None],
         explain: Callable[[Reasoner, str, TextIO], None],
+        shorten: bool = False,
     ):
         self.reasoner = reasoner
         self.prefixes = prefixes
-        self.shorten = Shortener(prefixes)
+        self.declared = Shortener(prefixes).declared()  # (for +rule's text)
+        self.shorten = Shortener(prefixes if shorten else None)  # (--prefixes: for printing)
         self.out = out
         self.err = err
         self.answer = answer
@@ -109,7 +111,7 @@ class Shell:
         if not text:
             raise ZodiacError("+rule needs a rule, e.g. +rule r: <p>(X) :- <q>(X) .")
         header = "".join(
-            f"@prefix {name}: <{ns}> .\n" for name, ns in self.shorten.declared().items()
+            f"@prefix {name}: <{ns}> .\n" for name, ns in self.declared.items()
         )
         return header + text
 
