@@ -25,7 +25,7 @@ from typing import TextIO
 from agent import VersionAction
 from agent.engine import Reasoner, ZodiacError
 from agent.engine.budget import MEMORY_SLACK, Budget
-from agent.engine.cli_terms import Shortener, ground_fact
+from agent.engine.console.terms import Shortener, ground_fact
 from agent.engine.language import ANONYMOUS, Variable
 from agent.engine.program.lint import program_warnings
 from agent.engine.program.loaders import RULE_FILE_SUFFIXES
@@ -499,8 +499,8 @@ def _rule_names(reasoner: Reasoner) -> str:
 def run_shell(
     args: argparse.Namespace, reasoner: Reasoner, out: TextIO, prefixes: dict[str, str]
 ) -> None:
-    from agent.engine.shell import Shell
-    from agent.engine.shell import run_shell as run
+    from agent.engine.console.shell import Shell
+    from agent.engine.console.shell import run_shell as run
 
     shell = Shell(
         reasoner,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import TextIO
 
 from agent.engine import Reasoner, ZodiacError
-from agent.engine.cli_terms import Shortener, fact_text, ground_fact
+from agent.engine.console.terms import Shortener, fact_text, ground_fact
 
 HELP = """commands (one a line):
   + ATOM .             add an explicit fact, e.g. + <edge>(<a>, <b>) .
