@@ -390,7 +390,7 @@ def split_query_inputs(args: argparse.Namespace) -> None:
     inputs = list(args.inputs)
     if args.pattern_option is not None:
         args.pattern = args.pattern_option
-    elif len(inputs) >= 2:
+    elif len(inputs) >= 2 and not _names_a_file(inputs[-1]):
         args.pattern = inputs.pop()
     else:
         raise ZodiacError(
@@ -441,8 +441,9 @@ def explain_fact(
     prefixes: dict[str, str],
     max_depth: int | None = None,
     shorten: bool = False,
+    source: str = "--fact",
 ) -> None:
-    fact = ground_fact(text, "--fact", prefixes)
+    fact = ground_fact(text, source, prefixes)
     try:
         tree = reasoner.explain(fact)
     except KeyError:
@@ -508,10 +509,17 @@ def run_shell(
         out,
         sys.stderr,
         answer=lambda r, text, o: print_answers(r, text, o, prefixes, shorten=args.prefixes),
-        explain=lambda r, text, o: explain_fact(r, text, o, prefixes, shorten=args.prefixes),
+        explain=lambda r, text, o: explain_fact(
+            r, text, o, prefixes, shorten=args.prefixes, source="explain"
+        ),
         shorten=args.prefixes,
     )
     run(shell)
+
+
+def _names_a_file(word: str) -> bool:
+    """Whether a command-line word is an input file rather than a rule name or a pattern."""
+    return os.path.isfile(word) or word.lower().endswith(_FILE_SUFFIXES)
 
 
 def _plans_before_files(argv: list[str]) -> list[str]:
@@ -521,9 +529,7 @@ def _plans_before_files(argv: list[str]) -> list[str]:
     fixed = list(argv)
     for i, word in enumerate(fixed[:-1]):
         following = fixed[i + 1]
-        if word == "--plans" and (
-            os.path.isfile(following) or following.lower().endswith(_FILE_SUFFIXES)
-        ):
+        if word == "--plans" and _names_a_file(following):
             fixed[i] = f"--plans={EVERY_RULE}"
     return fixed
 

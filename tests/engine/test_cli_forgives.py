@@ -89,8 +89,12 @@ def test_query_takes_the_pattern_as_its_last_argument_or_as_pattern(files, capsy
     expected = f"X\n{EX}b\n{EX}c\n"
     assert run(["query", rules, facts, full], capsys)[:2] == (0, expected)
     assert run(["query", rules, facts, "--pattern", full], capsys)[:2] == (0, expected)
-    code, _, err = run(["query", rules], capsys)
-    assert code == 2 and err.startswith("zodiac-edge: error: query needs RULES")
+    for argv in (["query", rules], ["query", rules, facts]):  # (a file is no pattern)
+        code, _, err = run(argv, capsys)
+        assert code == 2 and err.splitlines() == [
+            "zodiac-edge: error: query needs RULES, then any FACTS files, then a PATTERN such "
+            "as '<p11>(X, Y)'"
+        ]
 
 
 # --- 4. the rule file's prefixes -----------------------------------------------------------
