@@ -179,7 +179,7 @@ def test_write_ntriples_format() -> None:
     assert out.getvalue().splitlines() == [
         f'<windTurbine1> <hasAirTemperatureMesurement> "25"^^<{XSD}integer> .',
         f"<windTurbine1> <{RDF_TYPE}> <WindTurbine> .",
-        f'<s> <p> "2.5"^^<{XSD}double> .',
+        f'<s> <p> "2.5"^^<{XSD}decimal> .',
         f'<s> <p> "true"^^<{XSD}boolean> .',
         '<s> <p> "say \\"hi\\"\\n"@en .',
         "<s> <p> _:b1 .",

@@ -90,6 +90,7 @@ __all__ = [
     "literal_value",
     "parse_atom",
     "parse_file",
+    "parse_file_with_prefixes",
     "parse_program",
 ]
 
@@ -117,6 +118,17 @@ def parse_file(path: str | os.PathLike[str]) -> Program:
     return parse_program(decode_utf8(read_bytes(path, "rule file"), source), source)
 
 
+def parse_file_with_prefixes(path: str | os.PathLike[str]) -> tuple[Program, dict[str, str]]:
+    """Like :func:`parse_file`, plus the prefixes in force at the end of the file (the
+    predefined ones and every ``@prefix`` it declares), so that a command line can read
+    patterns and facts, and print answers, with the rule file's own prefixes."""
+    source = os.fspath(path)
+    text = decode_utf8(read_bytes(path, "rule file"), source)
+    with collector_paused():
+        parser = _Parser(text, source)
+        return parser.program(), dict(parser.prefixes)
+
+
 def parse_atom(
     text: str, source: str = "<query>", prefixes: Mapping[str, str] | None = None
 ) -> Atom:
@@ -128,6 +140,7 @@ def parse_atom(
     """
     parser = _Parser(text, source, prefixes)
     parser.names_anonymous = False
+    parser.in_pattern = True
     return parser.single_atom()
 
 
@@ -359,6 +372,7 @@ class _Parser:
         self.taken = {t.text for t in self.tokens if t.kind == VAR and t.text[0] == "_"}
         self.anonymous = 0
         self.names_anonymous = True  # (a rule's ``_`` each get a name; a pattern's stay ``_``)
+        self.in_pattern = False  # (one atom given on a command line: it cannot hold @prefix)
         self.depth = 0  # expression nesting (see enter)
         self.operators = 0  # operators of the current top-level expression (see operator)
 
@@ -857,11 +871,13 @@ class _Parser:
         prefix, _, local = token.text.partition(":")
         namespace = self.prefixes.get(prefix)
         if namespace is None:
-            raise self.error(
-                token,
-                f"unknown prefix '{prefix}:' in {_describe(token)}; "
-                f"declare it first with @prefix {prefix}: <...> .",
+            advice = (
+                f"declare it in the rule file with @prefix {prefix}: <...> . or write the "
+                "full <iri>"
+                if self.in_pattern
+                else f"declare it first with @prefix {prefix}: <...> ."
             )
+            raise self.error(token, f"unknown prefix '{prefix}:' in {_describe(token)}; {advice}")
         return namespace + local
 
     def variable(self, where: str) -> Variable:

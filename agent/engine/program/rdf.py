@@ -85,9 +85,21 @@ def parse_facts(text: str, format: str = "turtle", source: str = "<text>") -> It
 
 
 def write_ntriples(
-    facts: Iterable[tuple[Value, ...]], out: TextIO, skipped: Counter[str] | None = None
+    facts: Iterable[tuple[Value, ...]],
+    out: TextIO,
+    skipped: Counter[str] | None = None,
+    base: str | None = None,
 ) -> int:
     """Write facts as N-Triples lines; return how many were written.
+
+    N-Triples holds absolute IRIs only: with ``base``, an IRI without a scheme (``windTurbine1``,
+    as ZodiacEdge's data writes them) is written as ``base`` + the IRI, so the output is valid
+    N-Triples that any RDF reader takes (rdflib's ``nt`` parser included); without it they are
+    written as they are (read back by :func:`read_facts`, which takes relative IRIs).
+
+    A non-integer number is written as ``xsd:decimal`` (Turtle's bare ``1.5``, what sensor data
+    writes), or ``xsd:double`` when only an exponent can spell it (``1e+300``, NaN, INF): the
+    engine holds one kind of non-integer number, so a decimal read in comes back a decimal.
 
     ``(p, s, o)`` becomes ``s p o .`` and a 2-tuple ``(C, x)`` becomes ``x rdf:type C .``.
     Facts that are not triples (arity 3 or more), or whose subject or predicate is not an IRI
@@ -107,6 +119,10 @@ def write_ntriples(
                 skipped[f"{given[2]}/1" if unary else f"{given[0]}/{len(given) - 1}"] += 1
             continue
         predicate, subject, obj = fact
+        if base is not None:
+            predicate, subject = _absolute(predicate, base), _absolute(subject, base)
+            if isinstance(obj, str):
+                obj = _absolute(obj, base)
         out.write(f"{_format_node(subject)} <{_escape_iri(predicate)}> {_format_object(obj)} .\n")
         written += 1
     return written
@@ -202,6 +218,20 @@ _STRING_UNSAFE = re.compile(r'[\x00-\x1f\x7f"\\]')
 _STRING_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
+
+
+def is_absolute_iri(iri: str) -> bool:
+    """Whether an IRI has a scheme (``http:``, ``urn:``...), as N-Triples requires."""
+    return bool(_SCHEME.match(iri))
+
+
+def _absolute(value: str, base: str) -> str:
+    if value.startswith("_:") or _SCHEME.match(value):
+        return value
+    return base + value
+
+
 def _is_iri(value: object) -> bool:
     return isinstance(value, str) and not value.startswith("_:")
 
@@ -233,6 +263,9 @@ def _format_object(value: Value) -> str:
     if isinstance(value, int):
         return f'"{value}"^^<{XSD}integer>'
     if isinstance(value, float):
+        text = repr(value)
+        if value == value and abs(value) != float("inf") and "e" not in text:
+            return f'"{text}"^^<{XSD}decimal>'
         return f'"{_double_lexical(value)}"^^<{XSD}double>'
     if isinstance(value, Literal):
         text = f'"{_escape_string(value.lexical)}"'
