@@ -44,9 +44,11 @@ def options(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def all_options(parser: argparse.ArgumentParser) -> set[str]:
+    """The options of the parser and of its subcommands, nested ones too (``keys generate``)."""
     found = options(parser)
-    for sub in subcommands(parser).values():
-        found |= options(sub)
+    if any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+        for sub in subcommands(parser).values():
+            found |= all_options(sub)
     return found
 
 
