@@ -61,6 +61,8 @@ def split_output(out: str) -> tuple[str, str]:
 # (module, smallest arguments, header cells some table must have). Under a few seconds each
 # unless marked slow; the whole file stays under about 40 s on two cores.
 slow = pytest.mark.slow
+# hypertree, peers and restart time their sides in processes of their own.
+in_processes = [pytest.mark.slow, pytest.mark.process]
 CASES = [
     pytest.param(
         "materialise",
@@ -81,7 +83,7 @@ CASES = [
         "hypertree",
         ["--quick", "--repeat", "1", "--seeds", "1", "--only", "university L"],
         {"plans / combined", "combined / plans", "decomposed", "PYTHONHASHSEED"},
-        marks=slow,
+        marks=in_processes,
     ),
     (
         "incremental",
@@ -93,13 +95,18 @@ CASES = [
         ["--quick", "--repeat", "1"],
         {"seminaive / module", "kept B/fact", "RSS B/fact", "seminaive / modules"},
     ),
-    ("peers", ["--quick", "--repeat", "1"], {"total / nemo's", "peak RSS MB"}),
+    pytest.param(
+        "peers",
+        ["--quick", "--repeat", "1"],
+        {"total / nemo's", "peak RSS MB"},
+        marks=in_processes,
+    ),
     ("program_size", ["--quick"], {"reading ms", "restart"}),
     pytest.param(
         "restart",
         ["--quick", "--repeat", "1"],
         {"recompute / restart", "back to work", "restart: kept B/fact"},
-        marks=slow,
+        marks=in_processes,
     ),
     ("sweep", ["--quick", "--repeat", "1"], {"speed-up", "again speed-up", "count"}),
 ]
