@@ -4,6 +4,7 @@
     zodiac-agent status --config agent.toml           # state summary; exit 0 when healthy
     zodiac-agent query  --config agent.toml PATTERN   # answers from the saved state
     zodiac-agent apply  --config agent.toml BUNDLE    # apply a signed bundle file offline
+    zodiac-agent schema readings                      # JSON Schema of a message (no config)
 
 ``status`` and ``query`` read the database while a running agent writes it (SQLite WAL allows
 that); they never create a database. ``apply`` runs exactly the checks of a bundle received over
@@ -93,11 +94,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     apply = command("apply", "apply a signed bundle file with the same checks as over MQTT")
     apply.add_argument("bundle", type=Path, help="a signed bundle envelope (msgpack) file")
+    _add_schema_command(commands)
     return parser
+
+
+def _add_schema_command(commands) -> None:
+    """``schema KIND``: needs no configuration (a controller's author has none)."""
+    from agent.protocol.schema import MESSAGES
+
+    help = "print the JSON Schema of a message on the farm's topics (see docs/readings.md)"
+    sub = commands.add_parser("schema", help=help, description=help)
+    sub.add_argument("kind", choices=sorted(MESSAGES), help="the message")
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from agent.protocol.schema import schema_text
+
+    print(schema_text(args.kind))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "schema":
+        try:
+            return cmd_schema(args)
+        except BrokenPipeError:  # (``schema readings | head``)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     if args.command == "query":
         args.pattern = args.pattern or args.pattern_option
     try:
