@@ -77,7 +77,11 @@ def write_report(result: Result, directory: Path) -> Path:
         f"{_broker_name(sim)}.",
         f"- Cloud: farm graph of {len(sim.graph.facts)} facts by {sim.graph.materialiser} in "
         f"{sim.graph.seconds:.1f} s"
-        + (f" (Spark start-up {sim.graph.startup_seconds:.1f} s)" if sim.options.spark else "")
+        + (
+            f" (Spark start-up {sim.graph.startup_seconds:.1f} s)"
+            if sim.graph.materialiser.startswith("spark")
+            else ""
+        )
         + ", equal to the edge engine's fact for fact.",
         "- Names: {} turbine names from two sources (SCADA device ids, asset-registry names) "
         "merged into {} turbines by owl:sameAs (a key rule on the serial number); every "
