@@ -243,7 +243,10 @@ def _materialise_with_spark(args, program, out: Path, progress, started: float) 
                 progress=progress,
                 local_below=args.local_below,
             )
-            counts = write_parquet(result, result.space, out / "parquet")
+            # (the relations a reader sees: not the engine's own, such as a multi-head rule's
+            # body, which Reasoner.facts() and the engine's run leave out too)
+            visible = {key: result[key] for key in result.visible()}
+            counts = write_parquet(visible, result.space, out / "parquet")
             written, skipped = write_facts_ntriples(result.stream(), out / "facts.nt")
             errors = result.runtime_errors
     finally:
