@@ -7,6 +7,7 @@
     zodiac-agent init   --farm F --device D --broker HOST:PORT --trust cloud.pub [--dir DIR]
     zodiac-agent inspect --config agent.toml [--format json|csv] [--table NAME]
     zodiac-agent backup --config agent.toml OUT       # online copy of the state, never overwrites
+    zodiac-agent schema readings                      # JSON Schema of a message (no config)
 
 ``status`` and ``query`` read the database while a running agent writes it (SQLite WAL allows
 that); they never create a database, and neither do ``inspect`` (read-only: tables and row
@@ -115,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         "backup", "copy the state (while the agent runs) to OUT with SQLite's online backup"
     )
     backup.add_argument("out", type=Path, metavar="OUT", help="the copy's path (must not exist)")
+    _add_schema_command(commands)
     return parser
 
 
@@ -155,10 +157,32 @@ def add_init_command(commands) -> None:
     init.add_argument("--username", default=None, help="the broker username")
 
 
+def _add_schema_command(commands) -> None:
+    """``schema KIND``: needs no configuration (a controller's author has none)."""
+    from agent.protocol.schema import MESSAGES
+
+    help = "print the JSON Schema of a message on the farm's topics (see docs/readings.md)"
+    sub = commands.add_parser("schema", help=help, description=help)
+    sub.add_argument("kind", choices=sorted(MESSAGES), help="the message")
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from agent.protocol.schema import schema_text
+
+    print(schema_text(args.kind))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "init":
         return cmd_init(args)
+    if args.command == "schema":
+        try:
+            return cmd_schema(args)
+        except BrokenPipeError:  # (``schema readings | head``)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
     if args.command == "query":
         args.pattern = args.pattern or args.pattern_option
     try:

@@ -230,7 +230,13 @@ def _fact_after(fact: list[Any]) -> list[Any]:
     return fact
 
 
-Fact = Annotated[list[Term], BeforeValidator(_fact_before), AfterValidator(_fact_after)]
+Fact = Annotated[
+    list[Term],
+    BeforeValidator(_fact_before),
+    AfterValidator(_fact_after),
+    # (for the JSON Schema only: _fact_after checks it, with a message that says why)
+    Field(json_schema_extra={"minItems": 2}),
+]
 
 
 def encode_term(value: Value) -> str | int | float | bool | dict[str, str | None]:
@@ -322,7 +328,9 @@ RuleId = Annotated[str, AfterValidator(_check_rule_id)]
 # A bundle's stream: checked for its length too (the status's ``applied`` keys stay unchecked, so
 # that a state holding a longer name, accepted before the limit, still reports its status).
 StreamName = Annotated[str, AfterValidator(_check_stream), AfterValidator(_check_stream_length)]
-Name = Annotated[str, AfterValidator(_check_name)]
+Name = Annotated[
+    str, AfterValidator(_check_name), Field(json_schema_extra={"pattern": "^[A-Za-z0-9._-]+$"})
+]
 Timestamp = Annotated[float, Field(allow_inf_nan=False)]
 # A time a bundle names: a real one, from 1970 to the end of the year 9999.
 BundleTime = Annotated[float, Field(allow_inf_nan=False, ge=0, le=MAX_TIMESTAMP)]
@@ -547,10 +555,19 @@ class RuleRequest(_Frozen):
 class Telemetry(_Frozen):
     """A device's current readings (a snapshot: each message replaces the previous one)."""
 
-    device: Name
-    farm: Name
-    readings: list[Fact]
-    sent_at: Timestamp
+    device: Annotated[Name, Field(description="the device the readings are about")]
+    farm: Annotated[Name, Field(description="its farm")]
+    readings: Annotated[
+        list[Fact],
+        Field(
+            description="facts [predicate, subject, value]: a str is an IRI, numbers and "
+            "booleans are themselves, another literal is {lit, dt, lang}"
+        ),
+    ]
+    sent_at: Annotated[
+        Timestamp,
+        Field(description="when the values were read: seconds since 1970-01-01 UTC"),
+    ]
 
     def fact_tuples(self) -> Iterator[tuple[Value, ...]]:
         for fact in self.readings:

@@ -48,9 +48,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the broken sensor fails (default stuck: it reads 85.0)",
     )
     parser.add_argument(
+        "--spark",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="materialise the farm graph with Spark: auto (default, as zodiac-cloud "
+        "materialise: a farm this small runs on the edge engine, no Spark session), always, "
+        "never",
+    )
+    parser.add_argument(
         "--no-spark",
-        action="store_true",
-        help="materialise the farm graph with the edge engine instead of Spark",
+        dest="spark",
+        action="store_const",
+        const="never",
+        help="the same as --spark never",
     )
     parser.add_argument(
         "--spark-master", default="local[*]", help="Spark master URL (default local[*])"
@@ -95,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     # Before anything starts: the plots are drawn last, Spark is started first.
-    missing = missing_extras_message(spark=not args.no_spark)
+    missing = missing_extras_message(spark=args.spark == "always")
     if missing:
         print(f"windfarm: {missing}", file=sys.stderr)
         return 2
@@ -108,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         out=args.out,
         faults=faults,
         sensor_fault=args.sensor_fault,
-        spark=not args.no_spark,
+        spark=args.spark,
         spark_master=args.spark_master,
         reading_period=args.reading_period,
         processes=args.processes,

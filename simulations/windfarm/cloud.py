@@ -15,6 +15,7 @@ from pathlib import Path
 from agent.engine import Reasoner
 from agent.protocol.keys import generate_key_pair, load_private_key
 from cloud.bundles import BundleCutter, Target, device_facts, load_streams
+from cloud.engine_job import SPARK_ABOVE
 from cloud.publisher import Publisher
 from simulations.windfarm.farm import ANOMALY_STREAM, CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm
 
@@ -38,10 +39,13 @@ class FarmGraph:
 
 
 def materialise_farm(
-    farm: Farm, *, use_spark: bool, master: str, say: Callable[[str], None]
+    farm: Farm, *, spark: str = "auto", master: str, say: Callable[[str], None]
 ) -> FarmGraph:
     """The farm program over the layout facts, on Spark (checked against the engine) or on
-    the engine alone. Spark is what a real farm's cloud runs; on a laptop it costs a JVM."""
+    the engine alone, as ``zodiac-cloud materialise --spark`` decides: ``auto`` runs a farm
+    of at most :data:`cloud.engine_job.SPARK_ABOVE` layout facts (every farm the demo makes)
+    on the engine, ``always`` starts Spark, ``never`` does not. Spark is what a large farm's
+    cloud runs; for a small one it costs a JVM and a minute."""
     layout = farm.layout_facts()
     started = time.perf_counter()
     engine = Reasoner()
@@ -49,8 +53,9 @@ def materialise_farm(
     engine.add_facts(layout)
     engine_facts = set(engine.facts())
     engine_seconds = time.perf_counter() - started
-    if not use_spark:
-        return FarmGraph(engine_facts, "engine", engine_seconds, 0.0, True)
+    if spark == "never" or (spark == "auto" and len(layout) <= SPARK_ABOVE):
+        why = "" if spark == "never" else f" ({len(layout)} facts: Spark not needed)"
+        return FarmGraph(engine_facts, f"engine{why}", engine_seconds, 0.0, True)
 
     from pyspark.sql import SparkSession
 

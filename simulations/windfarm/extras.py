@@ -1,10 +1,10 @@
 """The optional dependencies a simulation run needs, checked before anything starts.
 
 matplotlib (the ``simulation`` extra) draws the report's plots, the run's very last step, and
-pyspark (the ``cloud`` extra) materialises the farm graph unless ``--no-spark``. Both are
-imported only where they are used, so without this check a missing one is found minutes into
-the run, as a traceback. Imported for real (not merely found): a broken install counts as
-missing too.
+pyspark (the ``cloud`` extra) materialises the farm graph with ``--spark always`` (``auto``, the
+default, runs a farm this small on the edge engine). Both are imported only where they are
+used, so without this check a missing one is found minutes into the run, as a traceback.
+Imported for real (not merely found): a broken install counts as missing too.
 """
 
 from __future__ import annotations
@@ -42,5 +42,5 @@ def missing_extras_message(*, spark: bool) -> str | None:
         "(from the repository root)"
     )
     if "cloud" in missing:
-        line += ", or run with --no-spark to do without Spark"
+        line += ", or run with --spark auto or never to do without Spark"
     return line

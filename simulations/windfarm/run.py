@@ -71,7 +71,7 @@ class Options:
     out: Path | None = None
     faults: tuple[str, ...] = ()
     sensor_fault: str = "stuck"
-    spark: bool = True
+    spark: str = "auto"  # as zodiac-cloud materialise --spark: auto, always or never
     spark_master: str = "local[*]"
     reading_period: float | None = None  # seconds; default max(1, turbines / 100)
     processes: int | None = None  # agent host processes; default min(turbines, 16)
@@ -236,7 +236,7 @@ class Simulation:
         started = time.perf_counter()
         self.graph = materialise_farm(
             self.farm,
-            use_spark=self.options.spark,
+            spark=self.options.spark,
             master=self.options.spark_master,
             say=self.say,
         )
@@ -246,7 +246,7 @@ class Simulation:
             f"in {self.graph.seconds:.1f} s"
             + (
                 f" (+{self.graph.startup_seconds:.1f} s Spark start-up)"
-                if self.options.spark
+                if self.graph.materialiser.startswith("spark")
                 else ""
             )
             + ", equal to the edge engine's"

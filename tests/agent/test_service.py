@@ -297,7 +297,7 @@ def test_state_survives_a_new_agent_on_the_same_file(tmp_path, cloud):
 
 
 def test_every_agent_command_and_option_has_help_text():
-    commands = {"run", "status", "query", "apply", "init", "inspect", "backup"}
+    commands = {"run", "status", "query", "apply", "init", "inspect", "backup", "schema"}
     check_help_texts(build_parser(), commands)
 
 

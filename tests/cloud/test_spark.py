@@ -325,7 +325,11 @@ def test_cli_writes_parquet_and_ntriples_and_reads_them_back(spark, tmp_path, ca
     want = typed(engine(rules, list(read_facts(data))).facts())
     first = tmp_path / "first"
     assert (
-        main(["materialise", "--rules", str(rules), "--facts", str(data), "--out", str(first)]) == 0
+        main(
+            ["materialise", "--rules", str(rules), "--facts", str(data), "--out", str(first)]
+            + ["--spark", "always"]
+        )
+        == 0
     )
     out, err = capsys.readouterr()
     assert "stratum 1/" in err and "r/2" in out and "total" in out
@@ -333,6 +337,7 @@ def test_cli_writes_parquet_and_ntriples_and_reads_them_back(spark, tmp_path, ca
     # A Parquet fact directory is an input too: the same program over its own output.
     second = tmp_path / "second"
     argv = ["materialise", "--rules", str(rules), "--facts", str(first / "parquet")]
+    argv += ["--spark", "always"]
     # (the first run evaluated these small hyper-nodes on the driver; this one in Spark)
     assert main([*argv, "--out", str(second), "--quiet", "--local-below", "0"]) == 0
     assert typed(read_facts(second / "facts.nt")) == want
@@ -356,7 +361,7 @@ def test_cli_checkpoint_dir_gets_reliable_checkpoints(spark, tmp_path, capsys):
     checkpoints, out = tmp_path / "checkpoints", tmp_path / "out"
     before = spark.sparkContext.getCheckpointDir()
     argv = ["materialise", "--rules", str(rules), "--facts", str(data), "--out", str(out)]
-    argv += ["--local-below", "0"]  # every hyper-node in Spark: the driver checkpoints nothing
+    argv += ["--local-below", "0", "--spark", "always"]  # every hyper-node in Spark jobs
     assert main([*argv, "--checkpoint-dir", str(checkpoints), "--quiet"]) == 0
     capsys.readouterr()
     assert typed(read_facts(out / "facts.nt")) == want
@@ -376,7 +381,8 @@ def test_cloud_imports_without_pyspark(tmp_path):
         import cloud, cloud.spark, cloud.spark.materialise, cloud.spark.storage
         import cloud.zodiac_cloud_cli as cli
         assert cli.build_parser().format_help()
-        code = cli.main(["materialise", "--rules", "x.rules", "--out", {str(tmp_path)!r}])
+        code = cli.main(["materialise", "--rules", "x.rules", "--out", {str(tmp_path)!r},
+                         "--spark", "always"])
         sys.exit(0 if code == 1 else 3)
         """
     )

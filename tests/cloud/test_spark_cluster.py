@@ -49,6 +49,7 @@ def test_the_job_on_a_standalone_cluster_gives_the_engines_model(cluster, tmp_pa
         "--out", str(out),
         "--quiet",
         "--local-below", "0",  # every hyper-node in Spark jobs, on the workers
+        "--spark", "always",  # (a small input: auto would run it on the engine)
     ]  # fmt: skip
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     env.pop("SPARK_HOME", None)

@@ -1,10 +1,11 @@
 """A missing optional dependency stops a command at once, with the install command that fixes it.
 
 The simulation (``python -m simulations.windfarm``) needs matplotlib (the ``simulation`` extra)
-for its report and pyspark (the ``cloud`` extra) unless ``--no-spark``; ``zodiac-cloud
-materialise`` needs pyspark. Each command runs in a subprocess whose PYTHONPATH puts a stub
-package first that raises ImportError, as an install without that extra would; the command
-must say so in one line, exit non-zero, and neither run nor write anything.
+for its report and pyspark (the ``cloud`` extra) with ``--spark always``; ``zodiac-cloud
+materialise --spark always`` needs pyspark (``auto`` on a small input and ``never`` do not).
+Each command runs in a subprocess whose PYTHONPATH puts a stub package first that raises
+ImportError, as an install without that extra would; the command must say so in one line, exit
+non-zero, and neither run nor write anything.
 """
 
 from __future__ import annotations
@@ -40,12 +41,19 @@ WINDFARM = ["-m", "simulations.windfarm", "--turbines", "5", "--duration", "30"]
 @pytest.mark.parametrize(
     ("hidden", "options", "install", "named", "not_named"),
     [
-        # --no-spark: pyspark is not needed, only matplotlib is missing.
+        # --no-spark, or auto (the default): pyspark is not needed, only matplotlib is missing.
         (["matplotlib", "pyspark"], ["--no-spark"], ".[simulation]", ["matplotlib"], ["pyspark"]),
-        (["pyspark"], [], ".[cloud]", ["pyspark", "--no-spark"], ["matplotlib"]),
-        (["matplotlib", "pyspark"], [], ".[simulation,cloud]", ["matplotlib", "pyspark"], []),
+        (["matplotlib", "pyspark"], [], ".[simulation]", ["matplotlib"], ["pyspark"]),
+        (["pyspark"], ["--spark", "always"], ".[cloud]", ["pyspark", "--spark"], ["matplotlib"]),
+        (
+            ["matplotlib", "pyspark"],
+            ["--spark", "always"],
+            ".[simulation,cloud]",
+            ["matplotlib", "pyspark"],
+            [],
+        ),
     ],
-    ids=["no-matplotlib", "no-pyspark", "neither"],
+    ids=["no-matplotlib", "no-matplotlib-auto", "no-pyspark", "neither"],
 )
 def test_windfarm_stops_before_starting_without_an_extra(
     tmp_path, hidden, options, install, named, not_named
@@ -67,7 +75,7 @@ def test_cloud_materialise_stops_before_writing_without_pyspark(tmp_path):
     out = tmp_path / "out"
     rules = ROOT / "rules" / "windfarm" / "farm.rules"
     args = ["-m", "cloud.zodiac_cloud_cli", "materialise", "--rules", str(rules), "--out", str(out)]
-    done = run_without(["pyspark"], args, tmp_path)
+    done = run_without(["pyspark"], [*args, "--spark", "always"], tmp_path)
     assert done.returncode == 1, done.stderr
     lines = done.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("zodiac-cloud: pyspark is not installed")

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.process
 
 
 def test_five_turbines_end_to_end_with_every_fault(tmp_path, spark):
-    options = Options(turbines=5, duration=39, faults=FAULTS, out=tmp_path / "run")
+    options = Options(turbines=5, duration=39, faults=FAULTS, spark="always", out=tmp_path / "run")
     simulation = Simulation(options, say=lambda message: None)
     result = simulation.run()
 
@@ -113,7 +113,7 @@ def test_five_turbines_on_the_embedded_broker_with_a_broker_restart(tmp_path):
         turbines=5,
         duration=24,
         faults=("broker-restart",),
-        spark=False,
+        spark="never",
         embedded_broker=True,
         out=tmp_path / "run",
     )
@@ -159,7 +159,7 @@ def test_the_embedded_broker_is_the_fallback(tmp_path, monkeypatch, installed, e
     monkeypatch.setattr(windfarm_run.Broker, "start", _mosquitto_that_does_not_start)
     said: list[str] = []
     simulation = Simulation(
-        Options(turbines=5, duration=30, spark=False, out=tmp_path), say=said.append
+        Options(turbines=5, duration=30, spark="never", out=tmp_path), say=said.append
     )
     try:
         simulation._start_broker()
@@ -178,7 +178,7 @@ def test_when_no_broker_can_start_the_user_is_told_what_to_do(tmp_path, monkeypa
     monkeypatch.setattr(windfarm_run, "mosquitto_available", lambda: False)
     monkeypatch.setattr(EmbeddedBroker, "start", fail)
     simulation = Simulation(
-        Options(turbines=5, duration=30, spark=False, out=tmp_path), say=lambda m: None
+        Options(turbines=5, duration=30, spark="never", out=tmp_path), say=lambda m: None
     )
     with pytest.raises(
         SimulationError, match="(?s)Install Mosquitto.*--broker HOST:PORT.*status 1"
