@@ -41,14 +41,17 @@ port = {port}
 # One <key id>.pub per cloud signing key this device trusts.
 trusted_keys = "keys"
 
+[log]
+# "json" for journald and log shippers, "text" for a terminal.
+format = "json"
+
+# Last, so that lines appended to this file are options of [reasoning] (its neighbours,
+# telemetry_predicates, findings, resolved; then a [reasoning.triggers] table): see
+# agent.example.toml and docs/tutorial.md.
 [reasoning]
 # Local rule and fact files of this device (the cloud's bundles need none).
 rules = []
 facts = []
-
-[log]
-# "json" for journald and log shippers, "text" for a terminal.
-format = "json"
 """
 
 

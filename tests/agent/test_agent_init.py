@@ -79,6 +79,22 @@ def test_init_with_a_password_file_names_the_device_as_user(tmp_path, public_key
     assert (loaded.broker.host, loaded.broker.port) == ("mqtt.example", 1883)
 
 
+def test_lines_appended_to_the_written_configuration_are_reasoning_options(tmp_path, public_key):
+    """docs/tutorial.md appends a device's neighbours, findings and triggers to the file init
+    wrote: [reasoning] is its last table, so they land there (not in [log])."""
+    result = run(*AGENT, "init", "--farm", "farm1", "--device", "t2", "--broker", "mqtt.example",
+                 "--trust", public_key, "--dir", tmp_path / "a")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    config = tmp_path / "a" / "agent.toml"
+    with config.open("a") as handle:
+        handle.write('neighbours = ["t1"]\nfindings = ["Broken"]\n'
+                     '[reasoning.triggers]\n"Suspicion" = "anomaly/x"\n')  # fmt: skip
+    loaded = AgentConfig.load(config)
+    assert loaded.reasoning.neighbours == ["t1"] and loaded.reasoning.findings == ["Broken"]
+    assert loaded.reasoning.triggers == {"Suspicion": "anomaly/x"}
+    assert loaded.file_problems() == []
+
+
 @pytest.mark.parametrize(
     ("change", "names"),
     [
