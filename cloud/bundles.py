@@ -105,6 +105,27 @@ def device_facts(
     return {f for f in facts if len(f) >= 2 and f[1] in keep}
 
 
+
+def facts_for(
+    facts: Iterable[tuple],
+    device: str,
+    neighbour_predicate: str | None = None,
+    *,
+    own_only: bool = False,
+) -> set[tuple]:
+    """What ``publish --facts`` and ``bundle --facts`` send a device of the farm graph: with
+    ``own_only`` the facts about the device itself (its neighbour links included), with a
+    ``neighbour_predicate`` those about it and its neighbours, otherwise all of them.
+
+    ``own_only`` is for rules that trigger on any turbine's facts (a reading far from the
+    forecast): a device holding its neighbours' forecasts would suspect them too, and ask
+    the cloud for rules about them."""
+    if own_only:
+        return device_facts(facts, device, neighbour_predicate or "", neighbours=False)
+    if neighbour_predicate:
+        return device_facts(facts, device, neighbour_predicate)
+    return set(facts)
+
 # How long a bundle stays valid: a device offline for longer refuses it as expired, reports
 # the version gap and gets a fresh full-state bundle; a captured bundle is useless after it.
 DEFAULT_TTL = 7 * 24 * 3600.0

@@ -100,6 +100,12 @@ def add_commands(commands) -> None:
         "predicate, as publish does",
     )
     bundle.add_argument(
+        "--own-facts",
+        action="store_true",
+        help="with --facts: send only the facts about the device itself (its neighbour links "
+        "included), as publish --own-facts does",
+    )
+    bundle.add_argument(
         "--state",
         type=Path,
         default=Path("zodiac-cloud.db"),
@@ -153,7 +159,7 @@ def _bundle(args: argparse.Namespace) -> int:
     from agent.engine.program.rdf import read_facts
     from agent.protocol.keys import load_private_key
     from agent.protocol.signing import sign_bundle
-    from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, device_facts, load_stream_file
+    from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, facts_for, load_stream_file
 
     for option, value, check in (
         ("--farm", args.farm, _check_id),
@@ -172,9 +178,9 @@ def _bundle(args: argparse.Namespace) -> int:
     rules = load_stream_file(args.rules)
     facts: set[tuple] = set()
     if args.facts is not None:
-        facts = set(read_facts(args.facts))
-        if args.neighbour_predicate:
-            facts = device_facts(facts, args.device, args.neighbour_predicate)
+        facts = facts_for(
+            read_facts(args.facts), args.device, args.neighbour_predicate, own_only=args.own_facts
+        )
     if not rules and not facts:
         raise UsageError(f"{args.rules}: no rules (and no facts): the bundle would be empty")
     ttl = args.bundle_ttl if args.bundle_ttl is not None else DEFAULT_TTL

@@ -29,7 +29,7 @@ from pathlib import Path
 from agent.engine.errors import ZodiacError
 from agent.protocol.keys import load_private_key
 from agent.protocol.messages import MAX_BUNDLE_LIFETIME
-from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, device_facts, load_streams
+from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, facts_for, load_streams
 from cloud.publisher import Publisher
 
 # Seconds ``publish`` waits for the devices' answers by default: a connected device answers in
@@ -92,7 +92,14 @@ def add_commands(commands) -> None:
             sub.add_argument(
                 "--neighbour-predicate",
                 default=None,
-                help="predicate IRI relating a device to its neighbours",
+                help="with --facts: send each device only the facts about itself and its "
+                "neighbours by this predicate (default: all of --facts)",
+            )
+            sub.add_argument(
+                "--own-facts",
+                action="store_true",
+                help="with --facts: send each device only the facts about itself (its "
+                "neighbour links included), not its neighbours'",
             )
             sub.add_argument(
                 "--timeout",
@@ -248,10 +255,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
         if not args.no_wait:
             waiter = _status_waiter(args)
         for device in args.devices:
-            facts = (
-                device_facts(farm_facts, device, args.neighbour_predicate)
-                if farm_facts and args.neighbour_predicate
-                else set()
+            facts = facts_for(
+                farm_facts, device, args.neighbour_predicate, own_only=args.own_facts
             )
             bundle = publisher.send(device, args.stream, Target(rules=dict(rules), facts=facts))
             state = f"version {bundle.version}" if bundle else "unchanged"

@@ -175,3 +175,22 @@ def test_device_facts_are_its_own_and_its_neighbours():
         ("model", "t2", "V90"),
         (rdf_type, "t2", "Turbine"),
     }
+
+
+def test_facts_for_cuts_the_device_its_neighbourhood_or_all():
+    """publish/bundle --facts: all of the graph by default (publish sent none without
+    --neighbour-predicate), the neighbourhood with it, the device's own with --own-facts."""
+    from cloud.bundles import facts_for
+
+    graph = [
+        ("hasNeighbour", "t1", "t2"),
+        ("hasNeighbour", "t2", "t1"),
+        ("forecast", "t1", 15.0),
+        ("forecast", "t2", 15.0),
+        ("forecast", "t3", 15.0),
+    ]
+    assert facts_for(graph, "t1") == set(graph)
+    assert facts_for(graph, "t1", "hasNeighbour") == set(graph) - {("forecast", "t3", 15.0)}
+    own = {("hasNeighbour", "t1", "t2"), ("forecast", "t1", 15.0)}
+    assert facts_for(graph, "t1", "hasNeighbour", own_only=True) == own
+    assert facts_for(iter(graph), "t1", own_only=True) == own
