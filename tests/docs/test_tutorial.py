@@ -17,7 +17,6 @@ import io
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from simulations.brokerprocess import free_port
+from tests.conftest import _require_mosquitto
 from tests.support.agent_harness import REPO
 
 pytestmark = pytest.mark.process
@@ -54,13 +54,12 @@ def commands(directory: Path) -> Path:
 
 
 def test_the_tutorial_runs_from_an_empty_folder_to_the_diagnosis_and_its_release(tmp_path):
-    if shutil.which("mosquitto") is None and not Path("/usr/sbin/mosquitto").exists():
-        pytest.skip("mosquitto is not installed")
+    _require_mosquitto()  # (a failure, not a skip, as for every broker test)
     work = tmp_path / "work"
     work.mkdir()
     env = {
         **os.environ,
-        "PATH": f"{commands(tmp_path)}:{os.environ.get('PATH', '')}:/usr/sbin",
+        "PATH": f"{commands(tmp_path)}:{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(REPO),
         "ZODIAC": str(REPO),
         "PORT": str(free_port()),
@@ -101,7 +100,8 @@ def test_the_tutorial_runs_from_an_empty_folder_to_the_diagnosis_and_its_release
     for n in (1, 2, 3):
         line = f"turbine-{n}: applied base version 1"
         assert line in out and line in page, out
-        assert f"turbine-{n}: base version 1 (1 rules, 4 facts)" in page
+        line = f"turbine-{n}: base version 1 (1 rules, 4 facts)"
+        assert line in out and line in page, out
     # The diagnosis, as the page shows it, printed once (the waiting loop's query is silent).
     assert out.count('{"X": "turbine-2"}') == 1 and '{"X": "turbine-2"}' in page, out
     # The statuses: the answering stream applied and the request open, then released.
@@ -123,3 +123,12 @@ def test_the_tutorial_runs_from_an_empty_folder_to_the_diagnosis_and_its_release
         capture_output=True, text=True, cwd=REPO, timeout=60,
     )  # fmt: skip
     assert query.returncode == 0 and query.stdout == "", query.stdout + query.stderr
+    # Its neighbours, sent their own facts only (--own-facts), never suspected it: they hold
+    # the base stream alone.
+    for n in (1, 3):
+        status = subprocess.run(
+            [sys.executable, "-m", "agent.cli", "status", "--config",
+             farm / f"agent-turbine-{n}" / "agent.toml"],
+            capture_output=True, text=True, cwd=REPO, timeout=60,
+        )  # fmt: skip
+        assert json.loads(status.stdout)["applied"] == {"base": 1}, status.stdout
