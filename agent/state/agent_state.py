@@ -108,6 +108,8 @@ SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 DAMAGE_SIGNS = (sqlite3.Error, ValueError, TypeError, KeyError, IndexError, OverflowError)
 # The ``nodes`` row holding the equality component's facts (agent/engine/equality/layer.py).
 EQUALITY_MODULE = "equality"
+# How many rule requests `summary()` (zodiac-agent status) lists, the newest.
+SUMMARY_REQUESTS = 10
 
 
 @dataclass
@@ -609,6 +611,15 @@ class AgentState:
             "open_requests": one(
                 "SELECT COUNT(*) FROM requests WHERE status NOT IN ('resolved', 'cleared')"
             ).fetchone()[0],
+            # The latest rule requests and where each is in its life (sent, answered,
+            # resolved: its rules released, cleared: its trigger gone), newest first.
+            "requests": [
+                {"event": event, "stream": stream, "status": status}
+                for event, stream, status in one(
+                    "SELECT event, stream, status FROM requests "
+                    f"ORDER BY created_at DESC, rowid DESC LIMIT {SUMMARY_REQUESTS}"
+                )
+            ],
             "last_error": json.loads(last_error) if last_error else None,
         }
 

@@ -257,14 +257,20 @@ def test_cloud_release_resolves_the_request_and_a_new_occurrence_asks_again(tmp_
     agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=base)))
     agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 70)]))
     [request] = agent.new_requests()
+    assert agent.state.summary()["requests"] == [
+        {"event": "ambient", "stream": None, "status": "sent"}
+    ]
     diagnose = {"d": "d: <Broken>(X) :- <Suspect>(X) and <temp>(X, T) and COMP(T, >, 65) ."}
     answer = cloud.bundle("anomaly", 1, rules=diagnose)
     agent.handle_bundle(cloud.sign(answer.model_copy(update={"answers": request.request_id})))
     assert [tuple(f) for f in agent.status().findings] == [(RDF_TYPE, "t1", "Broken")]
+    answered = {"event": "ambient", "stream": "anomaly", "status": "answered"}
+    assert agent.state.summary()["requests"] == [answered]  # (zodiac-agent status shows it)
     release = cloud.bundle("anomaly", 2, delete_rules=["d"])
     assert agent.handle_bundle(cloud.sign(release)).status == "applied"
     assert agent.status().findings == [] and "d" not in agent.reasoner.rules
     assert agent.state.summary()["open_requests"] == 0
+    assert agent.state.summary()["requests"] == [{**answered, "status": "resolved"}]
     assert agent.new_requests() == []  # still suspect, but this event was dealt with
     agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 20)]))
     assert agent.new_requests() == []  # trigger gone: the event is cleared

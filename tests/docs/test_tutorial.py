@@ -110,6 +110,10 @@ def test_the_tutorial_runs_from_an_empty_folder_to_the_diagnosis_and_its_release
     assert (during["rules"], during["open_requests"]) == (6, 1), during
     assert after["applied"] == {"base": 1, "anomaly/ambient-temperature": 2}, after
     assert (after["rules"], after["open_requests"]) == (1, 0), after
+    request = {"event": "anomaly/ambient-temperature", "stream": "anomaly/ambient-temperature"}
+    assert during["requests"] == [{**request, "status": "answered"}], during
+    assert after["requests"] == [{**request, "status": "resolved"}], after
+    assert json.dumps(during["requests"], indent=2).replace("\n", "\n  ") in page
     # The release: the cloud said so, and the turbine holds its base rule alone (the CSV the
     # page shows).
     assert "releasing anomaly/ambient-temperature" in (farm / "cloud.log").read_text()
