@@ -120,6 +120,13 @@ def link_problems(doc: Path) -> list[str]:
     return problems
 
 
+def test_the_readme_is_a_guide_of_at_most_200_lines() -> None:
+    """The README is a guide (what it is, the quick start, a tour, the layout, links); the
+    reference lives in docs/."""
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines: move the detail to docs/"
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=lambda doc: str(doc.relative_to(REPO)))
 def test_docs_are_reference_not_a_diary(doc: Path) -> None:
     problems = diary_problems(doc)
