@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from agent.engine.errors import ZodiacError
-from agent.protocol.messages import FARM_WIDE, MAX_BUNDLE_LIFETIME, utc
+from agent.protocol.messages import FARM_WIDE, utc
 
 __all__ = ["add_commands"]
 
@@ -35,7 +35,7 @@ class UsageError(ZodiacError):
 
 def add_commands(commands) -> None:
     """Register ``keys`` and ``bundle`` on the ``zodiac-cloud`` sub-parser collection."""
-    from cloud.publisher_cli import _positive_seconds
+    from cloud.publisher_cli import add_signing_options
 
     keys = commands.add_parser(
         "keys",
@@ -72,12 +72,6 @@ def add_commands(commands) -> None:
             "the ledger 'publish' uses."
         ),
     )
-    bundle.add_argument(
-        "--key",
-        required=True,
-        type=Path,
-        help="the cloud's Ed25519 private key (PEM); key id = file stem",
-    )
     bundle.add_argument("--farm", required=True, help="the farm id")
     bundle.add_argument(
         "--device", required=True, help=f"the device id ({FARM_WIDE!r}: every device of the farm)"
@@ -105,20 +99,7 @@ def add_commands(commands) -> None:
         help="with --facts: send only the facts about the device itself (its neighbour links "
         "included), as publish --own-facts does",
     )
-    bundle.add_argument(
-        "--state",
-        type=Path,
-        default=Path("zodiac-cloud.db"),
-        help="the publisher's state (versions sent per device and stream)",
-    )
-    bundle.add_argument(
-        "--bundle-ttl",
-        type=_positive_seconds,
-        default=None,
-        metavar="SECONDS",
-        help="how long the bundle stays valid on the device (default: 7 days; at most "
-        f"{MAX_BUNDLE_LIFETIME:.0f}, a year)",
-    )
+    add_signing_options(bundle, ttl_default=None)
     bundle.add_argument(
         "-o", "--out", required=True, type=Path, metavar="OUT", help="the bundle file to write"
     )

@@ -38,6 +38,31 @@ from cloud.publisher import Publisher
 WAIT_TIMEOUT = 30.0
 
 
+def add_signing_options(parser: argparse.ArgumentParser, *, ttl_default: float | None) -> None:
+    """``--key``, ``--state`` and ``--bundle-ttl``: what signing and numbering a bundle takes,
+    the same for ``publish``, ``serve`` and ``bundle`` (one ledger of versions)."""
+    parser.add_argument(
+        "--key",
+        required=True,
+        type=Path,
+        help="the cloud's Ed25519 private key (PEM); key id = file stem",
+    )
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=Path("zodiac-cloud.db"),
+        help="the publisher's state (versions sent per device and stream)",
+    )
+    parser.add_argument(
+        "--bundle-ttl",
+        type=_positive_seconds,
+        default=ttl_default,
+        metavar="SECONDS",
+        help="how long a bundle stays valid on devices (default: 7 days; at most "
+        f"{MAX_BUNDLE_LIFETIME:.0f}, a year)",
+    )
+
+
 def add_commands(commands) -> None:
     """Register ``publish`` and ``serve`` on an argparse sub-parser collection."""
     for name, help_text in (
@@ -57,29 +82,10 @@ def add_commands(commands) -> None:
             type=Path,
             help="directory of rule streams (<stream>.rules files)",
         )
-        sub.add_argument(
-            "--key",
-            required=True,
-            type=Path,
-            help="the cloud's Ed25519 private key (PEM); key id = file stem",
-        )
         sub.add_argument("--broker", default="127.0.0.1:1883", help="MQTT broker HOST:PORT")
         sub.add_argument("--username", default=None, help="MQTT username")
         sub.add_argument("--password", default=None, help="MQTT password")
-        sub.add_argument(
-            "--state",
-            type=Path,
-            default=Path("zodiac-cloud.db"),
-            help="the publisher's state (versions sent per device and stream)",
-        )
-        sub.add_argument(
-            "--bundle-ttl",
-            type=_positive_seconds,
-            default=DEFAULT_TTL,
-            metavar="SECONDS",
-            help="how long a bundle stays valid on devices (default: 7 days; at most "
-            f"{MAX_BUNDLE_LIFETIME:.0f}, a year)",
-        )
+        add_signing_options(sub, ttl_default=DEFAULT_TTL)
         if name == "publish":
             sub.add_argument("--devices", nargs="+", required=True, help="device ids")
             sub.add_argument("--stream", default="base", help="the stream to send")
