@@ -15,7 +15,6 @@ Nothing here imports pyspark.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -27,13 +26,13 @@ from agent.engine.program.loaders import load_facts
 from agent.engine.reasoner import Reasoner
 from cloud.spark.driver import LOCAL_BELOW
 from cloud.spark.storage import (
-    FORMAT,
-    MANIFEST,
     TERM_FIELDS,
     dataset_name,
+    manifest_entry,
     read_manifest,
     row_value,
     term_row,
+    write_manifest,
 )
 
 #: Input facts (of the rule file, the RDF files and the Parquet fact directories) above which
@@ -153,9 +152,8 @@ def write_parquet_local(facts: Iterable[tuple], directory: str | os.PathLike) ->
         (root / name).mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.table(columns), root / name / "part-00000.parquet")
         written[key] = len(rows)
-        entries.append({"predicate": key[0], "arity": key[1], "path": name, "facts": len(rows)})
-    manifest = {"format": FORMAT, "relations": entries}
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        entries.append(manifest_entry(key, name, len(rows)))
+    write_manifest(root, entries)
     return written
 
 

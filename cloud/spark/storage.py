@@ -137,11 +137,21 @@ def write_parquet(
         name = dataset_name(key, taken)
         decoded(frame, key[1], terms).write.mode("overwrite").parquet(str(root / name))
         written[key] = frame.count()
-        entries.append({"predicate": key[0], "arity": key[1], "path": name, "facts": written[key]})
+        entries.append(manifest_entry(key, name, written[key]))
     terms.unpersist()
+    write_manifest(root, entries)
+    return written
+
+
+def manifest_entry(key: RelationKey, name: str, facts: int) -> dict:
+    """One relation's line of ``manifest.json``: its predicate, arity, dataset and size."""
+    return {"predicate": key[0], "arity": key[1], "path": name, "facts": facts}
+
+
+def write_manifest(root: Path, entries: list[dict]) -> None:
+    """``manifest.json`` of a fact directory, written by Spark's writer and the engine's."""
     manifest = {"format": FORMAT, "relations": entries}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return written
 
 
 # ------------------------------------------------------------------ Parquet in
