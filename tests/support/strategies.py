@@ -797,6 +797,21 @@ CLOSURE_FAMILIES: dict[str, tuple[Rule, ...]] = {
         _r(_a("ulinked", _X, _Y), _a("u", _X, _Y), _a("v", _Y, _E)),
         _r(_a("unoded", _X, _Y), _a("node", _X), _a("u", _X, _Y), Negation(_a("e", _E, _X))),
     ),
+    # Linear closures (modules/linear.py): left-linear over a copy of p1, right-linear over a
+    # filtered copy of e and a copy of p2 stepping along p3, left-linear along a derived
+    # relation (t), their readers, and a rule that merges l's step with p1's node.
+    "linear": (
+        _r(_a("l", _X, _Y), _a("p1", _X, _Y)),
+        _r(_a("l", _X, _Z), _a("e", _X, _Y), _a("l", _Y, _Z)),
+        _r(_a("m", _X, _Y), _a("e", _X, _Y), Comparison(_X, "!=", _Y)),
+        _r(_a("m", _X, _Y), _a("p2", _X, _Y)),
+        _r(_a("m", _X, _Z), _a("m", _X, _Y), _a("p3", _Y, _Z)),
+        _r(_a("k", _X, _Y), _a("e", _Y, _X)),
+        _r(_a("k", _X, _Z), _a("t", _X, _Y), _a("k", _Y, _Z)),
+        _agg(_a("mcount", _X, _N), (_a("m", _X, _Y),), (_X,), "count", _Y),
+        _r(_a("lnot", _X, _Y), _a("node", _X), _a("node", _Y), Negation(_a("l", _X, _Y))),
+        _r(_a("p1", _X, _Y), _a("l", _Y, _X)),
+    ),
     # Rules merging closures of different families into one hyper-node.
     "bridges": (
         _r(_a("u", _X, _Y), _a("v", _X, _Y)),
@@ -812,12 +827,12 @@ CLOSURE_FAMILIES: dict[str, tuple[Rule, ...]] = {
 # Relations that receive explicit facts in closure tests: edges (some of them explicit facts of
 # derived relations), negated edges, readings and nodes.
 CLOSURE_EDGES = ("nb", "p1", "p2", "p3", "e")
-CLOSURE_DERIVED_EDGES = ("p11", "p12", "p13", "t", "u", "v")
+CLOSURE_DERIVED_EDGES = ("p11", "p12", "p13", "t", "u", "v", "l", "m", "k")
 TEMPERATURES = [20, 21, 22, 23, 24, 25, 26, 21.5]
 
 
 # How often each closure family is in a pool, in tenths.
-CLOSURE_WEIGHTS = {"rs1": 5, "rs3": 5, "tc": 4, "plain": 5, "bridges": 3}
+CLOSURE_WEIGHTS = {"rs1": 5, "rs3": 5, "tc": 4, "plain": 5, "linear": 5, "bridges": 3}
 
 
 @st.composite
@@ -826,7 +841,7 @@ def closure_pools(draw: st.DrawFn) -> Program:
     times in ten, at least one closure), in a random order."""
     names = [name for name, weight in CLOSURE_WEIGHTS.items() if draw(st.integers(0, 9)) < weight]
     if not set(names) - {"bridges"}:
-        names.append(draw(st.sampled_from(["rs1", "rs3", "tc", "plain"])))
+        names.append(draw(st.sampled_from(["rs1", "rs3", "tc", "plain", "linear"])))
     rules = [rule for name in names for rule in CLOSURE_FAMILIES[name]]
     return Program(tuple(draw(st.permutations(list(dict.fromkeys(rules))))))
 

@@ -11,12 +11,14 @@ from agent.engine.modules.aggregate import AggregateModule
 from agent.engine.modules.base import Module, NodeState
 from agent.engine.modules.composition import CompositionModule
 from agent.engine.modules.hypertree import HypertreeModule, choose_decompositions
+from agent.engine.modules.linear import LinearClosureModule
 from agent.engine.modules.renaming import RenamingModule
 from agent.engine.modules.semijoin import SemiJoinModule
 from agent.engine.modules.seminaive import SeminaiveModule
 from agent.engine.modules.shapes import (
     ClosurePattern,
     CompositionPattern,
+    LinearClosurePattern,
     RenamingPattern,
     SemiJoinPattern,
     detect_closure,
@@ -37,7 +39,8 @@ def choose_module(
 
 def _module_for(node: NodeState, use_modules: bool, costs: CostPolicy) -> Module:
     """Aggregates have their own module. Unless ``use_modules`` is off, the shape of the rules
-    (``shapes.node_shape``) picks the closure, renaming, composition or semi-join module; a
+    (``shapes.node_shape``) picks the closure (transitive,
+    symmetric-transitive, linear), renaming, composition or semi-join module; a
     hyper-node with a cyclic rule worth decomposing (by the policy's ``decompositions``
     setting) gets the hypertree module. Everything else is seminaive."""
     if any(rule.aggregate() is not None for rule in node.rules):
@@ -49,6 +52,8 @@ def _module_for(node: NodeState, use_modules: bool, costs: CostPolicy) -> Module
         if shape.kind == "transitive":
             return TransitiveClosureModule(shape.relation, shape.irreflexive)
         return SymmetricTransitiveModule(shape.relation, shape.irreflexive)
+    if isinstance(shape, LinearClosurePattern):
+        return LinearClosureModule(shape)
     if isinstance(shape, RenamingPattern):
         return RenamingModule()
     if isinstance(shape, CompositionPattern):
@@ -71,6 +76,7 @@ __all__ = [
     "ClosurePattern",
     "CompositionModule",
     "HypertreeModule",
+    "LinearClosureModule",
     "Module",
     "NodeState",
     "RenamingModule",

@@ -9,6 +9,16 @@ Shapes are recognised after normalising variable names and body order:
   variant of Rule Sets 1-3: transitivity never produces a pair (u, u));
 * **symmetric-transitive closure** (STC): the TC rule (either variant) together with
   ``R(x, y) :- R(y, x)``;
+* **linear closure** (``LinearClosurePattern``, modules/linear.py): a hyper-node holding
+  exactly one linear step over a binary relation P, right-linear ``P(x, z) :- P(x, y), E(y, z)``
+  or left-linear ``P(x, z) :- E(x, y), P(y, z)``, E another relation. The base rules that
+  start the recursion (``P(x, y) :- E(x, y)``, a copy of another relation, several of them,
+  any filter or join) are not recursive: they sit in hyper-nodes of their own, below, and
+  reach the step only as P facts of its lower stores, together with P's explicit facts. So
+  every base rule is sound whatever its body: with X those P facts, the least fixpoint is
+  X ; E* (right) or E* ; X (left). A filter on the step itself is not claimed: ``x != z``
+  makes each source's walk avoid its own vertex, which no shared reach set expresses; nor
+  are constants, repeated variables, a second rule in the node, or E = P (that is TC);
 * **renaming**: every rule only copies one atom, its columns possibly permuted (RS2's copy
   cycle ``p20 -> p21 -> p22 -> p20``);
 * **composition**: one rule ``H(x, z) :- A(x, y), B(y, z)``, optionally ``and not N(y, z)``;
@@ -95,6 +105,59 @@ def detect_closure(rules: Sequence[Rule]) -> ClosurePattern | None:
 
 def _distinct_variables(terms: Sequence) -> bool:
     return all(isinstance(t, Variable) for t in terms) and len(set(terms)) == len(terms)
+
+
+# ---------------------------------------------------------------------------- linear closure
+
+
+@dataclass(frozen=True)
+class LinearClosurePattern:
+    """``head`` = P; ``step`` = E; ``right``: the rule is ``P(x, z) :- P(x, y), E(y, z)``
+    (else ``P(x, z) :- E(x, y), P(y, z)``)."""
+
+    head: RelationKey
+    step: RelationKey
+    right: bool
+
+    @property
+    def kind(self) -> str:
+        return "right-linear" if self.right else "left-linear"
+
+
+def linear_step_shape(rule: Rule) -> tuple[RelationKey, bool] | None:
+    """``(E, right)`` when the rule is ``P(x, z) :- P(x, y), E(y, z)`` (right) or
+    ``P(x, z) :- E(x, y), P(y, z)`` (left), three distinct variables, E != P."""
+    head = rule.head
+    if head.arity != 2 or not _distinct_variables(head.terms) or len(rule.body) != 2:
+        return None
+    atoms = [a for a in rule.body if isinstance(a, Atom)]
+    if len(atoms) != 2 or not all(a.arity == 2 and _distinct_variables(a.terms) for a in atoms):
+        return None
+    x, z = head.terms
+    mine = [a for a in atoms if a.relation == head.relation]
+    other = [a for a in atoms if a.relation != head.relation]
+    if len(mine) != 1 or len(other) != 1:
+        return None
+    (p,), (e,) = mine, other
+    if p.terms[0] == x and e.terms[1] == z and p.terms[1] == e.terms[0]:
+        y, right = p.terms[1], True
+    elif e.terms[0] == x and p.terms[1] == z and e.terms[1] == p.terms[0]:
+        y, right = e.terms[1], False
+    else:
+        return None
+    if y in (x, z):
+        return None
+    return e.relation, right
+
+
+def linear_closure_shape(rules: Sequence[Rule]) -> LinearClosurePattern | None:
+    """The pattern when the hyper-node is one linear step (module docstring)."""
+    if len(rules) != 1:
+        return None
+    found = linear_step_shape(rules[0])
+    if found is None:
+        return None
+    return LinearClosurePattern(rules[0].head.relation, found[0], found[1])
 
 
 # ---------------------------------------------------------------------------- renaming
@@ -259,7 +322,9 @@ def semijoin_shape(rule: Rule) -> SemiJoinPattern | None:
 
 # ---------------------------------------------------------------------------- all of them
 
-NodeShape = ClosurePattern | RenamingPattern | CompositionPattern | SemiJoinPattern
+NodeShape = (
+    ClosurePattern | LinearClosurePattern | RenamingPattern | CompositionPattern | SemiJoinPattern
+)
 
 
 def node_shape(rules: Sequence[Rule]) -> NodeShape | None:
@@ -270,6 +335,9 @@ def node_shape(rules: Sequence[Rule]) -> NodeShape | None:
     closure = detect_closure(rules)
     if closure is not None:
         return closure
+    linear = linear_closure_shape(rules)
+    if linear is not None:
+        return linear
     if is_renaming_node(rules):
         return RenamingPattern(len(rules))
     if len(rules) == 1:
