@@ -1,7 +1,7 @@
 """Benchmark: closure modules vs plain seminaive evaluation, measured in the same run.
 
-    python -m simulations.bench.modules [--quick] [--seminaive-limit N] [--repeat N]
-                                        [--markdown [FILE]]
+    python -m simulations.bench.modules [--quick | --linear-only] [--seminaive-limit N]
+                                        [--repeat N] [--changes N] [--markdown [FILE]]
 
 1. RS1's first two rules (symmetric-transitive ``hasNeighbour``) over DS1(n), n = 100 .. 1600:
    materialisation with the STC module, with seminaive (up to ``--seminaive-limit`` turbines:
@@ -40,6 +40,12 @@ r1: <hasNeighbour>(X, Y) :- <hasNeighbour>(Y, X) .
 r2: <hasNeighbour>(X, Y) :- <hasNeighbour>(X, Z) and <hasNeighbour>(Z, Y) and COMP(X, !=, Y) .
 """
 TC_RULE = "t: <edge>(X, Z) :- <edge>(X, Y) and <edge>(Y, Z) ."
+LINEAR_BASE = "b: <p>(X, Y) :- <edge>(X, Y) .\n"
+LINEAR_TC = {
+    "non-linear": LINEAR_BASE + "s: <p>(X, Z) :- <p>(X, Y) and <p>(Y, Z) .",
+    "right-linear": LINEAR_BASE + "s: <p>(X, Z) :- <p>(X, Y) and <edge>(Y, Z) .",
+    "left-linear": LINEAR_BASE + "s: <p>(X, Z) :- <edge>(X, Y) and <p>(Y, Z) .",
+}
 
 
 def materialise(rules, facts, modules: bool) -> tuple[Reasoner, float]:
@@ -94,9 +100,7 @@ def stc_rows(sizes: list[int], seminaive_limit: int) -> Table:
 
 def module_table(title: str) -> Table:
     """A Markdown table of lines printed as ``label  module ... s   seminaive ... s``."""
-    return Table(
-        ("case", "module s", "seminaive s", "seminaive / module"), "lrrr", title=title
-    )
+    return Table(("case", "module s", "seminaive s", "seminaive / module"), "lrrr", title=title)
 
 
 def stc_small_deletions(n: int, count: int = 5) -> Table:
@@ -239,6 +243,59 @@ def dag_rows(nodes: int, edges: int, changes: int, repeat: int) -> list[Table]:
     return [table, memory]
 
 
+def linear_rows(graphs: list[tuple[str, int, int]], changes: int, repeat: int) -> Table:
+    """Section 3 of the module docstring: one row per graph and way of writing the closure."""
+    title = "Linear TC: the closure of a random DAG as users write it"
+    print(f"\n# {title}")
+    table = Table(
+        ("graph", "rules", "module", "p facts", "materialise s", "seminaive s",
+         "seminaive / module", "1-edge deletion ms", "1-edge insertion ms", "B/fact (RSS)",
+         "B/fact (kept)"),
+        "llllrrrrrrr",
+        title=f"{title}; materialise best of {repeat}, updates the mean of {changes}",
+    )  # fmt: skip
+    for graph, nodes, edges in graphs:
+        facts = random_dag(nodes, edges)
+        best = {(name, modules): float("inf") for name in LINEAR_TC for modules in (True, False)}
+        for _ in range(repeat):  # programs and sides alternate; the best of each is kept
+            for name, rules in LINEAR_TC.items():
+                for modules in (True, False):
+                    reasoner, took = materialise(rules, facts, modules)
+                    best[name, modules] = min(best[name, modules], took)
+                    del reasoner
+        expected = None
+        for name, rules in LINEAR_TC.items():
+            reasoner, _ = materialise(rules, facts, True)
+            got = set(reasoner.facts())
+            assert expected is None or got == expected, f"{graph} {name}: results differ"
+            expected = got
+            picked = random.Random(11).sample(facts, changes)
+            reasoner.delete_facts([picked[-1]])  # a running agent: plans compiled
+            reasoner.add_facts([picked[-1]])
+            deleting = timed(lambda r=reasoner, p=picked: [r.delete_facts([f]) for f in p])
+            inserting = timed(lambda r=reasoner, p=picked: [r.add_facts([f]) for f in p])
+            assert set(reasoner.facts()) == expected, f"{graph} {name}: updates differ"
+            module = module_of(reasoner)
+            derived = reasoner.count() - len(facts)
+            del reasoner
+            used = footprint(_materialised, fact_count, rules, facts, True)
+            fast, slow = best[name, True], best[name, False]
+            print(
+                f"{graph:<10} {name:<13} {module:<45} materialise {fast:>7.4f} s  "
+                f"seminaive {slow:>7.3f} s ({slow / fast:>5.1f}x)  "
+                f"-1 {deleting / changes * 1e3:>6.2f} ms  +1 {inserting / changes * 1e3:>6.2f} ms  "
+                f"{used.per_fact(used.rss):>4.0f} B/fact",
+                flush=True,
+            )
+            table.add(
+                graph, name, module, f"{derived:,}", f"{fast:.4f}", f"{slow:.4f}",
+                factor(slow / fast, 1), f"{deleting / changes * 1e3:.2f}",
+                f"{inserting / changes * 1e3:.2f}", f"{used.per_fact(used.rss):.0f}",
+                f"{used.per_fact(used.traced_kept):.0f}",
+            )  # fmt: skip
+    return table
+
+
 def rs2_row(width: int) -> Table:
     print(f"\n# RS2 over DS2({width}) end to end")
     facts = ds2(width)
@@ -274,11 +331,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeat", type=int, default=3, help="DAG-R materialisations per side (best kept)"
     )
+    parser.add_argument(
+        "--changes", type=int, default=10, help="linear TC: one-edge updates per row (mean)"
+    )
+    parser.add_argument(
+        "--linear-only", action="store_true", help="only section 3 (linear TC), full sizes"
+    )
     add_markdown_option(parser)
     args = parser.parse_args(argv)
-    if args.quick:
+    if args.linear_only:
+        graphs = [("DAG(1000)", 1000, 10000), ("DAG-R", 2000, 10000)]
+        tables = [linear_rows(graphs, args.changes, args.repeat)]
+    elif args.quick:
         tables = [stc_rows([50, 100], args.seminaive_limit), stc_small_deletions(60, 3)]
         tables += dag_rows(200, 600, 20, args.repeat)
+        tables.append(linear_rows([("DAG(100)", 100, 500)], 3, args.repeat))
         tables.append(rs2_row(30))
     else:
         tables = [
@@ -286,6 +353,11 @@ def main(argv: list[str] | None = None) -> int:
             stc_small_deletions(400),
         ]
         tables += dag_rows(2000, 10000, 100, args.repeat)
+        tables.append(
+            linear_rows(
+                [("DAG(1000)", 1000, 10000), ("DAG-R", 2000, 10000)], args.changes, args.repeat
+            )
+        )
         tables.append(rs2_row(200))
     write_markdown(args.markdown, tables)
     return 0

@@ -105,7 +105,7 @@ def test_stats_report_hyper_nodes_modules_and_sizes(family: Reasoner):
     assert stats["predicates"]["anc/2"] == 6
     assert stats["explicit_facts"] == 3 and stats["facts"] == 9
     nodes = stats["hyper_nodes"]
-    assert [n["module"] for n in nodes] == ["renaming", "seminaive"]
+    assert [n["module"] for n in nodes] == ["renaming", "linear closure (right-linear)"]
     assert any(n["recursive"] for n in nodes)
     assert all("seconds" in n for n in nodes)
     assert stats["last_update"]["seconds"] >= 0

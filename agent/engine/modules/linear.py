@@ -111,7 +111,7 @@ class LinearClosureModule(Module):
         self.succ: Adjacency = {}  # E, forwards
         self.pred: Adjacency = {}  # and backwards
         self.seeds: Adjacency = {}  # X by subject
-        self.seed_pred: Adjacency = {}  # and by object (read by the right-linear step)
+        self.seed_pred: Adjacency = {}  # and by object (right-linear only: who reads q(y))
         self.q: dict[int, BitMap] = {}  # non-empty sets only
 
     # ------------------------------------------------------------------ reading the state
@@ -212,7 +212,7 @@ class LinearClosureModule(Module):
                 _link(pred, v, u)
         for relation in self.external(node, self.head):
             for u, v in relation:
-                if _link(seeds, u, v):
+                if _link(seeds, u, v) and self.right:
                     _link(seed_pred, v, u)
         _, p2 = self._close(list(succ.keys() | pred.keys() | seeds.keys()))
         subjects = {}
@@ -299,7 +299,8 @@ class LinearClosureModule(Module):
             edges.append((u, v))
         for u, v in facts[self.head]:
             change(self.seeds, u, v)
-            change(self.seed_pred, v, u)
+            if self.right:
+                change(self.seed_pred, v, u)
             seeds.append((u, v))
         return edges, seeds
 
