@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.engine import Reasoner
+from agent.engine.modules import linear
 from agent.engine.modules.shapes import LinearClosurePattern, node_shape
 from agent.engine.program.parser import parse_program
 from agent.state.agent_state import AgentState
@@ -172,10 +173,17 @@ def check(subject: Subject, rules: dict[str, str], facts: set[tuple]) -> None:
     facts=st.sets(fact, max_size=14),
     persistent=st.booleans(),
     seed=st.integers(0, 2**16),
+    one_by_one=st.booleans(),
 )
-def test_linear_closures_equal_the_reference_through_updates(rules, facts, persistent, seed):
+def test_linear_closures_equal_the_reference_through_updates(
+    rules, facts, persistent, seed, one_by_one
+):
+    """``one_by_one``: insertions one gain at a time, or reclosed (``linear.ONE_BY_ONE``, by
+    which small graphs would always be reclosed)."""
     rng = random.Random(seed)
     subject = Subject(persistent)
+    saved = linear.ONE_BY_ONE
+    linear.ONE_BY_ONE = 0 if one_by_one else 10**9
     try:
         current = {text.split(":")[0]: text for text in rules}
         explicit = set(facts)
@@ -221,12 +229,15 @@ def test_linear_closures_equal_the_reference_through_updates(rules, facts, persi
                 explicit = (explicit - gone) | new
             check(subject, current, explicit)
     finally:
+        linear.ONE_BY_ONE = saved
         subject.close()
 
 
-def test_module_keeps_a_random_dag_equal_to_from_scratch():
+@pytest.mark.parametrize("one_by_one", [0, 10**9], ids=["gains", "reclosed"])
+def test_module_keeps_a_random_dag_equal_to_from_scratch(monkeypatch, one_by_one):
     """A larger graph than hypothesis draws: edge insertions and deletions against a fresh
-    reasoner, both directions."""
+    reasoner, both directions, insertions applied both ways."""
+    monkeypatch.setattr(linear, "ONE_BY_ONE", one_by_one)
     rng = random.Random(7)
     edges = {(rng.randrange(40), rng.randrange(40)) for _ in range(120)}
     facts = [("e", f"n{a}", f"n{b}") for a, b in edges]

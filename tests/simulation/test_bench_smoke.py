@@ -229,6 +229,11 @@ def test_modules_benchmark_prints_memory_of_both_sides(capsys):
     # Both ways a reader may read the closure: building its tuples, or one pass through it.
     reads = [line for line in out.splitlines() if line.startswith(("+ first full", "+ one read"))]
     assert len(reads) == 2 and all(float(line.split()[5]) >= 0 for line in reads)
+    # Linear TC: the three ways of writing the closure, each with the module that takes it.
+    linear = [line.split(maxsplit=2) for line in out.splitlines() if line.startswith("DAG(100)")]
+    assert [row[1] for row in linear] == ["non-linear", "right-linear", "left-linear"]
+    assert "transitive" in linear[0][2] and "linear closure (right-linear)" in linear[1][2]
+    assert "linear closure (left-linear)" in linear[2][2]
 
 
 # ------------------------------------------------------------------ simulations.bench.hypertree

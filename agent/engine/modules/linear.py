@@ -31,7 +31,8 @@ module's pruned backward search, with sets). The IDB of x gains, on the right, t
 the y in X(x) and q(y) for a new fact (x, y) of X; on the left, the gains of x's successors
 and q(w) for a new edge (x, w).
 
-**Deletions (Del + Red).** As in the transitive module, q is recomputed where it can change:
+**Deletions (Del + Red), and insertions of more than 1 / ``ONE_BY_ONE`` of the inputs.** As in the
+transitive module's deletions, q is recomputed where it can change:
 over the vertices reaching one whose seed or out-edges shrank (a backward search over the
 remaining edges), bottom-up, reading the final q of successors outside that set, skipping
 components with no changed member and no successor whose q changed. The IDB of every subject
@@ -61,6 +62,10 @@ from agent.engine.storage.changes import InputChanges, StoreChanges
 from agent.engine.storage.store import DataStore, DataStoreBag, Relation, RelationKey
 
 EMPTY: frozenset = frozenset()
+# Insertions in one update above 1 / ONE_BY_ONE of the inputs (E and X) are applied by
+# reclosing (``reclose``), not one gain at a time (``insert``): on DAG(1000), 1% went 4x faster
+# one by one, 5% 1.5x faster reclosed.
+ONE_BY_ONE = 40
 Adjacency = dict[int, set[int]]
 
 
@@ -270,10 +275,17 @@ class LinearClosureModule(Module):
             return self.recompute(node, executor, f"{self.describe()} (+{gained}: built)")
         own = node.own(self.head)
         result = Maintained()
-        if lost:
-            self.delete(own, minus, result)
-        if gained:
-            self.insert(own, plus, result)
+        inputs = sum(len(r) for key in keys for r in self.external(node, key))
+        if gained * ONE_BY_ONE > inputs:
+            # Many insertions: pushing each gain up separately revisits the same ancestors
+            # (10% of DAG(1000)'s edges took 10x recomputing); reclosing what lies above the
+            # changes costs at most about a materialisation.
+            self.reclose(own, minus, plus, result)
+        else:
+            if lost:
+                self.reclose(own, minus, None, result)
+            if gained:
+                self.insert(own, plus, result)
         self._remember(node)
         result.strategy = f"{self.describe()} (-{lost} +{gained} input facts)"
         return result
@@ -304,10 +316,23 @@ class LinearClosureModule(Module):
             seeds.append((u, v))
         return edges, seeds
 
-    def delete(
-        self, own: Relation, facts: dict[RelationKey, Iterable], result: StoreChanges
+    def reclose(
+        self,
+        own: Relation,
+        minus: dict[RelationKey, Iterable],
+        plus: dict[RelationKey, Iterable] | None,
+        result: StoreChanges,
     ) -> None:
-        edges, seeds = self._apply_inputs(facts, add=False)
+        """Deletions (Del + Red), and large insertions: apply the changes to the inputs,
+        recompute q over the vertices reaching a change, bottom-up, and the IDB of every
+        subject that can be affected from its definition (module docstring). A new walk, like
+        an old one, reaches a changed vertex (an edge's source, a seed's subject) before it
+        uses a changed edge, over edges that stay; so the search runs over the final edges."""
+        edges, seeds = self._apply_inputs(minus, add=False)
+        if plus is not None:
+            more_edges, more_seeds = self._apply_inputs(plus, add=True)
+            edges += more_edges
+            seeds += more_seeds
         dirty = {u for u, _ in edges}
         if not self.right:
             dirty.update(u for u, _ in seeds)
@@ -320,14 +345,23 @@ class LinearClosureModule(Module):
                 if u not in affected:
                     affected.add(u)
                     frontier.append(u)
-        changed, _ = self._close(list(affected), affected, dirty) if dirty else (set(), {})
+        # (most of the graph: its SCCs are found over all edges, no successor set intersected)
+        inside = affected if 2 * len(affected) < len(self.succ) else None
+        changed, p2 = self._close(list(affected), inside, dirty) if dirty else (set(), {})
         subjects = {u for u, _ in (seeds if self.right else edges)}
         readers = self.seed_pred if self.right else pred
         for y in changed:
             subjects.update(readers.get(y, EMPTY))
         changes = SubjectChanges(by_subject_of(own))
+        q, succ, all_seeds = self.q, self.succ, self.seeds
         for x in subjects:
-            changes.become(x, self.idb_of(x))
+            # p2(x), when computed and the IDB's definition (as in materialise): a subject
+            # that reads a changed vertex was recomputed (on the left, always)
+            got = p2.get(x)
+            if got is not None and (not self.right or all_seeds.get(x) == succ.get(x)):
+                changes.become(x, got.copy() if got is q.get(x) else got)
+            else:
+                changes.become(x, self.idb_of(x))
         changes.apply(own, self.head, result)
 
     def insert(
