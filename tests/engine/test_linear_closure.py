@@ -12,6 +12,7 @@ materialisation equals ``tests/support/reference.py``'s.
 
 from __future__ import annotations
 
+import io
 import random
 import shutil
 import tempfile
@@ -260,3 +261,21 @@ def test_module_keeps_a_random_dag_equal_to_from_scratch(monkeypatch, one_by_one
                 n["strategy"] for n in reasoner.stats()["last_update"]["hyper_nodes"].values()
             ]
             assert any(s.startswith("linear closure") for s in strategies), strategies
+
+
+def test_explain_plans_names_the_module(tmp_path: Path):
+    from agent.engine.cli import main
+
+    rules = tmp_path / "reach.rules"
+    rules.write_text("p(X, Y) :- e(X, Y) .\nstep: p(X, Z) :- p(X, Y) and e(Y, Z) .\n")
+    facts = tmp_path / "edges.nt"
+    facts.write_text("<a> <e> <b> .\n<b> <e> <c> .\n")
+    buffer = io.StringIO()
+    assert main(["explain", str(rules), str(facts), "--plans", "step"], out=buffer) == 0
+    assert "evaluated by the linear closure (right-linear) module" in buffer.getvalue()
+    buffer = io.StringIO()
+    assert (
+        main(["--no-modules", "explain", str(rules), str(facts), "--plans", "step"], out=buffer)
+        == 0
+    )
+    assert "linear closure" not in buffer.getvalue()
