@@ -40,8 +40,10 @@ that can be affected (its X facts or out-edges changed, or a vertex it reads cha
 recomputed from its definition and compared with what it holds; no counters are needed.
 
 A batch is applied as deletions, then insertions. Removed rules, a state built for another IDB
-(after a restart: the state is not saved, the first update rebuilds it) or input changes that
-contradict the recorded inputs fall back to recomputing, as in the closure modules.
+or input changes that contradict the recorded inputs fall back to recomputing, as in the
+closure modules. The state is not saved: after a restart, the first update rebuilds it from
+the inputs and the saved IDB (``adopt``: the IDB is p2, so q(x) is a union of two sets),
+without recomputing the closure.
 """
 
 from __future__ import annotations
@@ -53,13 +55,20 @@ from pyroaring import BitMap
 
 from agent.engine.budget import NO_GUARD, BudgetGuard
 from agent.engine.language import Rule
-from agent.engine.modules.base import Maintained, Module, NodeState, by_subject_of
+from agent.engine.modules.base import Maintained, Module, NodeState, as_bitmap, by_subject_of
 from agent.engine.modules.shapes import LinearClosurePattern
 from agent.engine.modules.support.subject_changes import SubjectChanges
 from agent.engine.plan.executor import Executor
 from agent.engine.program.dependency import strongly_connected_components
 from agent.engine.storage.changes import InputChanges, StoreChanges
-from agent.engine.storage.store import DataStore, DataStoreBag, Relation, RelationKey
+from agent.engine.storage.store import (
+    SUBJECT,
+    DataStore,
+    DataStoreBag,
+    Relation,
+    RelationKey,
+    grouped_by,
+)
 
 EMPTY: frozenset = frozenset()
 # Insertions in one update above 1 / ONE_BY_ONE of the inputs (E and X) are applied by
@@ -92,6 +101,34 @@ def _unlink(forward: Adjacency, u: int, v: int) -> bool:
     return True
 
 
+def _adjacency(
+    relations: list[Relation], like: tuple[Adjacency, Adjacency] | None = None
+) -> tuple[Adjacency, Adjacency]:
+    """The union of binary relations as forward and backward adjacency sets; when the forward
+    sets equal ``like``'s, both are copies of ``like``'s (no fact visited in Python)."""
+    forward: Adjacency = {}
+    for relation in relations:
+        index = relation.existing_index(SUBJECT)
+        groups = index if index is not None else grouped_by(relation, 0)
+        for u, objects in groups.items():
+            known = forward.get(u)
+            if known is None:
+                forward[u] = set(objects)
+            else:
+                known.update(objects)
+    if like is not None and forward == like[0]:
+        return forward, {v: set(us) for v, us in like[1].items()}
+    backward: Adjacency = {}
+    for u, objects in forward.items():
+        for v in objects:
+            known = backward.get(v)
+            if known is None:
+                backward[v] = {u}
+            else:
+                known.add(u)
+    return forward, backward
+
+
 class LinearClosureModule(Module):
     """One linear step over P (see the module docstring)."""
 
@@ -107,6 +144,7 @@ class LinearClosureModule(Module):
         self.guard: BudgetGuard = NO_GUARD
         self._idb: DataStore | None = None  # the IDB the state describes
         self._size = -1  # its size when the state was last brought up to date
+        self._loaded: DataStore | None = None  # an IDB loaded from saved state (``adopt``)
         self.reset()
 
     def describe(self) -> str:
@@ -209,16 +247,9 @@ class LinearClosureModule(Module):
     def materialise(self, node: NodeState, executor: Executor) -> None:
         started = time.perf_counter()
         self.guard = executor.guard
-        self.reset()
-        succ, pred, seeds, seed_pred = self.succ, self.pred, self.seeds, self.seed_pred
-        for relation in self.external(node, self.step):
-            for u, v in relation:
-                _link(succ, u, v)
-                _link(pred, v, u)
-        for relation in self.external(node, self.head):
-            for u, v in relation:
-                if _link(seeds, u, v) and self.right:
-                    _link(seed_pred, v, u)
+        self._loaded = None
+        self._read_inputs(node)
+        succ, pred, seeds = self.succ, self.pred, self.seeds
         _, p2 = self._close(list(succ.keys() | pred.keys() | seeds.keys()))
         subjects = {}
         q = self.q
@@ -240,6 +271,58 @@ class LinearClosureModule(Module):
         self._remember(node)
         node.stats.update(rounds=1, seconds=time.perf_counter() - started)
 
+    def _read_inputs(self, node: NodeState) -> None:
+        """A fresh state holding the inputs the bag holds now (no closure yet). Read a subject
+        at a time (a relation's subject index, or its facts grouped): the usual X is a copy
+        of E, whose adjacency is then copied whole rather than built again fact by fact."""
+        self.reset()
+        self.succ, self.pred = _adjacency(self.external(node, self.step))
+        external = self.external(node, self.head)
+        if self.right:
+            self.seeds, self.seed_pred = _adjacency(external, like=(self.succ, self.pred))
+        else:
+            self.seeds = _adjacency(external, like=(self.succ, self.pred))[0]
+
+    def loaded_from_state(self, node: NodeState) -> None:
+        """The IDB is the saved one: the first update rebuilds the state from it (``adopt``)
+        rather than recomputing."""
+        self._loaded = node.idb
+
+    def adopt(self, node: NodeState, minus: dict, plus: dict) -> bool:
+        """Rebuild the state for an IDB loaded from saved state, as it was before this update's
+        input changes (``minus``, ``plus``), without recomputing the IDB: on the left
+        q(x) = X(x) + IDB(x) for every x (the IDB is p2); on the right, q(x) = E(x) + IDB(x)
+        where X(x) = E(x), and the other vertices are closed over those. Costs reading the
+        inputs and a union per vertex, where recomputing costs the whole closure and a
+        comparison of the IDB. False (nothing trusted) if the changes contradict the inputs."""
+        self._loaded = None
+        self._read_inputs(node)
+        for key in (self.step, self.head):
+            if not all(all(self.holds(key, f)) for f in plus[key]):
+                return False
+            if any(any(self.holds(key, f)) for f in minus[key]):
+                return False
+        self._apply_inputs(plus, add=False)  # back to the inputs the saved IDB was built on
+        self._apply_inputs(minus, add=True)
+        held = by_subject_of(node.own(self.head))
+        q, succ, seeds = self.q, self.succ, self.seeds
+        rest: list[int] = []
+        for u in succ.keys() | seeds.keys():
+            if self.right and seeds.get(u) != succ.get(u):
+                if u in succ:
+                    rest.append(u)
+                continue
+            got = BitMap(self.seed(u))
+            mine = held.get(u)
+            if mine:
+                got |= as_bitmap(mine)
+            if got:
+                q[u] = got
+        if rest:
+            self._close(rest, set(rest))
+        self._remember(node)
+        return True
+
     def _remember(self, node: NodeState) -> None:
         self._idb = node.idb
         self._size = len(node.own(self.head))
@@ -257,12 +340,16 @@ class LinearClosureModule(Module):
         minus = {k: changes.minus.get(k) or set() for k in keys}
         plus = {k: changes.plus.get(k) or set() for k in keys}
         reason = None
+        adopted = False
         if removed_rules:
             reason = "rules removed"
         elif self._idb is not node.idb or len(node.own(self.head)) != self._size:
             reason = "no state for this IDB"
-        elif not all(all(self.holds(k, f)) for k, facts in minus.items() for f in facts) or any(
-            any(self.holds(k, f)) for k, facts in plus.items() for f in facts
+            if self._loaded is node.idb and self.adopt(node, minus, plus):
+                reason, adopted = None, True
+        if not reason and (
+            not all(all(self.holds(k, f)) for k, facts in minus.items() for f in facts)
+            or any(any(self.holds(k, f)) for k, facts in plus.items() for f in facts)
         ):
             reason = "input changes disagree with the recorded inputs"
         if reason:
@@ -288,6 +375,8 @@ class LinearClosureModule(Module):
                 self.insert(own, plus, result)
         self._remember(node)
         result.strategy = f"{self.describe()} (-{lost} +{gained} input facts)"
+        if adopted:
+            result.strategy += ", state rebuilt from the saved IDB"
         return result
 
     def extend(self, node: NodeState, executor: Executor, new_rules: Sequence[Rule]) -> Maintained:
