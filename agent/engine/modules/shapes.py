@@ -18,7 +18,10 @@ Shapes are recognised after normalising variable names and body order:
   every base rule is sound whatever its body: with X those P facts, the least fixpoint is
   X ; E* (right) or E* ; X (left). A filter on the step itself is not claimed: ``x != z``
   makes each source's walk avoid its own vertex, which no shared reach set expresses; nor
-  are constants, repeated variables, a second rule in the node, or E = P (that is TC);
+  are constants, repeated variables, a second rule in the node, or E = P (that is TC).
+  Only the module choice reads this shape: ``explain`` proves its facts by its generic
+  search over the rule, and the Spark job evaluates the node seminaively (``detect_closure``
+  does not return it);
 * **renaming**: every rule only copies one atom, its columns possibly permuted (RS2's copy
   cycle ``p20 -> p21 -> p22 -> p20``);
 * **composition**: one rule ``H(x, z) :- A(x, y), B(y, z)``, optionally ``and not N(y, z)``;
