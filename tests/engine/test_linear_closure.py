@@ -279,3 +279,28 @@ def test_explain_plans_names_the_module(tmp_path: Path):
         == 0
     )
     assert "linear closure" not in buffer.getvalue()
+
+
+@pytest.mark.parametrize("step", [RIGHT, LEFT], ids=["right", "left"])
+def test_first_update_after_a_restart_rebuilds_the_state_from_the_saved_facts(tmp_path, step):
+    rules = "b2: p(X, Y) :- f(X, Y) .\n" + step.format(e="e")
+    facts = [("e", a, b) for a, b in zip(NODES, NODES[1:], strict=False)]
+    facts += [("e", "d", "b"), ("f", "a", "c"), ("p", "e", "a"), ("f", "c", "c")]
+    state = AgentState(tmp_path / "agent.db", synchronous="OFF")
+    state.apply(add_rules=rules, add_facts=facts)
+    state.close()
+    for change in ({"delete_facts": [("e", "b", "c")]}, {"add_facts": [("e", "f", "a")]}):
+        state = AgentState(tmp_path / "agent.db", synchronous="OFF")
+        state.apply(**change)
+        strategies = [
+            n["strategy"] for n in state.reasoner.stats()["last_update"]["hyper_nodes"].values()
+        ]
+        assert any("state rebuilt from the saved IDB" in s for s in strategies), strategies
+        if "delete_facts" in change:
+            facts.remove(change["delete_facts"][0])
+        else:
+            facts += change["add_facts"]
+        program = parse_program(rules)
+        wanted = evaluate(program, [from_external(f) for f in facts]).external()
+        assert {tuple(f) for f in state.reasoner.facts()} == wanted
+        state.close()
