@@ -106,7 +106,7 @@ CASES = [
         {"total / nemo's", "peak RSS MB"},
         marks=in_processes,
     ),
-    ("program_size", ["--quick"], {"reading ms", "restart"}),
+    ("program_size", ["--quick"], {"reading ms", "restart", "kept B/fact", "RSS B/fact"}),
     pytest.param(
         "restart",
         ["--quick", "--repeat", "1"],
