@@ -151,6 +151,7 @@ def test_spark_benchmark_writes_its_results_as_markdown_tables(spark, capsys):
     assert [len(rows) for _, _, rows in tables] == [1, 1]  # the case, and its series' reading
     (title, header, [row]), _ = tables
     assert title.startswith("Spark ") and "spark / engine" in header
+    assert {"engine kept B/fact", "engine RSS B/fact"} <= set(header)
     assert row[:2] == ["STC DS1(2)", "2"] and row[4].endswith("x")  # n(n - 1) facts
 
 
