@@ -1,14 +1,16 @@
 """Benchmark: how long ``Reasoner.explain`` takes, and how large its trees are.
 
     python -m simulations.bench.explain [--quick] [--sample N] [--roads N ...]
-                                        [--markdown [FILE]]
+                                        [--no-memory] [--markdown [FILE]]
 
 For each program (RS1-RS3 over the benchmark data sets, road connections over a chain of
 roads, nonlinear with symmetry and linear), the materialisation is built once, then facts are
 explained one by one: a fixed random sample of every relation plus the hardest facts (the two
 ends of every chain, both ways). Printed per program: the facts explained, the median and the
 slowest time per explanation, the largest tree (height: levels of rule applications; size:
-distinct facts) and, for scale, the time to materialise. An explanation is interactive: the
+distinct facts), for scale the time to materialise, and the memory the materialisation holds
+per stored fact (traced kept and resident-set growth, in a fresh process apart from the
+timings: simulations/bench/memory.py; ``--no-memory`` skips it). An explanation is interactive: the
 slowest one is the figure to watch (it took seconds for a transitive relation over a chain of
 50 roads when proofs were found by depth-first search).
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 from agent.engine import Reasoner
 from agent.engine.language import RDF_TYPE
 from simulations.bench.datasets import ds1, ds2, turbine
+from simulations.bench.memory import fact_count, footprint
 from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
@@ -146,6 +149,16 @@ def run_case(case: Case, sample: int, seed: int = 0) -> Result:
     return Result(case, materialise, len(wanted), times, height, size)
 
 
+def materialised(quick: bool, roads: list[int] | None, number: int) -> Reasoner:
+    """``footprint``'s build: the case's materialisation (the case rebuilt in the measuring
+    process from picklable arguments: its facts are a closure)."""
+    case = cases(quick, roads)[number]
+    reasoner = Reasoner()
+    reasoner.add_rules(case.rules)
+    reasoner.add_facts(case.facts())
+    return reasoner
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes only (a smoke run)")
@@ -159,30 +172,37 @@ def main(argv: list[str] | None = None) -> int:
         help=f"lengths of the road chains (default {' '.join(map(str, ROADS_SIZES))}; "
         f"longer than {TARGET_ROADS}: for scale, not counted for the target)",
     )
+    parser.add_argument("--no-memory", action="store_true", help="skip the bytes per stored fact")
     add_markdown_option(parser)
     args = parser.parse_args(argv)
     table = Table(
         ("program", "data", "facts explained", "median ms", "slowest ms", "slowest / 50 ms",
-         "height", "size", "materialise s", "counts for the target"),
-        "llrrrrrrrl",
+         "height", "size", "materialise s", "kept B/fact", "RSS B/fact",
+         "counts for the target"),
+        "llrrrrrrrrrl",
     )  # fmt: skip
     header = (
         f"{'program':<13} {'data':<12} {'facts':>7} {'median ms':>10} {'slowest ms':>11} "
-        f"{'height':>7} {'size':>6} {'materialise s':>14}"
+        f"{'height':>7} {'size':>6} {'materialise s':>14} {'kept B/fact':>12} {'RSS B/fact':>11}"
     )
     print(header)
     print("-" * len(header))
     slowest = 0.0
-    for case in cases(args.quick, args.roads):
+    for number, case in enumerate(cases(args.quick, args.roads)):
         result = run_case(case, args.sample)
         worst = max(result.times)
+        kept = rss = "-"
+        if not args.no_memory:  # (a fresh process, after the timings)
+            used = footprint(materialised, fact_count, args.quick, args.roads, number)
+            kept = f"{used.per_fact(used.traced_kept):.0f}"
+            rss = f"{used.per_fact(used.rss):.0f}"
         if case.target:
             slowest = max(slowest, worst)
         print(
             f"{case.name:<13} {case.data:<12} {result.explained:>7} "
             f"{statistics.median(result.times) * 1000:>10.2f} {worst * 1000:>11.2f} "
             f"{result.height:>7} {result.size:>6} {result.materialise:>14.3f}"
-            + ("" if case.target else "   (for scale)"),
+            f" {kept:>12} {rss:>11}" + ("" if case.target else "   (for scale)"),
             flush=True,
         )
         table.add(
@@ -195,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
             result.height,
             f"{result.size:,}",
             f"{result.materialise:.3f}",
+            kept,
+            rss,
             "yes" if case.target else "no (for scale)",
         )
     verdict = "met" if slowest < 0.05 else "NOT met"

@@ -58,6 +58,20 @@ def footprint(
     return Footprint(facts=facts, traced_peak=peak, traced_kept=kept, rss=rss)
 
 
+def resident_growth(
+    build: Callable[..., object],
+    count: Callable[[object], int],
+    *args: object,
+    prepare: Callable[..., object] | None = None,
+) -> tuple[int, int]:
+    """(RSS growth, ``count(result)``) of ``build(*args)`` in one fresh child, untraced: for
+    builds whose memory the tracer cannot see (another engine's, allocated in Rust or C++).
+    ``prepare(*args)`` runs first, outside the measurement (importing the engine's module)."""
+    if prepare is None:
+        return _in_child(_rss_of, build, count, args)
+    return _in_child(_rss_prepared, build, count, (prepare, args))
+
+
 def fact_count(reasoner: object) -> int:
     """``footprint``'s count for a build that returns a Reasoner: its distinct facts."""
     return reasoner.count()  # type: ignore[attr-defined]
@@ -77,6 +91,12 @@ def _rss_of(build, count, args) -> tuple[int, int]:
     before = resident()
     result = _settled(build, args)
     return resident() - before, count(result)
+
+
+def _rss_prepared(build, count, args) -> tuple[int, int]:
+    prepare, args = args
+    prepare(*args)
+    return _rss_of(build, count, args)
 
 
 def _traced_of(build, count, args) -> tuple[int, int]:

@@ -1,7 +1,7 @@
 """Benchmark: what an everyday update costs as the rule program grows.
 
     python -m simulations.bench.program_size [--quick] [--sizes 20,200,2000] [--repeat N]
-                                             [--markdown [FILE]]
+                                             [--no-memory] [--markdown [FILE]]
 
 A device's rule bundle may hold hundreds or thousands of rules, while its everyday updates are
 small: a sensor reading, a diagnosis rule arriving from the cloud and leaving again (a rule no
@@ -19,6 +19,9 @@ of a join, COMP, BIND and a negation, over 100 facts), in one run:
 Best of ``--repeat`` each (sizes alternate between passes, so a slow spell of the shared
 machine hits every size). The ratio columns divide each time by the smallest program's: 1.0
 means the update does not grow with the program. Absolute times on shared machines are noisy.
+Then the memory the reasoner in memory holds per stored fact (traced kept allocation and
+resident-set growth, in a fresh process after the timings: simulations/bench/memory.py), which
+at 100 facts is mostly the rules' (their plans, their hyper-nodes); ``--no-memory`` skips it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 from agent.engine import Reasoner
 from agent.engine.update.reclaim import RECLAIMER
 from agent.state.agent_state import AgentState
+from simulations.bench.memory import fact_count, footprint
 from simulations.bench.parse import bundle_text
 from simulations.bench.table import Table, add_markdown_option, ratio, write_markdown
 
@@ -49,6 +53,14 @@ def timed(action: Callable[[], object]) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
+
+
+def in_memory(size: int) -> Reasoner:
+    """``footprint``'s build: the reasoner in memory of one program size."""
+    reasoner = Reasoner()
+    reasoner.add_rules(bundle_text(size))
+    reasoner.add_facts(FACTS)
+    return reasoner
 
 
 def reading(value: int) -> dict:
@@ -103,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="sizes 10 and 40, 2 passes")
     parser.add_argument("--sizes", default="20,200,2000", help="rules per program (comma list)")
     parser.add_argument("--repeat", type=int, default=8, help="passes (best of each kept)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the bytes per stored fact")
     add_markdown_option(parser)
     args = parser.parse_args(argv)
     sizes = [10, 40] if args.quick else [int(s) for s in args.sizes.split(",")]
@@ -115,17 +128,34 @@ def main(argv: list[str] | None = None) -> int:
         for program in programs:
             program.state.close()
     smallest = programs[0]
-    print(f"{'rules':>6}{'hyper-nodes':>13}" + "".join(f"{c + ' ms':>21}" for c in COLUMNS))
+    memory = {}  # size -> (stored facts, kept B/fact, RSS B/fact), after the timings
+    for program in [] if args.no_memory else programs:
+        used = footprint(in_memory, fact_count, program.size)
+        kept, rss = used.per_fact(used.traced_kept), used.per_fact(used.rss)
+        memory[program.size] = (f"{used.facts:,}", f"{kept:,.0f}", f"{rss:,.0f}")
+    print(
+        f"{'rules':>6}{'hyper-nodes':>13}"
+        + "".join(f"{c + ' ms':>21}" for c in COLUMNS)
+        + f"{'facts':>7}{'kept B/fact':>13}{'RSS B/fact':>12}"
+    )
     for program in programs:
         cells = "".join(f"{program.best[c] * 1e3:>21.3f}" for c in COLUMNS)
-        print(f"{program.size:>6}{program.hyper_nodes:>13}{cells}")
+        facts, kept, rss = memory.get(program.size, ("-", "-", "-"))
+        print(f"{program.size:>6}{program.hyper_nodes:>13}{cells}{facts:>7}{kept:>13}{rss:>12}")
     print(f"\nRatio to {smallest.size} rules (1.0: the update does not grow with the program):")
     for program in programs[1:]:
         ratios = "".join(f"{program.best[c] / smallest.best[c]:>20.1f}x" for c in COLUMNS)
         print(f"{program.size:>6}{'':>13}{ratios}")
     times = Table(
-        ("rules", "hyper-nodes", *(f"{column} ms" for column in COLUMNS)),
-        "r" * (2 + len(COLUMNS)),
+        (
+            "rules",
+            "hyper-nodes",
+            *(f"{column} ms" for column in COLUMNS),
+            "facts",
+            "kept B/fact",
+            "RSS B/fact",
+        ),
+        "r" * (5 + len(COLUMNS)),
         title=f"Milliseconds, best of {repeat} passes",
     )
     growth = Table(
@@ -138,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{program.size:,}",
             f"{program.hyper_nodes:,}",
             *(f"{program.best[c] * 1e3:.3f}" for c in COLUMNS),
+            *memory.get(program.size, ("-", "-", "-")),
         )
         if program is not smallest:
             growth.add(

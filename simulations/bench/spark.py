@@ -1,7 +1,7 @@
 """Benchmark: the Spark job (local mode) vs the edge engine, materialising from scratch.
 
     python -m simulations.bench.spark [--widths 50 100 ...] [--ds1 400 800 ...] [--quick]
-                                      [--markdown [FILE]]
+                                      [--no-memory] [--markdown [FILE]]
 
 Why: the cloud job (``cloud.spark``) exists for data that outgrow one Python process. Spark pays
 a fixed cost per job (planning, scheduling, a checkpoint per stratum and per seminaive round)
@@ -22,7 +22,9 @@ reported once, not charged to any case, and an untimed warm-up case runs first (
 workers). Every case checks that both sides give the same count per relation, and the same
 facts when the output is small enough (``--full-check-limit``): a mismatch stops the benchmark.
 A case that exceeds ``--timeout`` seconds on either side is abandoned, and that side skips the
-larger cases of the series. Compare ratios and slopes (log-log slope of time vs output facts):
+larger cases of the series. Per case, the engine's materialisation's bytes per stored fact
+(traced kept allocation and resident-set growth, in a fresh process after the timings;
+``--no-memory`` skips it). Compare ratios and slopes (log-log slope of time vs output facts):
 absolute times on shared machines are noisy. The default sizes take about 10 minutes on 2 cores.
 """
 
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from agent.engine import Reasoner
 from simulations.bench.datasets import NEIGHBOUR, ds1, ds2
 from simulations.bench.materialise import RULES
+from simulations.bench.memory import fact_count, footprint
 from simulations.bench.modules import STC_RULES, timed
 from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 
@@ -85,6 +88,8 @@ class Row:
     engine: float | None = None  # seconds; None: timed out or skipped
     spark: float | None = None
     note: str = ""
+    kept_per_fact: float | None = None  # the engine's materialisation, bytes per stored fact
+    rss_per_fact: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -145,6 +150,29 @@ def job_deadline(spark: SparkSession, seconds: float) -> Iterator[threading.Even
     finally:
         done.set()
         watcher.join()
+
+
+def engine_materialised(series: str, size: int) -> Reasoner:
+    """``footprint``'s build: the engine's materialisation of one case (rebuilt in the
+    measuring process)."""
+    case = rs2_case(size) if series == "RS2" else stc_case(size)
+    reasoner = Reasoner(modules=True)
+    reasoner.add_facts(case.facts)
+    reasoner.add_rules(case.program)
+    return reasoner
+
+
+def measure_engine_memory(rows: list[Row], widths: list[int], sizes: list[int]) -> None:
+    """Each row's engine bytes per stored fact (traced kept allocation and resident-set
+    growth), in a fresh process after the timings (simulations/bench/memory.py). Spark's side
+    lives in a JVM whose heap says nothing per fact; it is not measured."""
+    cases = [("RS2", w) for w in widths] + [("STC", n) for n in sizes]
+    for row, (series, size) in zip(rows, cases, strict=True):
+        if row.engine is None:
+            continue
+        used = footprint(engine_materialised, fact_count, series, size)
+        row.kept_per_fact = used.per_fact(used.traced_kept)
+        row.rss_per_fact = used.per_fact(used.rss)
 
 
 # ------------------------------------------------------------------ the two sides
@@ -293,13 +321,13 @@ def print_table(rows: list[Row], title: str = "") -> list[Table]:
     """Print the cases and, per series, its reading; return both as Markdown tables."""
     table = Table(
         ("case", "out facts", "engine s", "spark s", "spark / engine", "engine facts/s",
-         "spark facts/s", "note"),
-        "lrrrrrrl",
+         "spark facts/s", "engine kept B/fact", "engine RSS B/fact", "note"),
+        "lrrrrrrrrl",
         title=title,
     )  # fmt: skip
     header = (
         f"{'case':<14} {'out facts':>10} {'engine s':>9} {'spark s':>9} {'spark/eng':>9} "
-        f"{'engine f/s':>11} {'spark f/s':>11}"
+        f"{'engine f/s':>11} {'spark f/s':>11} {'kept B/fact':>12} {'RSS B/fact':>11}"
     )
     print(header)
     print("-" * len(header))
@@ -309,6 +337,7 @@ def print_table(rows: list[Row], title: str = "") -> list[Table]:
             f"{row.case:<14} {fmt(row.facts, 'd'):>10} {fmt(row.engine, '.3f'):>9} "
             f"{fmt(row.spark, '.3f'):>9} {fmt(row.ratio, '.1f'):>9} "
             f"{fmt(rate[0], ',.0f'):>11} {fmt(rate[1], ',.0f'):>11}"
+            f" {fmt(row.kept_per_fact, '.0f'):>12} {fmt(row.rss_per_fact, '.0f'):>11}"
             + (f"  ({row.note})" if row.note else ""),
             flush=True,
         )
@@ -320,6 +349,8 @@ def print_table(rows: list[Row], title: str = "") -> list[Table]:
             factor(row.ratio, 1),
             fmt(rate[0], ",.0f"),
             fmt(rate[1], ",.0f"),
+            fmt(row.kept_per_fact, ".0f"),
+            fmt(row.rss_per_fact, ".0f"),
             row.note,
         )
     reading = Table(
@@ -404,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         help="DS2 width of the 1-vs-2-core speed-up (default 800, --quick 20; 0 skips it; "
         "not run on a caller's session)",
     )
+    parser.add_argument(
+        "--no-memory", action="store_true", help="skip the engine's bytes per stored fact"
+    )
     add_markdown_option(parser)
     args = parser.parse_args(argv)
     if args.cores_width is None:
@@ -441,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if running is None:
             spark.stop()
+    if not args.no_memory:
+        measure_engine_memory(rows, widths, sizes)
     print(setting)
     tables = print_table(rows, title=setting.replace("session start-up", "Spark's start-up"))
     if not args.no_fixed_cost:

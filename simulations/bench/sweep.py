@@ -1,6 +1,7 @@
 """Benchmark: a sweep of small updates of every kind, each against recomputing its final state.
 
-    python -m simulations.bench.sweep [--quick] [--repeat N] [--seed S] [--markdown [FILE]]
+    python -m simulations.bench.sweep [--quick] [--repeat N] [--seed S] [--no-memory]
+                                      [--markdown [FILE]]
 
 ``simulations.bench.incremental`` times the updates the papers chose. An update no row covers
 can still cost many times what recomputing does, and did: a turbine leaving RS1's farm (its
@@ -23,9 +24,11 @@ exit status non-zero). ``change`` is the net change, the facts added or removed,
 the final materialisation. A row slower than recomputing shows the hyper-node that took
 longest and its strategy. ``again``: the update undone (untimed) and made once more on the same
 reasoner, timed and checked too: what a running agent pays, the delta plans and indexes the
-first time built kept. The closing lines list the rows that change under 10% of the result and
-are slower than recomputing, the first time and made again: an update that small should never
-be.
+first time built kept. ``kept B/fact`` and ``RSS B/fact``: the memory the materialisation
+holds after the update per stored fact (traced kept allocation and resident-set growth), in a
+fresh process after the row's timings (simulations/bench/memory.py; ``--no-memory`` skips
+it). The closing lines list the rows that change under 10% of the result and are slower than
+recomputing, the first time and made again: an update that small should never be.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from agent.engine import Program, Reasoner
 from agent.engine.program.parser import parse_file
 from simulations.bench.datasets import Fact, ds1, ds2
 from simulations.bench.incremental import rule_set
+from simulations.bench.memory import fact_count, footprint
 from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 from simulations.bench.timing import bring_back, set_aside, speedup, timed
 
@@ -75,6 +79,8 @@ class Row:
     equal: bool
     slowest: str
     again: float  # the update made again, after undoing it (see the module docstring)
+    kept_per_fact: float = float("nan")  # bytes per stored fact after the update (traced kept)
+    rss_per_fact: float = float("nan")  # and resident-set growth; NaN: not measured
 
     @property
     def speedup(self) -> float:
@@ -136,6 +142,27 @@ def materialised(workload: Workload, facts: list[Fact] | tuple[Fact, ...]) -> Re
     return reasoner
 
 
+def updated(quick: bool, number: int, update: Update) -> Reasoner:
+    """``footprint``'s build: workload ``number``'s materialisation with ``update`` made, what
+    the row's reasoner holds afterwards (rebuilt in the measuring process)."""
+    workload = workloads(quick)[number]
+    reasoner = materialised(workload, workload.facts)
+    reasoner.update(add_facts=update.added, delete_facts=update.deleted)
+    return reasoner
+
+
+def measure_memory(row: Row, quick: bool, number: int, update: Update) -> None:
+    """The row's bytes per stored fact, in a fresh process (simulations/bench/memory.py),
+    after its timings."""
+    used = footprint(updated, fact_count, quick, number, update)
+    row.kept_per_fact = used.per_fact(used.traced_kept)
+    row.rss_per_fact = used.per_fact(used.rss)
+
+
+def bytes_per_fact(value: float) -> str:
+    return "-" if value != value else f"{value:.0f}"  # (NaN: not measured)
+
+
 def slowest_node(reasoner: Reasoner) -> str:
     """The hyper-node the last update spent longest on, with its strategy."""
     nodes = reasoner.stats()["last_update"]["hyper_nodes"]
@@ -195,7 +222,8 @@ def format_row(row: Row) -> str:
     return (
         f"{row.workload:<14}{row.update[:36]:<37}{row.change:>8.1%}{row.incremental:>12.4f}"
         f"{row.scratch:>11.4f}{row.speedup:>10.2f}x{row.again:>9.4f}{row.again_speedup:>8.2f}x "
-        f"{'OK' if row.equal else 'MISMATCH':<9}{slow}"
+        f"{'OK' if row.equal else 'MISMATCH':<9}{bytes_per_fact(row.kept_per_fact):>6}"
+        f"{bytes_per_fact(row.rss_per_fact):>6}{slow}"
     )
 
 
@@ -203,8 +231,9 @@ def markdown_tables(rows: list[Row], repeat: int, seed: int) -> list[Table]:
     """The rows as a Markdown table, and the closing lines' lists as another."""
     table = Table(
         ("workload", "update", "change", "incremental s", "scratch s", "speed-up", "again s",
-         "again speed-up", "equal", "slowest hyper-node (when slower than recomputing)"),
-        "llrrrrrrll",
+         "again speed-up", "equal", "kept B/fact", "RSS B/fact",
+         "slowest hyper-node (when slower than recomputing)"),
+        "llrrrrrrlrrl",
         title=f"Small updates against recomputing (seed {seed}, best of {repeat})",
     )  # fmt: skip
     for row in rows:
@@ -218,6 +247,8 @@ def markdown_tables(rows: list[Row], repeat: int, seed: int) -> list[Table]:
             f"{row.again:.4f}",
             factor(row.again_speedup),
             "OK" if row.equal else "MISMATCH",
+            bytes_per_fact(row.kept_per_fact),
+            bytes_per_fact(row.rss_per_fact),
             row.slowest if row.speedup < 1 else "",
         )
     small = Table(
@@ -249,19 +280,23 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> i
     parser.add_argument("--quick", action="store_true", help="small data sets (a smoke run)")
     parser.add_argument("--repeat", type=int, default=2, help="runs per update (best kept)")
     parser.add_argument("--seed", type=int, default=1, help="which facts and entities")
+    parser.add_argument("--no-memory", action="store_true", help="skip the bytes per stored fact")
     add_markdown_option(parser)
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     out(
         f"{'workload':<14}{'update':<37}{'change':>8}{'incremental s':>14}{'scratch s':>10}"
-        f"{'speed-up':>10}{'again s':>9}{'again':>9} equal"
+        f"{'speed-up':>10}{'again s':>9}{'again':>9} equal    {'kept':>6}{'RSS':>6}"
+        "  (B/fact)"
     )
     rows: list[Row] = []
-    for workload in workloads(args.quick):
+    for number, workload in enumerate(workloads(args.quick)):
         start = set(materialised(workload, workload.facts).facts())
         set_aside()  # (see timing.set_aside)
         for update in updates(workload.facts, rng):
             row = run(workload, update, args.repeat, start)
+            if not args.no_memory:
+                measure_memory(row, args.quick, number, update)
             rows.append(row)
             out(format_row(row))
         del start

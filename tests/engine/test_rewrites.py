@@ -140,3 +140,16 @@ def test_compiled_code_is_shared_between_reasoners_only_for_the_same_text():
         == set(third.facts("q"))
         == {("q", "x", "a")}
     )
+
+
+def test_an_innermost_atom_with_several_free_columns_is_a_product():
+    """Its bucket holds tuples: the head's columns are cut out of it in C, every fact kept."""
+    reasoner = Reasoner(modules=False)
+    triples = [("t", f"s{i}", f"n{i % 9}", f"o{i}") for i in range(30)]
+    reasoner.add_facts([*EDGES, *triples])
+    reasoner.add_rules("h: <h>(A, Z, X) :- <e>(A, Y) and <t>(X, Y, Z) .")
+    entries = [e for e in reasoner.plans("h") if e.variant is Variant.RULE]
+    assert [e.shape for e in entries] == [Shape.PRODUCT]
+    edges = {(a, b) for _, a, b in EDGES[:6]}
+    expected = {("h", a, o, s) for _, s, n, o in triples for a, b in edges if b == n}
+    assert expected and set(reasoner.facts("h")) == expected

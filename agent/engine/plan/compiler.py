@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import compress, repeat
-from operator import and_, itemgetter, not_
+from operator import and_, itemgetter, not_, or_
 from types import CodeType
 
 from agent.engine import values
@@ -50,7 +50,7 @@ from agent.engine.plan.rewrites import (
     Shape,
     choose_shape,
 )
-from agent.engine.plan.rewrites.product import excluded_by, is_term, new_variable
+from agent.engine.plan.rewrites.product import excluded_by, free_terms, is_term, new_variable
 from agent.engine.terms import TermDictionary
 from agent.engine.values import EVAL_ERRORS
 
@@ -61,6 +61,7 @@ RUNTIME = {
     "compress": compress,
     "NOT": not_,
     "AND": and_,
+    "OR": or_,
     "EVAL_ERRORS": EVAL_ERRORS,
     **values.RUNTIME,  # the language's operators, by their code names
 }
@@ -487,14 +488,19 @@ class _RuleGenerator:
         self.out.indent()
         return holder
 
-    def bind_targets(self, atom: Atom, columns: Sequence[int]) -> tuple[list[str], list[str]]:
+    def bind_targets(
+        self, atom: Atom, columns: Sequence[int], constants_checked: bool = False
+    ) -> tuple[list[str], list[str]]:
         """Loop targets for free columns, and the equality checks their values still need
-        (constants, variables bound earlier, a variable repeated in the atom)."""
+        (constants, unless ``constants_checked``: the loop's source holds only facts with
+        them; variables bound earlier; a variable repeated in the atom)."""
         targets: list[str] = []
         checks: list[str] = []
         for column in columns:
             term = atom.terms[column]
-            if isinstance(term, Variable) and term not in self.names:
+            if constants_checked and not isinstance(term, Variable):
+                targets.append("_")
+            elif isinstance(term, Variable) and term not in self.names:
                 targets.append(self.var(term))
             else:
                 temp = self.fresh()
@@ -510,8 +516,10 @@ class _RuleGenerator:
         atom, out = step.atom, self.out
         arity = atom.arity
         if step.delta:
-            targets, checks = self.bind_targets(atom, range(arity))
-            out.line(f"for {self.tuple_code(targets)} in D:")
+            selected = self.delta_selected(atom)  # (constants checked there)
+            targets, checks = self.bind_targets(atom, range(arity), selected != "D")
+            selected = self.delta_semijoin(step, selected)
+            out.line(f"for {self.tuple_code(targets)} in {selected}:")
             out.indent()
             self.emit_checks(checks)
             return
@@ -538,6 +546,50 @@ class _RuleGenerator:
         out.line(f"for {self.tuple_code(targets)} in {table}:")
         out.indent()
         self.emit_checks(checks)
+
+    def delta_selected(self, atom: Atom) -> str:
+        """The delta, or, when the atom has constants, its facts holding them, picked in C:
+        a delta atom such as ``triple(X, <subClassOf>, Y)`` matches a few of the delta's facts
+        (the round's new triples of every predicate), and a Python loop testing each one was
+        most of such a rule's time."""
+        constants = [c for c, t in enumerate(atom.terms) if not isinstance(t, Variable)]
+        if not constants:
+            return "D"
+        wanted = self.key_code([self.term_id(atom.terms[c]) for c in constants])
+        getter = ", ".join(map(str, constants))
+        return f"compress(D, map(({wanted}).__eq__, map(COLUMN({getter}), D)))"
+
+    def delta_semijoin(self, step: ScanStep, selected: str) -> str:
+        """The delta facts whose key can match the next atom, when that atom is probed by an
+        index on variables of the delta atom only: picked in C by a membership test of the
+        key in the index (or indexes), so that the Python loop runs only over facts with a
+        match. Why: a rule such as rdfs7, ``triple(X, R, Y) :- triple(P, <sp>, R) and
+        triple(X, P, Y)``, with the delta on ``triple(X, P, Y)``, probes a few subproperties
+        with every new triple of the round; nearly all probes miss."""
+        steps = self.plan.steps
+        at = next(i for i, s in enumerate(steps) if s is step)
+        probe = steps[at + 1] if at + 1 < len(steps) else None
+        if at or not isinstance(probe, ScanStep) or probe.delta:
+            return selected
+        if len(probe.bound) == probe.atom.arity:
+            return selected
+        keyed = self.keyed(probe)
+        terms = [probe.atom.terms[c] for c in keyed]
+        columns = step.atom.terms
+        if not keyed or not all(isinstance(t, Variable) and t in columns for t in terms):
+            return selected
+        indexes = self.sources(probe, "I")
+        if not indexes:
+            return selected
+        getter = ", ".join(str(columns.index(t)) for t in terms)
+        out = self.out
+        out.line(f"DS = {selected}" if selected == "D" else f"DS = list({selected})")
+        out.line(f"DK = list(map(COLUMN({getter}), DS))")
+        tests = [f"map({index}.__contains__, DK)" for index in indexes]
+        test = tests[0]
+        for other in tests[1:]:
+            test = f"map(OR, {test}, {other})"
+        return f"compress(DS, {test})"
 
     def emit_negation(self, step: NegationStep) -> None:
         atom, out = step.atom, self.out
@@ -605,12 +657,26 @@ class _RuleGenerator:
     # -- the C-level innermost step (rewrites/product.py) ----------------------------------
     def emit_product(self, step: ScanStep, filters: Sequence) -> None:
         atom, out = step.atom, self.out
-        new = new_variable(step)
         key = self.key_code([self.term_id(atom.terms[c]) for c in self.keyed(step)])
         index = self.open_source_loop(self.sources(step, "I"))
         bucket = self.fresh()
         out.line(f"{bucket} = {index}.get({key})")
         out.line(f"if {bucket} is None: continue")
+        free = free_terms(step)
+        if len(free) > 1:  # buckets of tuples: the head's columns cut out in C
+            if not set(free) & set(self.head_terms):
+                head = self.tuple_code([self.term_id(t) for t in self.head_terms])
+                out.line(f"if {bucket}: out.add({head})")
+                return
+            columns = [
+                f"map(COLUMN({free.index(term)}), {bucket})"
+                if term in free
+                else f"repeat({self.term_id(term)})"
+                for term in self.head_terms
+            ]
+            out.line(f"out.update(zip({', '.join(columns)}))")
+            return
+        new = new_variable(step)
         excluded = [self.term_id(other) for other in excluded_by(filters, new)]
         if len(excluded) == 1:
             out.line(f"if {excluded[0]} in {bucket}: {bucket} = {bucket} - {{{excluded[0]}}}")

@@ -16,6 +16,14 @@ After::
         if B is None: continue
         if v0 in B: B = B - {v0}
         out.update(zip(repeat(v0), B))
+
+An innermost atom with several free columns (its index's buckets hold tuples) runs so too when
+its free variables are all new and distinct and nothing follows it: the head's columns are
+cut out of the bucket in C, one ``map`` each over the same set (a set unchanged meanwhile
+iterates in one order). For rdfs7, ``triple(X, R, Y) :- triple(P, <sp>, R) and triple(X, P,
+Y)``, the loop over the facts of predicate ``P``::
+
+    out.update(zip(map(COLUMN(0), B), repeat(v1), map(COLUMN(1), B)))
 """
 
 from __future__ import annotations
@@ -77,7 +85,42 @@ def product_index(plan: Plan, context: Context) -> int | None:
 
 def product(plan: Plan, context: Context) -> Product | None:
     index = product_index(plan, context)
+    if index is None:
+        index = tuple_product_index(plan, context)
     return None if index is None else Product(plan, index)
+
+
+def tuple_product_index(plan: Plan, context: Context) -> int | None:
+    """Index of the last step if it is a scan with several free columns that can run as a
+    set operation (the head's columns cut out of its bucket of tuples), else None."""
+    steps = plan.steps
+    index = len(steps) - 1
+    step = steps[index]
+    if not isinstance(step, ScanStep) or step.delta or not step.bound:
+        return None
+    if len(step.bound) >= step.atom.arity - 1:
+        return None
+    return index if tuple_bucket(steps, index, context) else None
+
+
+def tuple_bucket(steps, index: int, context: Context) -> bool:
+    """Whether the scan at ``index``, the last step, with several free columns, can run as a
+    set operation: its free columns hold new variables, distinct, each in the head at most
+    once (a repeated or already bound variable is an equality test per tuple: nested loops)."""
+    step = steps[index]
+    free = free_terms(step)
+    if not all(isinstance(t, Variable) for t in free) or len(set(free)) != len(free):
+        return False
+    if set(free) & bound_before(steps, index):
+        return False
+    return all(sum(1 for t in context.head_terms if t == new) <= 1 for new in free)
+
+
+def free_terms(step: ScanStep) -> list:
+    """The terms in the columns of ``step`` not bound before it, in column order (the order
+    of an index bucket's tuples)."""
+    atom = step.atom
+    return [atom.terms[c] for c in range(atom.arity) if c not in step.bound]
 
 
 def new_variable(step: ScanStep):
