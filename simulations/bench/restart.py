@@ -1,7 +1,7 @@
 """Benchmark: restarting an agent from its SQLite state vs recomputing the materialisation.
 
     python -m simulations.bench.restart [--quick] [--repeat N] [--no-memory] [--no-new-process]
-                                        [--markdown [FILE]]
+                                        [--cpu] [--markdown [FILE]]
 
 For each (rule set, data set), in one run (RS1-RS3 over DS1(400)/DS2(200), and a state of
 sensor readings: 20,000 turbines, each with a reading, a neighbour and a label, one rule; its
@@ -61,6 +61,7 @@ from agent.state.agent_state import AgentState
 from simulations.bench.datasets import AIR_TEMPERATURE, ds1, ds2
 from simulations.bench.memory import Footprint, fact_count, footprint
 from simulations.bench.table import Table, add_markdown_option, ratio, write_markdown
+from simulations.bench.timing import clock, use_cpu_clock
 
 RULES = Path(__file__).resolve().parents[2] / "rules" / "benchmarks"
 
@@ -74,9 +75,9 @@ def timed(action):
     code_of.cache_clear()
     RECLAIMER.drain()
     gc.collect()
-    started = time.perf_counter()
+    started = clock()
     result = action()
-    return time.perf_counter() - started, result
+    return clock() - started, result
 
 
 # A state of sensor readings: about as many distinct terms (the readings' values, the
@@ -253,12 +254,20 @@ def run_one(side: str, case_index: int, quick: bool, path: Path) -> dict:
     return {"restart": opened, "query": answered, "first": first}
 
 
+def clock_is_cpu() -> bool:
+    """Whether this run times with CPU time (``--cpu``), which its new processes must too."""
+    from simulations.bench import timing
+
+    return timing.CLOCK[0] is time.process_time
+
+
 def in_new_process(case_index: int, quick: bool) -> Callable[[str, Path], dict]:
     """``run_one`` of ``case_index`` in a new process, for a side and a state file."""
 
     def run(side: str, path: Path) -> dict:
         command = [sys.executable, "-m", "simulations.bench.restart"]
         command += ["--run", side, str(case_index), str(path)] + (["--quick"] if quick else [])
+        command += ["--cpu"] if clock_is_cpu() else []
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{side} of case {case_index} failed:\n{done.stderr}")
@@ -343,9 +352,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-new-process", action="store_true", help="skip the table of sides in new processes"
     )
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="time with the process's CPU time, not wall time (for a machine shared with "
+        "other work, which inflates wall times unevenly)",
+    )
     parser.add_argument("--run", nargs=3, metavar=("SIDE", "CASE", "STATE"), help=argparse.SUPPRESS)
     add_markdown_option(parser)
     args = parser.parse_args(argv)
+    use_cpu_clock(args.cpu)
     if args.run:
         side, index, path = args.run
         print(json.dumps(run_one(side, int(index), args.quick, Path(path))))
