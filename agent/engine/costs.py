@@ -22,6 +22,13 @@ class CostPolicy:
     # which recomputing beats seminaive (which evaluates the rule once per atom with new facts,
     # each time over that share of a full evaluation).
     insertion_recompute_growth: float = 1.0
+    # Update driver: facts a merged hyper-node's new rules may derive (see
+    # ``estimates.merge_recompute_reason``), as a share of what its parts hold, above which
+    # the merge is computed afresh instead of extended (Alg. 2).
+    merge_recompute_growth: float = 0.5
+    # ... once that estimate reaches this many facts (below, both take well under a
+    # millisecond and the merge keeps its parts' IDBs).
+    merge_recompute_min_facts: int = 10_000
     # Seminaive (DRed^c): overdeleted facts, as a share of the node's facts, above which the
     # overdeletion stops and the node is recomputed.
     overdeletion_recompute_share: float = 0.3

@@ -4,6 +4,7 @@ scratch (the benchmark doubles as an end-to-end check of the incremental engine)
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -22,7 +23,7 @@ def table_rows(out: str) -> list[str]:
 
 
 def test_quick_run_prints_table_with_equal_results(capsys):
-    status = incremental.main(["--quick"])
+    status = incremental.main(["--quick", "--no-bytes"])
     out = capsys.readouterr().out
     assert status == 0, out
     assert out.splitlines()[0].split()[:2] == ["scenario", "data"]
@@ -32,15 +33,16 @@ def test_quick_run_prints_table_with_equal_results(capsys):
     assert len(rows) == quick_row_count(list(incremental.GROUPS))
     assert all(" OK " in row for row in rows), out
     assert "MISMATCH" not in out and "ERROR" not in out
-    assert "Targets (ratios of this run" in out
-    assert "(storage) net change under 10%" in out
+    assert 'Targets (issue 51), read on "again"' in out
+    assert "net change at most 10%: at least 5x faster" in out
+    assert "the leaf r18 added at DS2(800)" in out
     # Every row's net change was measured on the checking pass: a percentage, not "nan%".
-    changes = [row.split()[row.split().index("OK") - 7] for row in rows]
+    changes = [row.split()[row.split().index("OK") - 9] for row in rows]
     assert all(change.endswith("%") and change != "nan%" for change in changes), rows
-    # A fact update is timed again after undoing it (a running agent's cost); a rule update not.
-    again = {row.split("  ")[0]: row.split()[row.split().index("OK") - 3] for row in rows}
-    assert float(again["RS1 change a reading"]) > 0 and again["RS1 delete r1"] == "-", rows
-    assert "on a running agent" in out
+    # Every update, of facts or of rules, is timed again after undoing it (a running agent).
+    again = {row.split("  ")[0]: row.split()[row.split().index("OK") - 5] for row in rows}
+    assert float(again["RS1 change a reading"]) > 0 and float(again["RS1 delete r1"]) > 0, rows
+    assert float(again["close the cycle"]) > 0, rows
     assert "rows equal the from-scratch materialisation" in out
 
 
@@ -52,7 +54,7 @@ def test_mismatch_sets_exit_status(capsys, monkeypatch):
         return replace(reference, facts=reference.facts - {next(iter(reference.facts))})
 
     monkeypatch.setattr(incremental, "from_scratch", missing_one_fact)
-    status = incremental.main(["--quick", "--only", "rs3"])
+    status = incremental.main(["--quick", "--only", "rs3", "--no-bytes"])
     out = capsys.readouterr().out
     assert status == 1
     rows = table_rows(out)
@@ -151,16 +153,23 @@ def test_restart_benchmark_prints_memory_after_recompute_and_restart(capsys):
     assert restart.main(["--quick", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     rows = memory_rows(out, "restart: kept B/fact")
-    assert len(rows) == 2
+    assert len(rows) == 3
     for row in rows:  # case (two words), facts, then kept and RSS per fact: recompute, restart
         assert int(row[2]) > 0 and float(row[3]) > 0 and float(row[5]) > 0
-    # The sides again, each run in a process of its own: every figure measured.
+    # The sides again, each run in a process of its own: every figure measured, until the
+    # first answered query and until the first update after it, with the target's verdict.
     table = out.split("In new processes", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
-    assert [line.split()[:2] for line in table] == [["RS1", "DS1(50)"], ["RS2", "DS2(50)"]]
+    cases = [["RS1", "DS1(50)"], ["RS2", "DS2(50)"], ["RDFS", "university(1)"]]
+    assert [line.split()[:2] for line in table] == cases
     for line in table:
-        recompute, restart_s, ratio, first, back = line.split()[2:]
-        assert float(recompute) > 0 and float(restart_s) > 0 and float(first) > 0
-        assert ratio.endswith("x") and back.endswith("x")
+        found = re.fullmatch(
+            r"(.*x)  (>= 5x back to work|back to work < 10 ms): (met|NOT met)", line
+        )
+        assert found, line
+        recompute, restart_s, query, to_answer, first, back, back_ratio = found[1].split()[2:]
+        assert float(recompute) > 0 and float(restart_s) > 0 and float(query) > 0
+        assert float(first) > 0 and float(back) > 0
+        assert to_answer.endswith("x") and back_ratio.endswith("x")
 
 
 # ------------------------------------------------------------------ simulations.bench.bitmaps
@@ -209,7 +218,7 @@ def test_program_size_benchmark_prints_every_column_for_every_size(capsys):
 
 
 def test_incremental_benchmark_prints_peak_memory_per_row(capsys):
-    assert incremental.main(["--quick", "--only", "rs3", "--memory"]) == 0
+    assert incremental.main(["--quick", "--only", "rs3", "--memory", "--no-bytes"]) == 0
     out = capsys.readouterr().out
     rows = memory_rows(out, "update peak MB")
     rows = [row for row in rows if row[0] == "RS3"]
@@ -323,3 +332,14 @@ def test_sweep_benchmark_reports_a_wrong_update(capsys, monkeypatch):
     monkeypatch.setattr(Reasoner, "update", forgetful)
     assert sweep.main(["--quick", "--repeat", "1"]) == 1
     assert "MISMATCH" in capsys.readouterr().out
+
+
+@pytest.mark.process
+def test_incremental_benchmark_prints_bytes_per_stored_fact_on_every_row(capsys):
+    assert incremental.main(["--quick", "--only", "cycle"]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    assert len(rows) == quick_row_count(["cycle"])
+    for row in rows:  # ... freed-later, kept B/fact, RSS B/fact, OK
+        cells = row.split()
+        kept, rss = cells[cells.index("OK") - 2 : cells.index("OK")]
+        assert 0 < float(kept) < 2000 and float(rss) >= 0

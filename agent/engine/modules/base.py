@@ -209,6 +209,18 @@ def by_subject_of(own: Relation) -> dict:
     return by_column(own, 0)
 
 
+def by_subject_storage(own: Relation) -> bool:
+    """Whether a binary IDB relation is stored by subject, an empty one made so first (what
+    a module's by-subject output is added to: a new head of a merged hyper-node would
+    otherwise start as tuples and make every later addition build one per fact)."""
+    if not own.rows_built:
+        return True
+    if len(own):
+        return False
+    own.adopt_subjects({}, BitMap)
+    return True
+
+
 def by_column(relation: Relation, column: int) -> dict:
     """A binary relation's facts keyed on ``column`` (value -> the other column's values),
     read only: an index it has (for a relation stored by subject and column 0, its storage,

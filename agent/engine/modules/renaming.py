@@ -41,6 +41,7 @@ from agent.engine.modules.base import (
     as_bitmap,
     by_column,
     by_subject_of,
+    by_subject_storage,
 )
 from agent.engine.modules.shapes import Permutation, renaming_shape
 from agent.engine.modules.support.subject_changes import SubjectChanges, group_by_column
@@ -222,9 +223,26 @@ class RenamingModule(Module):
         new_keys = {rule.key for rule in new_rules}
         before = sources_of([rule for rule in node.rules if rule.key not in new_keys])
         result = Maintained()
+        # Heads reached by the same new sources gain the same images: computed once (a cycle
+        # closed by a new rule gives every head of the cycle the same new sources).
+        images: dict[frozenset, object] = {}
         for head, pairs in self.sources(node).items():
-            fresh = self.images(node, pairs - before.get(head, set()))
-            result.add(head, node.own(head).add_all(fresh))
+            fresh = frozenset(pairs - before.get(head, set()))
+            if not fresh:
+                continue
+            own = node.own(head)
+            if own.arity == 2 and by_subject_storage(own):
+                # Stored by subject (or empty, so made so): the images as bitmaps, added a
+                # subject at a time in C (no tuple built, as `materialise` does).
+                gained = images.get(fresh)
+                if not isinstance(gained, dict):
+                    gained = images[fresh] = self.images_by_subject(node, fresh)
+                self.change_by_subject(own, head, {}, gained, result)
+                continue
+            found = images.get(fresh)
+            if not isinstance(found, set):
+                found = images[fresh] = self.images(node, fresh)
+            result.add(head, own.add_all(found))
         result.strategy = "extend"
         return result
 

@@ -8,6 +8,8 @@ recompute (shown in ``stats()["last_update"]``) or None. The thresholds are the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agent.engine.costs import CostPolicy
 from agent.engine.modules import NodeState
 from agent.engine.storage.changes import ChangeLog, InputChanges
@@ -59,6 +61,34 @@ def recompute_reason(
         keep = node.size() * (2 if node.logical.recursive else 1)
         if removed_reads * 2 > keep:
             return f"removed rules read {removed_reads} facts, node holds {node.size()}"
+    return None
+
+
+def merge_recompute_reason(
+    policy: CostPolicy, transition: Transition, size_of: Callable[[RelationKey], int]
+) -> str | None:
+    """Why a merged hyper-node of a rule insertion is better computed afresh than extended
+    from its parts' IDBs, or None. ``size_of``: a relation's facts before the update.
+
+    Extending copies the smaller parts into the largest and evaluates the new rules
+    seminaively, paying per new fact; computing afresh pays per fact of the result, in the
+    modules' bulk paths. A new rule derives at most what its smallest positive atom holds
+    (exactly so for a copy), and in a recursive node each new fact may travel to every head of
+    the node: when that estimate exceeds ``merge_recompute_growth`` of what the parts hold,
+    most of the node is new and computing it afresh wins (a copy rule closing a cycle over
+    160,000 facts brought 480,000 more: 2.3x the from-scratch time extended)."""
+    held = sum(source.size() for source in transition.sources)
+    estimate = 0
+    for rule in transition.new_rules:
+        atoms = [key for key, how in rule.body_relations() if how == "positive"]
+        if atoms:
+            estimate += min(size_of(key) for key in atoms)
+    if transition.logical.recursive:
+        estimate *= max(1, len(transition.logical.heads))
+    if estimate < policy.merge_recompute_min_facts:
+        return None
+    if estimate > policy.merge_recompute_growth * max(1, held):
+        return f"new rules may derive {estimate} facts, its parts hold {held}"
     return None
 
 

@@ -48,14 +48,23 @@ class Transition:
     new_rules: list[Rule] = field(default_factory=list)
     removed_rules: list[Rule] = field(default_factory=list)
     module_changed: bool = False
+    # Why a merge that could be extended is computed afresh instead (the cost estimates: its
+    # new rules would derive most of it); empty: extended when the update allows it.
+    recompute: str = ""
+
+    def extends(self, extend_merges: bool) -> bool:
+        """Whether a merged hyper-node starts from its parts' IDBs (Alg. 2)."""
+        return self.kind == MERGED and extend_merges and not self.recompute
 
     def reuses_idb(self, extend_merges: bool) -> bool:
         """Whether the new hyper-node keeps an old IDB and changes it in place."""
-        return self.kind in (KEPT, REDUCED) or (self.kind == MERGED and extend_merges)
+        return self.kind in (KEPT, REDUCED) or self.extends(extend_merges)
 
     def computed_afresh(self, extend_merges: bool) -> bool:
         """Whether the new hyper-node is computed from nothing into a new IDB."""
-        return self.kind in (NEW, SPLIT) or (self.kind == MERGED and not extend_merges)
+        return self.kind in (NEW, SPLIT) or (
+            self.kind == MERGED and not self.extends(extend_merges)
+        )
 
 
 def classify(old_nodes: list[NodeState], graph: HyperGraph, deleted: set[str]) -> list[Transition]:
