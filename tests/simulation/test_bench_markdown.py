@@ -102,6 +102,11 @@ CASES = [
         marks=in_processes,
     ),
     ("program_size", ["--quick"], {"reading ms", "restart"}),
+    (
+        "ingest",
+        ["--facts", "2000", "--repeat", "1", "--parsers", "200"],
+        {"facts/s", "kept B/fact", "RSS B/fact", "rdflib / pyoxigraph"},
+    ),
     pytest.param(
         "restart",
         ["--quick", "--repeat", "1"],
