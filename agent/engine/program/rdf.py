@@ -145,20 +145,39 @@ def _parse_oxigraph(data: bytes, strict_ntriples: bool, source: str) -> list[Fac
     """Turtle (or strict N-Triples) through pyoxigraph, every fact read before one is kept."""
     from pyoxigraph import RdfFormat, parse
 
-    if strict_ntriples:
-        quads = parse(data, format=RdfFormat.N_TRIPLES, rename_blank_nodes=True)
-        name = "n-triples"
-    else:
-        quads = parse(
-            data, format=RdfFormat.TURTLE, base_iri=_RELATIVE_BASE, rename_blank_nodes=True
-        )
-        name = "turtle"
+    name = "n-triples" if strict_ntriples else "turtle"
+    oxi_format = RdfFormat.N_TRIPLES if strict_ntriples else RdfFormat.TURTLE
     try:
+        try:  # (absolute IRIs only, as most RDF holds: no base to strip from every IRI)
+            return _absolute_facts(parse(data, format=oxi_format, rename_blank_nodes=True))
+        except SyntaxError as err:
+            if strict_ntriples or "No scheme found" not in str(err):
+                raise
+        # a relative IRI, as ZodiacEdge's files hold: read again against the private base
+        quads = parse(data, format=oxi_format, base_iri=_RELATIVE_BASE, rename_blank_nodes=True)
         return _oxigraph_facts(quads)
     except SyntaxError as err:
         raise _oxigraph_error(err, data, source, name) from None
     except (NonFiniteError, NotTextError) as error:
         raise ZodiacError(f"{source}: {error}") from None
+
+
+def _absolute_facts(quads: Iterable) -> list[Fact]:
+    """pyoxigraph's quads, read without a base -> facts: a triple of IRIs in one step of a
+    comprehension (the cost per fact of loading a file, in Python), others through
+    ``_oxigraph_value``."""
+    from pyoxigraph import NamedNode as iri
+
+    return [
+        (p.value, s.value, o.value)
+        if o.__class__ is iri and s.__class__ is iri
+        else (
+            p.value,
+            s.value if s.__class__ is iri else "_:" + s.value,
+            o.value if o.__class__ is iri else _oxigraph_value(o),
+        )
+        for s, p, o, _ in quads
+    ]
 
 
 def _oxigraph_facts(quads: Iterable) -> list[Fact]:
