@@ -95,8 +95,9 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """``read_facts`` and ``write_ntriples`` are imported on first use: they need rdflib,
-    which an agent that reads no RDF file should not pay for at start."""
+    """``read_facts`` and ``write_ntriples`` are imported on first use: they need pyoxigraph
+    (and rdflib for RDF/XML), which an agent that reads no RDF file should not pay for at
+    start."""
     if name in ("read_facts", "write_ntriples"):
         from agent.engine.program import rdf
 

@@ -44,6 +44,12 @@ class Literal:
     datatype: str | None = None
     language: str | None = None
 
+    def __post_init__(self) -> None:
+        # Language tags compare case-insensitively (BCP 47), and pyoxigraph reads them
+        # lower-cased: held so, ``"x"@en-GB`` in a rule, a file or a tuple is one term.
+        if self.language and not self.language.islower():
+            object.__setattr__(self, "language", self.language.lower())
+
     def __str__(self) -> str:
         text = '"' + _escape_string(self.lexical) + '"'
         if self.language:

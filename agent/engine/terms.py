@@ -211,10 +211,11 @@ class TermDictionary:
         Tuples ``(predicate, *arguments)`` with IRI predicates (a CSV file of one relation, a
         device's readings, an RDF file's triples; class facts ``(rdf:type, x, C)`` too) are
         grouped by relation and encoded a column at a time: a column is looked up in C, IRIs
-        never seen before get their ids at once, and only other new values (numbers,
-        literals, booleans) are encoded one by one. Any other batch, or one whose new numbers
-        sit in several columns (which of two equal numbers, ``5`` and ``5.0``, is seen first,
-        and so decoded, depends on the order facts are encoded), goes fact by fact."""
+        and plain numbers never seen before get their ids at once, and only other new values
+        (literals, booleans) are encoded one by one. Any other batch, or one in which two
+        columns bring a new number in two spellings (which of two equal numbers, ``5`` and
+        ``5.0``, is seen first, and so decoded, depends on the order facts are encoded), goes
+        fact by fact."""
         facts = facts if isinstance(facts, list) else list(facts)
         shaped = _by_relation(facts) if len(facts) >= COLUMNS_FROM[0] else None
         if shaped is not None:
@@ -239,39 +240,81 @@ class TermDictionary:
 
     def _encode_columns(self, tables: list[list[list]]) -> list[list[tuple[int, ...]]] | None:
         """The id tuples of tables of rows given as columns (see `encode_facts`); None when
-        new numbers sit in more than one column of them all (then nothing but IRIs was
-        encoded)."""
+        two columns bring one new number in two spellings (``5`` and ``5.0``, ``0.0`` and
+        ``-0.0``: which is decoded depends on the facts' order; then nothing but IRIs was
+        encoded).
+
+        Why numbers get their ids at once too: a device's readings and typed literals of a
+        file are mostly numbers never seen before, one per fact."""
         get = self._iris.get
         id_tables: list[list[list]] = []
         stale: list[tuple[int, int]] = []  # (table, column) with values that had no id
-        pending: set[tuple[int, int]] = set()  # those with new values that are not IRIs
-        numbers = 0  # columns with new numbers
+        numbers: dict[int | float, int | float] = {}  # new numbers, by value: as first spelt
         for t, columns in enumerate(tables):
             id_columns = []
             id_tables.append(id_columns)
             for n, column in enumerate(columns):
                 ids = list(map(get, column))
                 id_columns.append(ids)
-                unseen = dict.fromkeys(compress(column, map(is_, ids, repeat(None))))
-                if not unseen:
+                new = list(compress(column, map(is_, ids, repeat(None))))
+                if not new:
                     continue
+                unseen = dict.fromkeys(new)  # (1 and True are one key here: IRIs only)
                 stale.append((t, n))
                 iris = [value for value in unseen if value.__class__ is str]
                 self._add_iris(iris)
-                if len(iris) < len(unseen):
-                    pending.add((t, n))
-                    numbers += any(term_key(v)[0] == "n" for v in unseen if v.__class__ is not str)
-        if numbers > 1:
-            return None
-        encode = self.encode
+                if len(iris) < len(unseen) and not self._gather_numbers(new, numbers):
+                    return None
+        if numbers:
+            self._add_numbers(list(numbers))
+        encode, nget = self.encode, self._ids.get
         for t, n in stale:
             column = tables[t][n]
             ids = id_tables[t][n] = list(map(get, column))
-            if (t, n) in pending:
+            if None in ids:
                 id_tables[t][n] = [
-                    i if i is not None else encode(v) for v, i in zip(column, ids, strict=True)
+                    i
+                    if i is not None
+                    else nget(("n", v))
+                    if v.__class__ is int or v.__class__ is float
+                    else encode(v)
+                    for v, i in zip(column, ids, strict=True)
                 ]
         return [list(zip(*id_columns, strict=True)) for id_columns in id_tables]
+
+    @staticmethod
+    def _gather_numbers(new: list, numbers: dict) -> bool:
+        """Add a column's new plain numbers (each as first spelt in it) to ``numbers``; False
+        when one is a number another column brought in another spelling (``5`` against
+        ``5.0``, ``-0.0`` against ``0.0``: the order of facts across columns is not known)."""
+        local: dict[int | float, int | float] = {}  # (within a column, facts are in order)
+        for value in new:
+            cls = value.__class__
+            if cls is int or cls is float:
+                local.setdefault(value, value)
+        for value in local.values():
+            first = numbers.setdefault(value, value)
+            if first is not value and (
+                first.__class__ is not value.__class__
+                or value.__class__ is float
+                and math.copysign(1.0, first) != math.copysign(1.0, value)
+            ):
+                return False
+        return True
+
+    def _add_numbers(self, numbers: list[int | float]) -> None:
+        """Give the numbers the dictionary has never seen the next ids, in order, at once."""
+        keys = list(zip(repeat("n"), numbers))
+        known = self._ids
+        fresh = [key for key in keys if key not in known]
+        for _, value in fresh:
+            if value.__class__ is float and not math.isfinite(value):
+                raise NonFiniteError(value)
+        start = len(self.values)
+        if start + len(fresh) > self.limit:
+            self._full(fresh[max(0, self.limit - start)][1])
+        self.values.extend(value for _, value in fresh)
+        known.update(zip(fresh, range(start, start + len(fresh)), strict=True))
 
     def lookup_fact(self, fact: tuple | Atom) -> tuple[RelationKey | None, tuple[int, ...]]:
         """Like `encode_fact`, but never adds a term: ``(None, ())`` when a term is unknown

@@ -62,8 +62,10 @@ def test_the_surface_works_end_to_end(tmp_path):
 
 @pytest.mark.process
 def test_importing_the_engine_does_not_import_rdflib():
-    """rdflib is for reading RDF files: an agent that reads none must not pay for it at start
-    (``read_facts`` and ``write_ntriples`` load it on first use)."""
-    probe = "import sys, agent.engine; print('rdflib' in sys.modules)"
+    """pyoxigraph and rdflib are for reading RDF files: an agent that reads none must not pay
+    for them at start (``read_facts`` and ``write_ntriples`` load them on first use)."""
+    probe = (
+        "import sys, agent.engine; print('rdflib' in sys.modules or 'pyoxigraph' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -34,7 +34,7 @@ def column_threshold(request):
 values = st.one_of(
     st.sampled_from(["a", "b", "c", "http://x/d"]),
     st.integers(-3, 3),
-    st.sampled_from([1.5, 2.0, True, False]),
+    st.sampled_from([1.5, 2.0, True, False, 0.0, -0.0, 3.0]),
     st.builds(Literal, st.sampled_from(["x", "y"])),
 )
 tuple_facts = st.builds(

@@ -107,6 +107,11 @@ CASES = [
         marks=in_processes,
     ),
     ("program_size", ["--quick"], {"reading ms", "restart", "kept B/fact", "RSS B/fact"}),
+    (
+        "ingest",
+        ["--facts", "2000", "--repeat", "1", "--parsers", "200"],
+        {"facts/s", "kept B/fact", "RSS B/fact", "rdflib / pyoxigraph"},
+    ),
     pytest.param(
         "restart",
         ["--quick", "--repeat", "1"],
