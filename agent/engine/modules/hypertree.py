@@ -127,6 +127,10 @@ def choose_decompositions(
         plan_cost = seminaive_cost(rule, stats)
         started = time.perf_counter()  # the search alone (the statistics are read above)
         if set_at_a_time and elimination_applies(rule):
+            # the plan priced with skew-aware distinct counts (see relation_stats): the
+            # textbook estimate assumes uniform values, and hubs make a cyclic join's
+            # prefixes far larger than that
+            plan_cost = seminaive_cost(rule, atom_stats(rule, node, skewed=True))
             cost = elimination_cost(rule, stats)
             use = mode == "always" or cost < plan_cost
             seconds = time.perf_counter() - started
@@ -142,17 +146,19 @@ def choose_decompositions(
     return choices
 
 
-def atom_stats(rule: Rule, node: NodeState) -> dict[int, AtomStats]:
-    """Sizes and distinct values per column of the facts each positive atom reads."""
+def atom_stats(rule: Rule, node: NodeState, skewed: bool = False) -> dict[int, AtomStats]:
+    """Sizes and distinct values per column of the facts each positive atom reads (with
+    ``skewed``, effective distinct values: see ``relation_stats``)."""
     found: dict[int, AtomStats] = {}
     fallback = 1
     for position, item in enumerate(rule.body):
         if isinstance(item, Atom) and item.relation not in node.heads:
-            found[position] = relation_stats(node.bag.relations(item.relation), item.arity)
+            relations = node.bag.relations(item.relation)
+            found[position] = relation_stats(relations, item.arity, skewed)
             fallback = max(fallback, found[position].size)
     for position, item in enumerate(rule.body):
         if isinstance(item, Atom) and item.relation in node.heads:
-            stats = relation_stats(node.bag.relations(item.relation), item.arity)
+            stats = relation_stats(node.bag.relations(item.relation), item.arity, skewed)
             if stats.size < fallback:  # still empty (or small) before it is materialised
                 share = max(1, fallback)
                 stats = AtomStats(share, tuple(max(d, share // 10) for d in stats.distinct))
@@ -160,7 +166,12 @@ def atom_stats(rule: Rule, node: NodeState) -> dict[int, AtomStats]:
     return found
 
 
-def relation_stats(relations: Sequence[Relation], arity: int) -> AtomStats:
+def relation_stats(relations: Sequence[Relation], arity: int, skewed: bool = False) -> AtomStats:
+    """``skewed``: a binary relation's column counts ``size² / Σ degree²`` values (its
+    effective number: the distinct count when every value has the same degree, far fewer when
+    a few hubs hold most facts), so that the textbook estimate of a join through it is the
+    expected one when the joined relations share their hubs, as the labels of a knowledge
+    graph do."""
     size = sum(len(r) for r in relations)
     distinct = []
     for column in range(arity):
@@ -168,7 +179,11 @@ def relation_stats(relations: Sequence[Relation], arity: int) -> AtomStats:
         for relation in relations:
             if not len(relation):
                 continue
-            if relation.arity == 2:
+            if relation.arity == 2 and skewed:
+                index = by_column(relation, column)
+                squares = sum(len(bucket) ** 2 for bucket in index.values())
+                values += round(len(relation) ** 2 / max(1, squares))
+            elif relation.arity == 2:
                 values += len(by_column(relation, column))
             else:
                 existing = relation.existing_index((column,))
