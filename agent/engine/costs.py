@@ -58,6 +58,11 @@ class CostPolicy:
     # set at a time on bitmaps; False: through a tree of nodes like any other cyclic rule (for
     # comparisons and tests).
     decompositions_set_at_a_time: bool = True
+    # Set at a time: changed facts, as a share of the facts each body position reads, summed
+    # over the positions, above which an update's heads are found by one evaluation over the
+    # whole state instead of one narrowed evaluation per changed position (each of which then
+    # reaches about all of it).
+    elimination_recompute_growth: float = 0.5
     # Equality (equality.py): deleted explicit facts of the equality component, as a share of
     # its explicit facts, above which the component is rematerialised instead of maintained by
     # B/F~ (each deleted fact costs B/F~ a backward search and a forward re-proof of what it

@@ -1,8 +1,8 @@
 """Benchmark: hypertree decompositions (the combined approach) vs plain join plans.
 
     python -m simulations.bench.hypertree [--quick] [--repeat N] [--only NAME ...]
-                                          [--scale S] [--no-clingo] [--seeds N] [--no-memory]
-                                          [--markdown [FILE]]
+                                          [--scale S] [--forced] [--per-rule] [--no-clingo]
+                                          [--seeds N] [--no-memory] [--markdown [FILE]]
 
 Workloads (``simulations/bench/hypertree_workloads.py``, generators deterministic):
 expressions (the paper's Exp), graph patterns (its YAGO rules), university L (LUBM's simple
@@ -25,6 +25,10 @@ On the workloads written in plain Datalog (the graph patterns), clingo materiali
 facts in the same run (unless ``--no-clingo``): the rules and the materialisation's input facts
 as one ASP program, grounded and solved once, timed from adding the text to the model; the
 head atoms of its model are counted and must be as many as the facts the reasoner derived.
+
+``--per-rule`` materialises each head's rules of a plain-Datalog workload alone, three ways
+(plans only, forced: every cyclic rule decomposed, and the cost model's choice) and prints the
+choice's time over the better of the other two (the choice is right when that is about 1).
 
 ``--seeds N`` materialises the graph patterns with the combined side in N fresh processes with
 different ``PYTHONHASHSEED`` values and prints the times and whether plans and decompositions
@@ -255,9 +259,15 @@ class Tables:
             title="Memory of the materialisation (peak traced allocation, fresh process)",
         )  # fmt: skip
         self.seeds = Table(("PYTHONHASHSEED", "materialise s"), "rr")
+        self.rules = Table(
+            ("workload", "head", "chosen", "plans s", "forced s", "chosen s",
+             "plans / forced", "chosen / better"),
+            "lllrrrrr",
+            title=f"Per rule (rules of one head together), materialised alone, best of {repeat}",
+        )  # fmt: skip
 
     def all(self) -> list[Table]:
-        return [self.steps, self.clingo, self.choices, self.memory, self.seeds]
+        return [self.steps, self.clingo, self.rules, self.choices, self.memory, self.seeds]
 
 
 def print_table(result: dict, tables: Tables | None = None) -> None:
@@ -367,6 +377,60 @@ def child_materialise(quick: bool) -> None:
     print(json.dumps({"seconds": seconds, "plans": hashlib.sha1(text.encode()).hexdigest()}))
 
 
+def rule_groups(workload: Workload) -> dict[str, str]:
+    """The rules of a plain-Datalog workload by head predicate (a recursive head's rules
+    together), as text."""
+    groups: dict[str, list[str]] = {}
+    for line in workload.rules.splitlines():
+        if ":-" in line and not line.startswith("#"):
+            groups.setdefault(line.split("(", 1)[0].strip(), []).append(line)
+    return {head: "\n".join(lines) for head, lines in groups.items()}
+
+
+def materialise_alone(facts: list[tuple], rules: str, options: dict) -> tuple[float, str]:
+    reasoner = Reasoner(**options)
+    reasoner.add_facts(facts)
+    seconds = timed(lambda: reasoner.add_rules(rules))
+    evaluations = {
+        "set at a time" if choice.get("set_at_a_time") else choice["evaluation"]
+        for node in reasoner.stats()["hyper_nodes"]
+        for choice in node.get("rules_evaluated", {}).values()
+    }
+    chosen = "+".join(sorted(evaluations - {"plan"})) or "plan"
+    return seconds, chosen
+
+
+def per_rule(name: str, make: Callable[[], Workload], repeat: int, tables: Tables) -> None:
+    """Each head's rules materialised alone over the workload's facts: plans only, forced
+    (every cyclic rule decomposed) and the cost model's choice, and the choice against the
+    better of the other two (the target: at most 1.1x)."""
+    workload = make()
+    sides = {"plans": SIDES["plans"], "forced": FORCED["forced"], "chosen": SIDES["combined"]}
+    print(f"\n{name}, per rule (materialised alone, best of {repeat}):")
+    print(f"  {'head':<10} {'chosen':<14} {'plans s':>9} {'forced s':>9} {'chosen s':>9} "
+          f"{'plans/forced':>13} {'chosen/better':>14}")  # fmt: skip
+    for head, rules in rule_groups(workload).items():
+        best: dict[str, float] = {}
+        chosen = ""
+        for round_ in range(repeat):
+            order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+            for side in order:
+                seconds, evaluation = materialise_alone(workload.facts, rules, sides[side])
+                best[side] = min(best.get(side, seconds), seconds)
+                if side == "chosen":
+                    chosen = evaluation
+        better = min(best["plans"], best["forced"])
+        print(f"  {head:<10} {chosen:<14} {best['plans']:>9.3f} {best['forced']:>9.3f} "
+              f"{best['chosen']:>9.3f} {best['plans'] / best['forced']:>12.1f}x "
+              f"{best['chosen'] / better:>13.2f}x")  # fmt: skip
+        tables.rules.add(
+            name, head, chosen, f"{best['plans']:.3f}", f"{best['forced']:.3f}",
+            f"{best['chosen']:.3f}", over(best["plans"], best["forced"]),
+            over(best["chosen"], better, 2),
+        )  # fmt: skip
+        sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
@@ -383,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
         "--forced", action="store_true", help="a third side: every cyclic rule decomposed"
     )
     parser.add_argument("--no-clingo", action="store_true", help="skip the clingo side")
+    parser.add_argument(
+        "--per-rule", action="store_true", help="each head's rules alone, three ways"
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the memory figures")
     parser.add_argument("--child-materialise", action="store_true", help=argparse.SUPPRESS)
     add_markdown_option(parser)
@@ -396,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and name not in args.only:
             continue
         print_table(compare(name, make, args.repeat, sides, not args.no_clingo), tables)
+        if args.per_rule and is_plain_datalog(make()):
+            per_rule(name, make, args.repeat, tables)
         if not args.no_memory:
             print_memory(name, args.quick, tables, args.scale)
         sys.stdout.flush()

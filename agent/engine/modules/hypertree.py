@@ -218,6 +218,8 @@ class HypertreeModule(Module):
             if choice is None:  # a rule added by extend without a choice yet
                 chosen = choose_decompositions(node, self.mode, [rule], self.set_at_a_time)
                 choice = self.choices[rule.key] = chosen[rule.key]
+            if isinstance(choice.decomposed, EliminatedRule):
+                choice.decomposed.growth = self.costs.elimination_recompute_growth
             found.append((rule, choice.decomposed or PlannedRule(rule)))
         return found
 

@@ -482,6 +482,8 @@ class EliminatedRule:
     variable elimination over bitmaps. It keeps no state: the relations are the state."""
 
     rule_keys: frozenset[str] = frozenset()
+    # CostPolicy.elimination_recompute_growth (the module sets its policy's)
+    growth: float = 0.5
 
     def __init__(self, rule: Rule) -> None:
         self.rule = rule
@@ -523,6 +525,16 @@ class EliminatedRule:
         self, bag: DataStoreBag, changes: Facts, old: dict[RelationKey, Relation] | None
     ) -> set[tuple]:
         heads: set[tuple] = set()
+        growth = 0.0
+        for atom in self.rule.body:
+            rows = changes.get(atom.relation)
+            if rows:
+                size = sum(len(r) for r in bag.relations(atom.relation))
+                growth += len(rows) / max(1, size)
+        if growth > self.growth:
+            # (a superset: every head of the state that holds the changes, which for a
+            # deletion is the old state)
+            return evaluate(self.rule, self._sources(bag, old))
         for position, atom in enumerate(self.rule.body):
             rows = changes.get(atom.relation)
             if not rows:
