@@ -395,8 +395,9 @@ class HypertreeModule(Module):
         cost = f"{choice.decomposition_cost:.3g}" if choice.decomposition_cost else "?"
         if isinstance(choice.decomposed, EliminatedRule):
             return (
-                f"{choice.decomposed.decomposition.describe(rule)} (estimated cost {cost}, "
-                f"its join plan's {choice.plan_cost:.3g})"
+                f"through a hypertree decomposition, set at a time (estimated cost "
+                f"{cost}, its join plan's {choice.plan_cost:.3g} with skew-aware counts): "
+                f"{choice.decomposed.decomposition.describe(rule)}"
             )
         return (
             f"through a hypertree decomposition (estimated cost {cost}, its join plan's "

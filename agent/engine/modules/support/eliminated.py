@@ -474,7 +474,7 @@ class EliminationPlan:
 
     def describe(self, rule: Rule) -> str:
         names = ", ".join(v.name for v in self.order)
-        return f"set at a time: variables eliminated (greedily, smallest factors first) of {names}"
+        return f"variables eliminated on bitmaps (smallest factors first) of {names}"
 
 
 class EliminatedRule:
