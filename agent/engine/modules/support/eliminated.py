@@ -500,9 +500,14 @@ class EliminatedRule:
         old: dict[RelationKey, Relation] | None = None,
         at: int | None = None,
         rows: Iterable[tuple] = (),
+        shared: dict[RelationKey, Facts2] | None = None,
     ) -> list[Source]:
+        """One source per body position (``at`` reads ``rows``); ``shared``: the relations'
+        bitmaps and indexes already read in this update (an index by object of a relation
+        stored by subject is built per read: reading it once per changed position cost
+        more than the evaluations)."""
         sources = []
-        shared: dict[RelationKey, Facts2] = {}
+        shared = {} if shared is None else shared
         for position, atom in enumerate(self.rule.body):
             if position == at:
                 sources.append(Source(atom, Facts2([set(rows)])))
@@ -535,11 +540,12 @@ class EliminatedRule:
             # (a superset: every head of the state that holds the changes, which for a
             # deletion is the old state)
             return evaluate(self.rule, self._sources(bag, old))
+        shared: dict[RelationKey, Facts2] = {}
         for position, atom in enumerate(self.rule.body):
             rows = changes.get(atom.relation)
             if not rows:
                 continue
-            sources = self._sources(bag, old, position, rows)
+            sources = self._sources(bag, old, position, rows, shared)
             domains: dict[Variable, BitMap] = {}
             for column, term in enumerate(atom.terms):
                 domains[term] = BitMap(row[column] for row in rows)
