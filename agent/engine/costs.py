@@ -59,6 +59,17 @@ class CostPolicy:
     # cyclic rule that has a decomposition (for comparisons and tests), "off" none.
     # ``Reasoner(decompositions=...)`` sets it.
     decompositions: str = "auto"
+    # A cyclic rule over binary relations whose head has one or two variables and whose other
+    # variables can be eliminated keeping every intermediate result binary (6-cycles, petals,
+    # flowers: modules/support/eliminated.py) is decomposed into such eliminations, evaluated
+    # set at a time on bitmaps; False: through a tree of nodes like any other cyclic rule (for
+    # comparisons and tests).
+    decompositions_set_at_a_time: bool = True
+    # Set at a time: changed facts, as a share of the facts each body position reads, summed
+    # over the positions, above which an update's heads are found by one evaluation over the
+    # whole state instead of one narrowed evaluation per changed position (each of which then
+    # reaches about all of it).
+    elimination_recompute_growth: float = 0.5
     # Equality (equality.py): deleted explicit facts of the equality component, as a share of
     # its explicit facts, above which the component is rematerialised instead of maintained by
     # B/F~ (each deleted fact costs B/F~ a backward search and a forward re-proof of what it

@@ -1,12 +1,14 @@
 """Benchmark: hypertree decompositions (the combined approach) vs plain join plans.
 
     python -m simulations.bench.hypertree [--quick] [--repeat N] [--only NAME ...]
+                                          [--scale S] [--forced] [--per-rule] [--no-clingo]
                                           [--seeds N] [--no-memory] [--markdown [FILE]]
 
 Workloads (``simulations/bench/hypertree_workloads.py``, generators deterministic):
 expressions (the paper's Exp), graph patterns (its YAGO rules), university L (LUBM's simple
-rules: no rule is cyclic, so no decomposition may be chosen) and university L+C (with 16
-cyclic rules).
+rules: no rule is cyclic, so no decomposition may be chosen), university L+C (with 16
+cyclic rules) and skewed patterns (the YAGO-style rules over the skewed graph of #51: 2,000
+nodes and 20,000 edges times ``--scale``, 0.2 with ``--quick``).
 
 Per workload, both sides in the same run: **combined** (``Reasoner()``: each cyclic rule
 through a decomposition where estimated cheaper, hypertree module) and **plans**
@@ -18,6 +20,15 @@ Sides alternate, best of ``--repeat`` kept per step. Printed: seconds per side a
 the decompositions chosen and the search time, and (unless ``--no-memory``) the peak traced
 allocation of each side's materialisation (in a fresh process; tracing never touches a
 timing).
+
+On the workloads written in plain Datalog (the graph patterns), clingo materialises the same
+facts in the same run (unless ``--no-clingo``): the rules and the materialisation's input facts
+as one ASP program, grounded and solved once, timed from adding the text to the model; the
+head atoms of its model are counted and must be as many as the facts the reasoner derived.
+
+``--per-rule`` materialises each head's rules of a plain-Datalog workload alone, three ways
+(plans only, forced: every cyclic rule decomposed, and the cost model's choice) and prints the
+choice's time over the better of the other two (the choice is right when that is about 1).
 
 ``--seeds N`` materialises the graph patterns with the combined side in N fresh processes with
 different ``PYTHONHASHSEED`` values and prints the times and whether plans and decompositions
@@ -45,6 +56,7 @@ from simulations.bench.hypertree_workloads import (
     Workload,
     expressions,
     graph_patterns,
+    skewed_patterns,
     university_workload,
 )
 from simulations.bench.memory import fact_count, footprint, megabytes
@@ -53,24 +65,68 @@ from simulations.bench.table import ratio as over
 from simulations.bench.timing import timed
 
 SIDES = {"combined": {}, "plans": {"decompositions": False}}
+FORCED = {"forced": {"decompositions": "always"}}  # --forced: every cyclic rule decomposed
 STEPS = ("materialise", "add 1,000", "delete 1,000", "delete 25%")
 
 
-def workloads(quick: bool) -> dict[str, Callable[[], Workload]]:
+def workloads(quick: bool, scale: float | None = None) -> dict[str, Callable[[], Workload]]:
     """Sizes: plain join plans take tens of seconds on expressions (seconds with --quick)."""
+    skewed = scale if scale is not None else (0.2 if quick else 1.0)
     if quick:
         return {
             "expressions": lambda: expressions(count=8, depth=3, valuations=20),
             "graph patterns": lambda: graph_patterns(nodes=500, edges=4_000),
             "university L": lambda: university_workload(1, complex_rules=False),
             "university L+C": lambda: university_workload(1, complex_rules=True),
+            "skewed patterns": lambda: skewed_patterns(skewed),
         }
     return {
         "expressions": lambda: expressions(count=20, depth=4, valuations=50),
         "graph patterns": lambda: graph_patterns(nodes=2_000, edges=20_000),
         "university L": lambda: university_workload(6, complex_rules=False),
         "university L+C": lambda: university_workload(6, complex_rules=True),
+        "skewed patterns": lambda: skewed_patterns(skewed),
     }
+
+
+def is_plain_datalog(workload: Workload) -> bool:
+    """Rules clingo reads as they are: no prefixes, IRIs, binds or skolems."""
+    return "@prefix" not in workload.rules and "bind(" not in workload.rules
+
+
+def clingo_program(workload: Workload, facts: list[tuple]) -> str:
+    rules = "\n".join(
+        line for line in workload.rules.splitlines() if line and not line.startswith("#")
+    )
+    return "\n".join(f"{p}({s},{o})." for p, s, o in facts) + "\n" + rules + "\n"
+
+
+def head_predicates(workload: Workload) -> set[str]:
+    return {
+        line.split("(", 1)[0].strip()
+        for line in workload.rules.splitlines()
+        if ":-" in line and not line.startswith("#")
+    }
+
+
+def clingo_materialise(workload: Workload, facts: list[tuple]) -> tuple[float, int]:
+    """Seconds clingo takes from the program text to its (only) model, and the number of head
+    atoms in that model."""
+    import clingo  # the dev extra: only this side needs it
+
+    heads = head_predicates(workload)
+    text = clingo_program(workload, facts)
+    found = [0]
+
+    def on_model(model: clingo.Model) -> None:
+        found[0] = sum(1 for atom in model.symbols(atoms=True) if atom.name in heads)
+
+    started = time.perf_counter()
+    control = clingo.Control(["--warn=none"])
+    control.add("base", [], text)
+    control.ground([("base", [])])
+    control.solve(on_model=on_model)
+    return time.perf_counter() - started, found[0]
 
 
 @dataclass
@@ -138,32 +194,42 @@ def choices_of(reasoner: Reasoner) -> dict:
             "slowest search ms": round(search * 1000, 1)}  # fmt: skip
 
 
-def build_for_memory(name: str, quick: bool, side: str) -> Reasoner:
-    workload = workloads(quick)[name]()
+def build_for_memory(name: str, quick: bool, side: str, scale: float | None = None) -> Reasoner:
+    workload = workloads(quick, scale)[name]()
     reasoner = Reasoner(**SIDES[side])
     reasoner.add_facts(workload.facts)
     reasoner.add_rules(workload.rules)
     return reasoner
 
 
-def compare(name: str, make: Callable[[], Workload], repeat: int) -> dict:
+def compare(
+    name: str, make: Callable[[], Workload], repeat: int, sides: dict[str, dict], clingo: bool
+) -> dict:
     workload = make()
     plan = update_plan(workload.facts)
-    best: dict[str, dict[str, float]] = {side: {} for side in SIDES}
+    best: dict[str, dict[str, float]] = {side: {} for side in sides}
     stats: dict = {}
+    clingo_seconds: float | None = None
+    use_clingo = clingo and is_plain_datalog(workload)
     for round_ in range(repeat):
-        order = list(SIDES) if round_ % 2 == 0 else list(reversed(SIDES))
-        runs = {side: run_side(workload, plan, SIDES[side]) for side in order}
-        if runs["combined"].digests != runs["plans"].digests:
-            raise SystemExit(f"{name}: the sides disagree: {runs['combined'].digests} "
-                             f"vs {runs['plans'].digests}")  # fmt: skip
+        order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+        runs = {side: run_side(workload, plan, sides[side]) for side in order}
+        derived = int(runs["combined"].digests["materialise"].split(":")[0]) - len(plan.start)
+        if use_clingo:
+            seconds, count = clingo_materialise(workload, plan.start)
+            if count != derived:
+                raise SystemExit(f"{name}: clingo derives {count} facts, the reasoner {derived}")
+            clingo_seconds = seconds if clingo_seconds is None else min(clingo_seconds, seconds)
+        if len({str(run.digests) for run in runs.values()}) > 1:
+            raise SystemExit(f"{name}: the sides disagree: "
+                             + "; ".join(f"{s} {r.digests}" for s, r in runs.items()))  # fmt: skip
         for side, run in runs.items():
             for step, seconds in run.seconds.items():
                 best[side][step] = min(best[side].get(step, seconds), seconds)
         stats = runs["combined"].stats
         facts = runs["combined"].digests
     return {"workload": name, "explicit": len(workload.facts), "best": best, "stats": stats,
-            "facts": facts}  # fmt: skip
+            "facts": facts, "clingo": clingo_seconds}  # fmt: skip
 
 
 class Tables:
@@ -171,9 +237,14 @@ class Tables:
 
     def __init__(self, repeat: int) -> None:
         self.steps = Table(
-            ("workload", "step", "combined s", "plans s", "plans / combined"),
-            "llrrr",
-            title=f"Steps, each side's best of {repeat}",
+            ("workload", "step", "combined s", "plans s", "forced s", "plans / combined"),
+            "llrrrr",
+            title=f"Steps, each side's best of {repeat} (forced: every cyclic rule decomposed)",
+        )
+        self.clingo = Table(
+            ("workload", "combined s", "plans s", "clingo s", "clingo / combined"),
+            "lrrrr",
+            title=f"Materialisation against clingo (same facts), best of {repeat}",
         )
         self.choices = Table(
             ("workload", "explicit facts", "facts after materialisation", "rules", "cyclic",
@@ -183,14 +254,20 @@ class Tables:
         )  # fmt: skip
         self.memory = Table(
             ("workload", "combined peak MB", "plans peak MB", "combined / plans",
-             "combined kept MB", "plans kept MB"),
-            "lrrrrr",
+             "combined kept MB", "plans kept MB", "combined B/fact", "plans B/fact"),
+            "lrrrrrrr",
             title="Memory of the materialisation (peak traced allocation, fresh process)",
         )  # fmt: skip
         self.seeds = Table(("PYTHONHASHSEED", "materialise s"), "rr")
+        self.rules = Table(
+            ("workload", "head", "chosen", "plans s", "forced s", "chosen s",
+             "plans / forced", "chosen / better"),
+            "lllrrrrr",
+            title=f"Per rule (rules of one head together), materialised alone, best of {repeat}",
+        )  # fmt: skip
 
     def all(self) -> list[Table]:
-        return [self.steps, self.choices, self.memory, self.seeds]
+        return [self.steps, self.clingo, self.rules, self.choices, self.memory, self.seeds]
 
 
 def print_table(result: dict, tables: Tables | None = None) -> None:
@@ -198,14 +275,28 @@ def print_table(result: dict, tables: Tables | None = None) -> None:
     print(f"\n{result['workload']}: {result['explicit']:,} explicit facts, "
           f"{result['facts']['materialise'].split(':')[0]} after materialisation; "
           f"choices {result['stats']}")  # fmt: skip
-    print(f"  {'step':<14} {'combined s':>11} {'plans s':>10} {'plans/combined':>15}")
+    print(f"  {'step':<14} {'combined s':>11} {'plans s':>10} {'forced s':>10} "
+          f"{'plans/combined':>15}")  # fmt: skip
     for step in STEPS:
         combined, plans = best["combined"][step], best["plans"][step]
-        print(f"  {step:<14} {combined:>11.3f} {plans:>10.3f} {plans / combined:>14.1f}x")
+        forced = best.get("forced", {}).get(step)
+        shown = "—" if forced is None else f"{forced:.3f}"
+        print(f"  {step:<14} {combined:>11.3f} {plans:>10.3f} {shown:>10} "
+              f"{plans / combined:>14.1f}x")  # fmt: skip
         if tables is not None:
             tables.steps.add(
-                result["workload"], step, f"{combined:.3f}", f"{plans:.3f}", over(plans, combined)
-            )
+                result["workload"], step, f"{combined:.3f}", f"{plans:.3f}", shown,
+                over(plans, combined),
+            )  # fmt: skip
+    if result["clingo"] is not None:
+        combined, plans = best["combined"]["materialise"], best["plans"]["materialise"]
+        print(f"  clingo materialises in {result['clingo']:.3f} s "
+              f"({result['clingo'] / combined:.1f}x combined's time)")  # fmt: skip
+        if tables is not None:
+            tables.clingo.add(
+                result["workload"], f"{combined:.3f}", f"{plans:.3f}",
+                f"{result['clingo']:.3f}", over(result["clingo"], combined),
+            )  # fmt: skip
     if tables is not None:
         stats = result["stats"]
         tables.choices.add(
@@ -219,13 +310,19 @@ def print_table(result: dict, tables: Tables | None = None) -> None:
         )
 
 
-def print_memory(name: str, quick: bool, tables: Tables | None = None) -> None:
-    found = {side: footprint(build_for_memory, fact_count, name, quick, side) for side in SIDES}
+def print_memory(
+    name: str, quick: bool, tables: Tables | None = None, scale: float | None = None
+) -> None:
+    found = {
+        side: footprint(build_for_memory, fact_count, name, quick, side, scale) for side in SIDES
+    }
     combined, plans = found["combined"], found["plans"]
     print(f"  memory (materialisation, fresh process): peak traced combined "
           f"{megabytes(combined.traced_peak)} MB, plans {megabytes(plans.traced_peak)} MB "
           f"({combined.traced_peak / max(1, plans.traced_peak):.2f}x); kept "
-          f"{megabytes(combined.traced_kept)} vs {megabytes(plans.traced_kept)} MB")  # fmt: skip
+          f"{megabytes(combined.traced_kept)} vs {megabytes(plans.traced_kept)} MB; bytes per "
+          f"stored fact {combined.traced_kept / max(1, combined.facts):.0f} vs "
+          f"{plans.traced_kept / max(1, plans.facts):.0f}")  # fmt: skip
     if tables is not None:
         tables.memory.add(
             name,
@@ -234,6 +331,8 @@ def print_memory(name: str, quick: bool, tables: Tables | None = None) -> None:
             over(combined.traced_peak, max(1, plans.traced_peak), 2),
             megabytes(combined.traced_kept),
             megabytes(plans.traced_kept),
+            round(combined.traced_kept / max(1, combined.facts)),
+            round(plans.traced_kept / max(1, plans.facts)),
         )
 
 
@@ -278,12 +377,79 @@ def child_materialise(quick: bool) -> None:
     print(json.dumps({"seconds": seconds, "plans": hashlib.sha1(text.encode()).hexdigest()}))
 
 
+def rule_groups(workload: Workload) -> dict[str, str]:
+    """The rules of a plain-Datalog workload by head predicate (a recursive head's rules
+    together), as text."""
+    groups: dict[str, list[str]] = {}
+    for line in workload.rules.splitlines():
+        if ":-" in line and not line.startswith("#"):
+            groups.setdefault(line.split("(", 1)[0].strip(), []).append(line)
+    return {head: "\n".join(lines) for head, lines in groups.items()}
+
+
+def materialise_alone(facts: list[tuple], rules: str, options: dict) -> tuple[float, str]:
+    reasoner = Reasoner(**options)
+    reasoner.add_facts(facts)
+    seconds = timed(lambda: reasoner.add_rules(rules))
+    evaluations = {
+        "set at a time" if choice.get("set_at_a_time") else choice["evaluation"]
+        for node in reasoner.stats()["hyper_nodes"]
+        for choice in node.get("rules_evaluated", {}).values()
+    }
+    chosen = "+".join(sorted(evaluations - {"plan"})) or "plan"
+    return seconds, chosen
+
+
+def per_rule(name: str, make: Callable[[], Workload], repeat: int, tables: Tables) -> None:
+    """Each head's rules materialised alone over the workload's facts: plans only, forced
+    (every cyclic rule decomposed) and the cost model's choice, and the choice against the
+    better of the other two (the target: at most 1.1x)."""
+    workload = make()
+    sides = {"plans": SIDES["plans"], "forced": FORCED["forced"], "chosen": SIDES["combined"]}
+    print(f"\n{name}, per rule (materialised alone, best of {repeat}):")
+    print(f"  {'head':<10} {'chosen':<14} {'plans s':>9} {'forced s':>9} {'chosen s':>9} "
+          f"{'plans/forced':>13} {'chosen/better':>14}")  # fmt: skip
+    for head, rules in rule_groups(workload).items():
+        best: dict[str, float] = {}
+        chosen = ""
+        for round_ in range(repeat):
+            order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+            for side in order:
+                seconds, evaluation = materialise_alone(workload.facts, rules, sides[side])
+                best[side] = min(best.get(side, seconds), seconds)
+                if side == "chosen":
+                    chosen = evaluation
+        better = min(best["plans"], best["forced"])
+        print(f"  {head:<10} {chosen:<14} {best['plans']:>9.3f} {best['forced']:>9.3f} "
+              f"{best['chosen']:>9.3f} {best['plans'] / best['forced']:>12.1f}x "
+              f"{best['chosen'] / better:>13.2f}x")  # fmt: skip
+        tables.rules.add(
+            name, head, chosen, f"{best['plans']:.3f}", f"{best['forced']:.3f}",
+            f"{best['chosen']:.3f}", over(best["plans"], best["forced"]),
+            over(best["chosen"], better, 2),
+        )  # fmt: skip
+        sys.stdout.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per side (best kept)")
     parser.add_argument("--only", nargs="*", default=None, help="workloads to run (names)")
     parser.add_argument("--seeds", type=int, default=3, help="hash seeds for the spread")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=None,
+        help="size of the skewed patterns (1: 2,000 nodes, 20,000 edges)",
+    )
+    parser.add_argument(
+        "--forced", action="store_true", help="a third side: every cyclic rule decomposed"
+    )
+    parser.add_argument("--no-clingo", action="store_true", help="skip the clingo side")
+    parser.add_argument(
+        "--per-rule", action="store_true", help="each head's rules alone, three ways"
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the memory figures")
     parser.add_argument("--child-materialise", action="store_true", help=argparse.SUPPRESS)
     add_markdown_option(parser)
@@ -292,12 +458,15 @@ def main(argv: list[str] | None = None) -> int:
         child_materialise(args.quick)
         return 0
     tables = Tables(args.repeat)
-    for name, make in workloads(args.quick).items():
+    sides = {**SIDES, **(FORCED if args.forced else {})}
+    for name, make in workloads(args.quick, args.scale).items():
         if args.only and name not in args.only:
             continue
-        print_table(compare(name, make, args.repeat), tables)
+        print_table(compare(name, make, args.repeat, sides, not args.no_clingo), tables)
+        if args.per_rule and is_plain_datalog(make()):
+            per_rule(name, make, args.repeat, tables)
         if not args.no_memory:
-            print_memory(name, args.quick, tables)
+            print_memory(name, args.quick, tables, args.scale)
         sys.stdout.flush()
     if args.seeds:
         seed_spread(args.seeds, args.quick, tables)

@@ -98,14 +98,20 @@ def zipf_weights(count: int, exponent: float) -> list[float]:
 
 
 def labelled_graph(
-    nodes: int = 2_000, edges: int = 20_000, labels: int = 60, seed: int = 7
+    nodes: int = 2_000,
+    edges: int = 20_000,
+    labels: int = 60,
+    seed: int = 7,
+    node_exponent: float = 0.8,
+    label_exponent: float = 1.0,
 ) -> list[tuple[str, str, str]]:
     """Edges ``(label, source, target)``: sources and targets drawn with Zipf weights
-    (exponent 0.8, so the busiest node has a few hundred edges), labels with exponent 1.0 (the
-    commonest label holds about a fifth of the edges), duplicates dropped."""
+    (exponent 0.8 by default, so the busiest node has a few hundred edges), labels with
+    exponent 1.0 (the commonest label holds about a fifth of the edges), self-loops and
+    duplicates dropped."""
     rng = random.Random(seed)
-    node_weights = zipf_weights(nodes, 0.8)
-    label_weights = zipf_weights(labels, 1.0)
+    node_weights = zipf_weights(nodes, node_exponent)
+    label_weights = zipf_weights(labels, label_exponent)
     order = list(range(nodes))
     rng.shuffle(order)  # hubs are not the low-numbered nodes
     seen: set[tuple[int, int, int]] = set()
@@ -141,6 +147,32 @@ tri(A, C) :- tri(A, B), tri(B, C), l1(A, C) .
 
 def graph_patterns(nodes: int = 2_000, edges: int = 20_000, seed: int = 7) -> Workload:
     return Workload("graph patterns", GRAPH_RULES, labelled_graph(nodes, edges, 60, seed))
+
+
+def skewed_graph(
+    nodes: int = 2_000,
+    edges: int = 20_000,
+    labels: int = 8,
+    node_exponent: float = 1.1,
+    label_exponent: float = 1.2,
+    seed: int = 13,
+) -> list[tuple[str, str, str]]:
+    """Edges ``(label, source, target)`` of a graph skewed as real knowledge graphs are, the
+    setting of #51: endpoints drawn with Zipf weights of exponent 1.1 (the busiest node is an
+    endpoint of about an eighth of the edges, most nodes of one or two), labels with exponent
+    1.2 over 8 labels (the commonest holds about 45% of the edges). Cyclic patterns through
+    the hubs then have far more instantiations than distinct head pairs. The same draw as
+    ``labelled_graph`` (shuffled ranks, self-loops and duplicates dropped)."""
+    return labelled_graph(
+        nodes, edges, labels, seed, node_exponent=node_exponent, label_exponent=label_exponent
+    )
+
+
+def skewed_patterns(scale: float = 1.0, seed: int = 13) -> Workload:
+    """The YAGO-style rules (``GRAPH_RULES``) over ``skewed_graph`` of 2,000 nodes and 20,000
+    edges times ``scale`` (``scale=0.1``: 200 nodes, 2,000 edges, for an edit loop)."""
+    nodes, edges = max(20, round(2_000 * scale)), max(100, round(20_000 * scale))
+    return Workload("skewed patterns", GRAPH_RULES, skewed_graph(nodes, edges, seed=seed))
 
 
 # ------------------------------------------------------------------ university (LUBM-like)

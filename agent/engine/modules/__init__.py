@@ -65,9 +65,10 @@ def _module_for(node: NodeState, use_modules: bool, costs: CostPolicy) -> Module
 
 def _hypertree_or_seminaive(node: NodeState, costs: CostPolicy) -> Module:
     if costs.decompositions != "off":
-        choices = choose_decompositions(node, costs.decompositions)
+        at_a_time = costs.decompositions_set_at_a_time
+        choices = choose_decompositions(node, costs.decompositions, set_at_a_time=at_a_time)
         if any(choice.decomposed is not None for choice in choices.values()):
-            return HypertreeModule(choices, costs.decompositions)
+            return HypertreeModule(choices, costs.decompositions, at_a_time)
     return SeminaiveModule()
 
 

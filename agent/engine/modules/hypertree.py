@@ -33,6 +33,11 @@ from agent.engine.language import Atom, Rule
 from agent.engine.modules.base import Maintained, Module, NodeState, by_column, net_changes
 from agent.engine.modules.support import deltas
 from agent.engine.modules.support.decomposed import DecomposedRule
+from agent.engine.modules.support.eliminated import (
+    EliminatedRule,
+    elimination_applies,
+    elimination_cost,
+)
 from agent.engine.plan.decomposition import AtomStats, decompose, is_cyclic_rule, seminaive_cost
 from agent.engine.plan.executor import Executor
 from agent.engine.storage.changes import Facts, InputChanges
@@ -76,7 +81,7 @@ class PlannedRule:
         return deltas.check(executor, [self.rule], bag, {key: overdeleted}).get(key, set())
 
 
-RuleEvaluator = PlannedRule | DecomposedRule
+RuleEvaluator = PlannedRule | DecomposedRule | EliminatedRule
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ class Choice:
     """How one rule is evaluated, and why (shown in ``stats()`` and ``explain``)."""
 
     rule: Rule
-    decomposed: DecomposedRule | None
+    decomposed: DecomposedRule | EliminatedRule | None
     cyclic: bool
     plan_cost: float
     decomposition_cost: float | None
@@ -101,14 +106,17 @@ class Choice:
             found["decomposition_cost"] = round(self.decomposition_cost, 1)
         if self.decomposed is not None:
             found["decomposition"] = self.decomposed.decomposition.describe(self.rule)
+            found["set_at_a_time"] = isinstance(self.decomposed, EliminatedRule)
         return found
 
 
 def choose_decompositions(
-    node: NodeState, mode: str, rules: Sequence[Rule] | None = None
+    node: NodeState, mode: str, rules: Sequence[Rule] | None = None, set_at_a_time: bool = True
 ) -> dict[str, Choice]:
     """Per rule of the node (or of ``rules``), by content key: decomposed or planned (see the
-    module docstring). ``mode``: "auto", "always" or "off"."""
+    module docstring). ``mode``: "auto", "always" or "off". ``set_at_a_time``: a rule that
+    variable elimination over bitmaps evaluates (``support/eliminated.py``) is decomposed so,
+    else through a tree of nodes like any other."""
     choices: dict[str, Choice] = {}
     for rule in node.rules if rules is None else rules:
         cyclic = mode != "off" and is_cyclic_rule(rule)
@@ -118,6 +126,17 @@ def choose_decompositions(
         stats = atom_stats(rule, node)
         plan_cost = seminaive_cost(rule, stats)
         started = time.perf_counter()  # the search alone (the statistics are read above)
+        if set_at_a_time and elimination_applies(rule):
+            # the plan priced with skew-aware distinct counts (see relation_stats): the
+            # textbook estimate assumes uniform values, and hubs make a cyclic join's
+            # prefixes far larger than that
+            plan_cost = seminaive_cost(rule, atom_stats(rule, node, skewed=True))
+            cost = elimination_cost(rule, stats)
+            use = mode == "always" or cost < plan_cost
+            seconds = time.perf_counter() - started
+            evaluator = EliminatedRule(rule) if use else None
+            choices[rule.key] = Choice(rule, evaluator, True, plan_cost, cost, seconds)
+            continue
         decomposition = decompose(rule, stats)
         seconds = time.perf_counter() - started
         cost = decomposition.cost if decomposition is not None else None
@@ -127,17 +146,19 @@ def choose_decompositions(
     return choices
 
 
-def atom_stats(rule: Rule, node: NodeState) -> dict[int, AtomStats]:
-    """Sizes and distinct values per column of the facts each positive atom reads."""
+def atom_stats(rule: Rule, node: NodeState, skewed: bool = False) -> dict[int, AtomStats]:
+    """Sizes and distinct values per column of the facts each positive atom reads (with
+    ``skewed``, effective distinct values: see ``relation_stats``)."""
     found: dict[int, AtomStats] = {}
     fallback = 1
     for position, item in enumerate(rule.body):
         if isinstance(item, Atom) and item.relation not in node.heads:
-            found[position] = relation_stats(node.bag.relations(item.relation), item.arity)
+            relations = node.bag.relations(item.relation)
+            found[position] = relation_stats(relations, item.arity, skewed)
             fallback = max(fallback, found[position].size)
     for position, item in enumerate(rule.body):
         if isinstance(item, Atom) and item.relation in node.heads:
-            stats = relation_stats(node.bag.relations(item.relation), item.arity)
+            stats = relation_stats(node.bag.relations(item.relation), item.arity, skewed)
             if stats.size < fallback:  # still empty (or small) before it is materialised
                 share = max(1, fallback)
                 stats = AtomStats(share, tuple(max(d, share // 10) for d in stats.distinct))
@@ -145,7 +166,12 @@ def atom_stats(rule: Rule, node: NodeState) -> dict[int, AtomStats]:
     return found
 
 
-def relation_stats(relations: Sequence[Relation], arity: int) -> AtomStats:
+def relation_stats(relations: Sequence[Relation], arity: int, skewed: bool = False) -> AtomStats:
+    """``skewed``: a binary relation's column counts ``size² / Σ degree²`` values (its
+    effective number: the distinct count when every value has the same degree, far fewer when
+    a few hubs hold most facts), so that the textbook estimate of a join through it is the
+    expected one when the joined relations share their hubs, as the labels of a knowledge
+    graph do."""
     size = sum(len(r) for r in relations)
     distinct = []
     for column in range(arity):
@@ -153,7 +179,11 @@ def relation_stats(relations: Sequence[Relation], arity: int) -> AtomStats:
         for relation in relations:
             if not len(relation):
                 continue
-            if relation.arity == 2:
+            if relation.arity == 2 and skewed:
+                index = by_column(relation, column)
+                squares = sum(len(bucket) ** 2 for bucket in index.values())
+                values += round(len(relation) ** 2 / max(1, squares))
+            elif relation.arity == 2:
                 values += len(by_column(relation, column))
             else:
                 existing = relation.existing_index((column,))
@@ -169,9 +199,12 @@ def relation_stats(relations: Sequence[Relation], arity: int) -> AtomStats:
 class HypertreeModule(Module):
     name = "hypertree"
 
-    def __init__(self, choices: dict[str, Choice], mode: str = "auto") -> None:
+    def __init__(
+        self, choices: dict[str, Choice], mode: str = "auto", set_at_a_time: bool = True
+    ) -> None:
         self.choices = choices
         self.mode = mode
+        self.set_at_a_time = set_at_a_time
         # Set by materialise: the decomposed rules' instantiations describe the node's
         # current state. A module built for a node whose IDB it did not compute (a merged
         # hyper-node, a state restored from SQLite) recomputes at its first update.
@@ -183,8 +216,10 @@ class HypertreeModule(Module):
         for rule in node.rules:
             choice = self.choices.get(rule.key)
             if choice is None:  # a rule added by extend without a choice yet
-                chosen = choose_decompositions(node, self.mode, [rule])
+                chosen = choose_decompositions(node, self.mode, [rule], self.set_at_a_time)
                 choice = self.choices[rule.key] = chosen[rule.key]
+            if isinstance(choice.decomposed, EliminatedRule):
+                choice.decomposed.growth = self.costs.elimination_recompute_growth
             found.append((rule, choice.decomposed or PlannedRule(rule)))
         return found
 
@@ -358,6 +393,12 @@ class HypertreeModule(Module):
         if choice is None or choice.decomposed is None:
             return None
         cost = f"{choice.decomposition_cost:.3g}" if choice.decomposition_cost else "?"
+        if isinstance(choice.decomposed, EliminatedRule):
+            return (
+                f"through a hypertree decomposition, set at a time (estimated cost "
+                f"{cost}, its join plan's {choice.plan_cost:.3g} with skew-aware counts): "
+                f"{choice.decomposed.decomposition.describe(rule)}"
+            )
         return (
             f"through a hypertree decomposition (estimated cost {cost}, its join plan's "
             f"{choice.plan_cost:.3g}; found in {choice.seconds * 1000:.1f} ms), nodes "

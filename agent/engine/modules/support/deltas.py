@@ -213,9 +213,7 @@ def removed_rule_heads(
     return out
 
 
-def check(
-    executor: Executor, rules: Iterable[Rule], bag: DataStoreBag, candidates: Facts
-) -> Facts:
+def check(executor: Executor, rules: Iterable[Rule], bag: DataStoreBag, candidates: Facts) -> Facts:
     """The candidates that some rule derives in one step from the current state."""
     found: Facts = {}
     for rule in rules:
