@@ -45,6 +45,7 @@ from agent.protocol.messages import Telemetry, encode_model
 from agent.protocol.mqtt import Tls, mqtt_client
 from agent.service import Agent, Outcome
 from agent.state.agent_state import StateError
+from agent.state.outbox import acknowledged, pending_events
 
 log = logging.getLogger("zodiac.sync")
 
@@ -106,7 +107,8 @@ class AgentService:
             self.config.topic("events"),
             self.config.device,
             self.config.farm,
-            lambda: self.agent.state.conn,
+            lambda after, limit: pending_events(self.agent.state.conn, after, limit),
+            lambda seqs: acknowledged(self.agent.state.conn, seqs),
             wake=lambda: self.inbox.put(Incoming(EVENTS, b"", 0, 0)),
         )
         self.client.on_publish = self.events.on_publish

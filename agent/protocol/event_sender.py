@@ -17,13 +17,22 @@ broker outage loses nothing: the next start publishes what is left.
 from __future__ import annotations
 
 import queue
-import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import paho.mqtt.client as mqtt
 
 from agent.protocol.messages import Event, WatchedChange, encode_model
-from agent.state.outbox import PendingEvent, acknowledged, pending_events
+
+
+class Pending(Protocol):
+    """An event of the outbox (agent/state/outbox.py ``PendingEvent``)."""
+
+    seq: int
+    at: float
+    cause: dict
+    changes: list[Any]
+
 
 WINDOW = 100  # events in flight at most
 
@@ -35,13 +44,16 @@ class EventSender:
         topic: str,
         device: str,
         farm: str,
-        conn: Callable[[], sqlite3.Connection],
+        pending: Callable[[int, int], list[Pending]],
+        acknowledged: Callable[[Iterable[int]], None],
         *,
         window: int = WINDOW,
         wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.client, self.topic, self.device, self.farm = client, topic, device, farm
-        self.conn = conn  # (the state's connection, read on the agent's thread only)
+        # The outbox's events after a seq (at most so many), and the deletion of acknowledged
+        # ones: both on the agent's thread only (the state's connection is its own).
+        self.pending, self.acknowledged = pending, acknowledged
         self.window = window
         self.wake = wake  # tells the agent's thread that acknowledgements arrived
         self.acks: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -75,11 +87,11 @@ class EventSender:
             if seq is not None:
                 done.append(seq)
         if done:
-            acknowledged(self.conn(), done)
+            self.acknowledged(done)
         room = self.window - len(self.in_flight)
         if room <= 0 or not self.ready or not self.client.is_connected():
             return
-        for event in pending_events(self.conn(), after=self.sent_upto, limit=room):
+        for event in self.pending(self.sent_upto, room):
             info = self.client.publish(self.topic, self.payload(event), qos=1)
             if info.rc != mqtt.MQTT_ERR_SUCCESS:
                 return  # (not connected any more: all of it again at the next connection)
@@ -87,7 +99,7 @@ class EventSender:
             self.sent_upto = event.seq
             self.published += 1
 
-    def payload(self, event: PendingEvent) -> bytes:
+    def payload(self, event: Pending) -> bytes:
         changes = [
             WatchedChange(watch=watch, appeared=appeared, disappeared=disappeared)
             for watch, appeared, disappeared in event.changes

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import msgpack
 
+from agent.engine.language import Literal, Value
 from agent.engine.storage.watches import WatchChange
-from agent.protocol.messages import encode_fact
 
 OUTBOX_TABLE = (
     "CREATE TABLE outbox (seq INTEGER PRIMARY KEY, at REAL NOT NULL, cause TEXT NOT NULL, "
@@ -40,6 +40,16 @@ class PendingEvent:
     at: float
     cause: dict
     changes: list  # [[watch, appeared facts, disappeared facts], ...] in wire form
+
+
+def encode_fact(fact: tuple[Value, ...]) -> list:
+    """A fact in the wire form of the protocol's ``encode_fact`` (agent/protocol/messages.py:
+    an IRI or number as itself, a literal as a ``lit/dt/lang`` map), so that the sender
+    publishes the rows as they are; the state does not import the protocol."""
+    return [
+        {"lit": v.lexical, "dt": v.datatype, "lang": v.language} if isinstance(v, Literal) else v
+        for v in fact
+    ]
 
 
 def _meta(conn: sqlite3.Connection, key: str) -> str | None:
