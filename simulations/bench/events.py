@@ -144,8 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:24} {seconds * 1e3:8.3f} ms  x{ratio:.2f}  {changed} watch changes")
         engine.add(name, f"{seconds * 1e3:.3f}", f"{ratio:.2f}", changed)
     agent = Table(
-        ["agent change (SQLite, synchronous=OFF)", "ms per change", "vs no watch"],
-        "lrr",
+        [
+            "agent change (SQLite, synchronous=OFF)",
+            "ms per change",
+            "vs no watch",
+            "events kept",
+            "bytes per event",
+        ],
+        "lrrrr",
         title="Events in the agent's state",
     )
     rows_agent, per_event, events = agent_rows(n, k, repeat)
@@ -154,9 +160,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds in rows_agent:
         ratio = seconds / base if base else float("inf")
         print(f"  {name:24} {seconds * 1e3:8.3f} ms  x{ratio:.2f}")
-        agent.add(name, f"{seconds * 1e3:.3f}", f"{ratio:.2f}")
+        watched = name != "no watch"
+        agent.add(
+            name,
+            f"{seconds * 1e3:.3f}",
+            f"{ratio:.2f}",
+            events if watched else 0,
+            f"{per_event:.0f}" if watched else "-",
+        )
     print(f"  outbox: {events} events, {per_event:.0f} bytes per event")
-    agent.add(f"outbox: {events} events", f"{per_event:.0f} bytes per event", "")
     write_markdown(args.markdown, [engine, agent])
     return 0
 
