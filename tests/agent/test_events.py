@@ -117,3 +117,13 @@ def test_a_bad_watch_in_a_bundle_refuses_the_bundle(tmp_path, cloud):
     assert outcome.status == "refused" and outcome.reason == "engine"
     assert agent.state.watches == {} and not agent.reasoner.rules
     agent.close()
+
+
+def test_a_bad_watch_in_the_configuration_is_one_clear_line():
+    from agent.config import AgentConfig, ConfigError
+
+    text = 'device = "t1"\nfarm = "f"\n[keys]\ntrusted_keys = "/tmp"\n[events]\nwatch = ["<p>(X"]\n'
+    with pytest.raises(ConfigError) as error:
+        AgentConfig.loads(text)
+    message = str(error.value)
+    assert "\n" not in message and "events.watch: not an atom pattern '<p>(X'" in message
