@@ -189,3 +189,26 @@ def test_watching_a_name_twice():
     else:
         raise AssertionError("a second pattern under one name was accepted")
     assert r.watches() == {"w": "<p>(X)"}
+
+
+def test_watches_follow_owl_same_as():
+    """With owl:sameAs a reader sees the expanded model: a merge makes the other names'
+    facts appear, a split makes them disappear (the watches are read afresh then)."""
+    same = "http://www.w3.org/2002/07/owl#sameAs"
+    r = Reasoner()
+    r.add_rules("hot: <Hot>(X) :- <temp>(X, T) and COMP(T, >, 30) .")
+    r.watch("<Hot>(X)", name="hot")
+    replay: set = set()
+
+    def step(**change):
+        got = r.update(**change).get("watched", {}).get("hot", WatchChange())
+        replay.difference_update(got.disappeared)
+        replay.update(got.appeared)
+        assert replay == set(r.facts_named("Hot")), (change, replay)
+
+    step(add_facts=[("temp", "a", 35)])
+    step(add_facts=[(same, "a", "b")])
+    assert (RDF_TYPE, "b", "Hot") in replay
+    step(delete_facts=[(same, "a", "b")])
+    step(delete_facts=[("temp", "a", 35)])
+    assert replay == set()
