@@ -17,7 +17,7 @@ updates, hyper-nodes recomputed); ``COVERAGE`` counts them.
 
 from __future__ import annotations
 
-from hypothesis import note
+from hypothesis import note, settings
 
 from agent.engine import RDF_TYPE, Reasoner, WatchChange
 from agent.engine.language import Atom, Constant, Program, Variable
@@ -138,10 +138,13 @@ class WatchedClosureMachine(Watching, ClosureMachine):
         self.check_watches()
 
 
+# A third of the plain machines' examples (20 in CI, 200 thorough): the machines are theirs,
+# the watches ride along.
+FEWER = max(1, settings.default.max_examples // 5)
 TestWatchedRulePoolMachine = WatchedRulePoolMachine.TestCase
-TestWatchedRulePoolMachine.settings = MACHINE_SETTINGS
+TestWatchedRulePoolMachine.settings = settings(MACHINE_SETTINGS, max_examples=FEWER)
 TestWatchedClosureMachine = WatchedClosureMachine.TestCase
-TestWatchedClosureMachine.settings = CLOSURE_SETTINGS
+TestWatchedClosureMachine.settings = settings(CLOSURE_SETTINGS, max_examples=FEWER)
 
 
 def test_both_refresh_paths_ran():
