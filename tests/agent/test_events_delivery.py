@@ -35,6 +35,16 @@ def outbox(database) -> tuple[int, int, float]:
     return pending, int(row[0]) if row else 0, newest or 0.0
 
 
+def rules_held(database) -> bool:
+    if not database.exists():
+        return False
+    with closing(sqlite3.connect(database)) as conn:
+        try:
+            return conn.execute("SELECT count(*) FROM rules").fetchone()[0] > 0
+        except sqlite3.OperationalError:  # (the file is being created)
+            return False
+
+
 def received(sink: TestClient) -> list:
     return [decode_event(message.payload) for message in sink.drain()]
 
@@ -54,7 +64,14 @@ def test_events_survive_kill_9_and_a_broker_restart(tmp_path, make_broker):
         agent = AgentProcess(config).start()
         try:
             agent.wait_log("connected")
-            sender.publish("zodiac/farm1/t1/bundle", cloud.sign(cloud.bundle("base", 1, rules=HOT)))
+            # (sent again until applied: the first copy may reach the broker before the
+            # agent's first SUBSCRIBE; a copy after it is a duplicate, ignored)
+            bundle = cloud.sign(cloud.bundle("base", 1, rules=HOT))
+            deadline = time.monotonic() + 30
+            while not rules_held(database):
+                assert time.monotonic() < deadline, "the bundle was never applied"
+                sender.publish("zodiac/farm1/t1/bundle", bundle)
+                time.sleep(1)
             base = time.time() - 600
             kills = sorted(rng.sample(range(5, READINGS - 5), 3))
             for i in range(READINGS):
