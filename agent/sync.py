@@ -202,6 +202,8 @@ class AgentService:
                     self.send_events()
                     continue
                 self.handle(item)
+                if item.topic != EVENTS:  # (a change may have written an event)
+                    self.events.changed()
                 self.watch_state()
                 self.send_events()
         finally:

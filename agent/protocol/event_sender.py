@@ -63,6 +63,10 @@ class EventSender:
         # False from a disconnection (paho's thread) until the agent's thread saw the new
         # connection (``restart``): nothing is published meanwhile.
         self.ready = False
+        # Whether the outbox may hold events not yet published on this connection: set by
+        # every change (``changed``) and connection, cleared when a look found none, so that
+        # an idle agent's loop reads nothing (800 agents look several times a second).
+        self.dirty = True
 
     def on_publish(self, client, userdata, mid, reason_code, properties) -> None:
         self.acks.put(mid)
@@ -71,9 +75,14 @@ class EventSender:
     def disconnected(self) -> None:
         self.ready = False
 
+    def changed(self) -> None:
+        """A change was committed: it may have written an event."""
+        self.dirty = True
+
     def restart(self) -> None:
         """A new connection: publish every pending event again, from the lowest."""
         self.ready = True
+        self.dirty = True
         self.in_flight.clear()
         self.sent_upto = 0
         while not self.acks.empty():  # (mids of the old connection mean nothing now)
@@ -89,11 +98,15 @@ class EventSender:
         if done:
             self.acknowledged(done)
         room = self.window - len(self.in_flight)
-        if room <= 0 or not self.ready or not self.client.is_connected():
+        if room <= 0 or not self.dirty or not self.ready or not self.client.is_connected():
             return
-        for event in self.pending(self.sent_upto, room):
+        events = self.pending(self.sent_upto, room)
+        if len(events) < room:
+            self.dirty = False  # (all of it is on its way: nothing more until a change)
+        for event in events:
             info = self.client.publish(self.topic, self.payload(event), qos=1)
             if info.rc != mqtt.MQTT_ERR_SUCCESS:
+                self.dirty = True
                 return  # (not connected any more: all of it again at the next connection)
             self.in_flight[info.mid] = event.seq
             self.sent_upto = event.seq
