@@ -28,6 +28,7 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -37,6 +38,7 @@ __all__ = [
     "BudgetConfig",
     "ConfigError",
     "KeysConfig",
+    "EventsConfig",
     "LimitsConfig",
     "LogConfig",
     "ReasoningConfig",
@@ -44,8 +46,8 @@ __all__ = [
     "TopicKind",
 ]
 
-TopicKind = Literal["bundle", "status", "request", "telemetry", "readings"]
-TOPIC_KINDS: tuple[str, ...] = ("bundle", "status", "request", "telemetry", "readings")
+TopicKind = Literal["bundle", "status", "request", "telemetry", "readings", "events"]
+TOPIC_KINDS: tuple[str, ...] = ("bundle", "status", "request", "telemetry", "readings", "events")
 
 # Topic levels must not contain MQTT wildcards or separators; this is stricter than MQTT needs,
 # but also safe as a file name and in log lines.
@@ -285,6 +287,30 @@ class LimitsConfig(_Section):
     max_sensors: int = Field(10_000, gt=0)
 
 
+class EventsConfig(_Section):
+    """``[events]``: the watched patterns whose facts' changes the device publishes as events
+    on ``zodiac/<farm>/<device>/events`` (docs/agent.md, "Events"), and the outbox's budget."""
+
+    # Atom patterns as queries take them, e.g. "<SensorAnomalyWindTurbine>(X)".
+    watch: list[NonEmptyStr] = []
+    # Events kept while the broker has not acknowledged them; past it an event is counted
+    # (status ``events.over_budget``) instead of kept.
+    max_pending: int = Field(10_000, gt=0)
+
+    @field_validator("watch")
+    @classmethod
+    def _patterns(cls, patterns: list[str]) -> list[str]:
+        from agent.engine.errors import ParseError
+        from agent.engine.program.parser import parse_atom
+
+        for pattern in patterns:
+            try:
+                parse_atom(pattern)
+            except ParseError as error:
+                raise ValueError(f"not an atom pattern {pattern!r}: {error}") from None
+        return patterns
+
+
 class LogConfig(_Section):
     """``[log]``: logging for journald / Docker (JSON lines by default, for log shippers)."""
 
@@ -308,6 +334,7 @@ class AgentConfig(_Section):
     telemetry: TelemetryConfig = TelemetryConfig()
     budget: BudgetConfig = BudgetConfig()
     limits: LimitsConfig = LimitsConfig()
+    events: EventsConfig = EventsConfig()
     log: LogConfig = LogConfig()
     # The file this config was loaded from (set by `load`, for messages); not a TOML option.
     source: Path | None = Field(None, exclude=True)

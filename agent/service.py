@@ -86,6 +86,7 @@ from agent.protocol.messages import (
 from agent.protocol.signing import BundleLimits, check_sequence, open_bundle
 from agent.state.agent_state import AgentState, StateError, StreamVersion
 from agent.state.claims import OwnershipError
+from agent.state.outbox import outbox_figures
 
 log = logging.getLogger("zodiac.agent")
 
@@ -166,6 +167,7 @@ class Agent:
             decompositions=config.reasoning.decompositions,
             budget=config.budget.budget(),
             stream_budgets=config.budget.stream_budgets(),
+            max_events=config.events.max_pending,
         )
         report = self.state.load_report
         log.info(
@@ -189,7 +191,9 @@ class Agent:
         # The last refusal when the state could not take it (a full disk): see ``note``.
         self.unsaved_error: str | None = None
         self._buckets: dict[str, tuple[float, float]] = {}  # telemetry rate: tokens, time
+        self.state.clock = lambda: self.clock()
         self.sync_local_files()
+        self.sync_watches()
 
     @property
     def reasoner(self):
@@ -208,9 +212,7 @@ class Agent:
         from agent.engine.program.loaders import load_facts, load_program
 
         rules = {rule.id: rule for path in reasoning.rules for rule in load_program(path).rules}
-        facts = {
-            fact_identity(fact): fact for path in reasoning.facts for fact in load_facts(path)
-        }
+        facts = {fact_identity(fact): fact for path in reasoning.facts for fact in load_facts(path)}
         known = {
             name: self.reasoner.rules[name]
             for name in self.state.rules_of_stream(LOCAL_SOURCE)
@@ -241,6 +243,23 @@ class Agent:
                 }
             },
         )
+
+    def sync_watches(self) -> None:
+        """The configuration's watches (``[events] watch``), held by source ``local``: a
+        watch added since the last start makes its facts 'appear' in an event, one removed
+        makes them 'disappear' (cause ``{"kind": "watch"}``)."""
+        from agent.engine.program.parser import parse_atom
+
+        wanted = {str(parse_atom(p)) for p in self.config.events.watch}
+        held = {p for p, sources in self.state.watches.items() if LOCAL_SOURCE in sources}
+        if wanted != held:
+            self.state.set_watches(LOCAL_SOURCE, sorted(wanted), cause={"kind": "watch"})
+
+    def drop_watches_of_ruleless(self, stream: str) -> None:
+        """A stream left with no rule watches nothing any more (its watches go with it)."""
+        held = any(stream in sources for sources in self.state.watches.values())
+        if held and not self.state.rules_of_stream(stream):
+            self.state.set_watches(stream, [], cause={"kind": "watch", "stream": stream})
 
     # ------------------------------------------------------------------ bundles
     def handle_bundle(self, payload: bytes) -> Outcome:
@@ -331,7 +350,8 @@ class Agent:
                 self._link_request(answers, outcome.stream or "")
             if outcome.stream:
                 self._close_released(outcome.stream)
-        except sqlite3.Error as error:
+                self.drop_watches_of_ruleless(outcome.stream)
+        except (sqlite3.Error, StateError) as error:
             log.warning(
                 "could not update the rule requests", extra={"fields": {"error": str(error)}}
             )
@@ -457,6 +477,7 @@ class Agent:
                 version=StreamVersion(source, bundle.version, bundle.bundle_id),
                 superseded=bundle.superseded_sources(),
                 forget_meta=(APPLYING,),  # (the marker goes with the commit)
+                watches=[] if bundle.full_state and bundle.watches is None else bundle.watches,
             )
         except StateError as error:
             return Outcome("refused", "state", str(error), **where)
@@ -505,7 +526,8 @@ class Agent:
                 self.dropped[f"readings: {order}"] += 1
         if not fresh:
             return Outcome("unchanged", message="no reading newer than the one applied")
-        return self._replace(SENSOR_SOURCE, fresh, by_sensor=True, times=times)
+        cause = {"kind": "readings", "sent_at": telemetry.sent_at}
+        return self._replace(SENSOR_SOURCE, fresh, by_sensor=True, times=times, cause=cause)
 
     def handle_telemetry(self, payload: bytes, *, sender: str) -> Outcome:
         """A neighbour's snapshot of readings, from the telemetry topic of device ``sender``
@@ -545,7 +567,10 @@ class Agent:
                 self.dropped["telemetry: subject not the sender's"] += 1
             else:
                 readings.append(fact)
-        return self._replace(source, readings, by_sensor=False, times={"*": telemetry.sent_at})
+        cause = {"kind": "telemetry", "device": sender, "sent_at": telemetry.sent_at}
+        return self._replace(
+            source, readings, by_sensor=False, times={"*": telemetry.sent_at}, cause=cause
+        )
 
     def reading_order(self, sent_at: float, applied: float | None) -> str:
         """Where a reading (or a neighbour's snapshot) dated ``sent_at`` stands against the
@@ -620,6 +645,7 @@ class Agent:
         *,
         by_sensor: bool,
         times: dict[str, float] | None = None,
+        cause: dict | None = None,
     ) -> Outcome:
         old = self.state.facts_of_source(source)
         new = [tuple(f) for f in readings]
@@ -636,7 +662,7 @@ class Agent:
                     self.state.apply(source=source, reading_times=times)
                 return Outcome("unchanged")
             report = self.state.apply(
-                add_facts=added, delete_facts=gone, source=source, reading_times=times
+                add_facts=added, delete_facts=gone, source=source, reading_times=times, cause=cause
             )
         except StateError as error:  # (not durable: not acknowledged, tried again)
             return self.note(Outcome("refused", "state", f"{source}: {error}", stream=source))
@@ -762,6 +788,7 @@ class Agent:
                     "UPDATE requests SET status = 'resolved', resolved_at = ? WHERE request_id = ?",
                     (time.time(), request_id),
                 )
+            self.drop_watches_of_ruleless(stream)
             log.info(
                 "rules released",
                 extra={"fields": {"event": event, "stream": stream, "rules": len(rule_ids)}},
@@ -784,6 +811,7 @@ class Agent:
             last_error=self.unsaved_error or self.state.get_meta("last_error"),
             updated_at=time.time(),
             dropped=dict(self.dropped),
+            events=outbox_figures(self.state.conn),
         )
 
     def findings(self) -> list[list]:

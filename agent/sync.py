@@ -19,6 +19,8 @@ readings      in  QoS 1  the device's own sensor values (msgpack ``Telemetry``; 
 telemetry     in/out     neighbours' readings in, this device's readings out (``Telemetry``)
 request       out QoS 1  ``RuleRequest``, with MQTT v5 response topic and correlation data
 status        out        ``DeviceStatus``, retained; the last will publishes ``online=False``
+events        out QoS 1  ``Event``: the watched facts each change made appear and disappear,
+                         from the outbox, in seq order (agent/protocol/event_sender.py)
 ============  =========  ======================================================================
 """
 
@@ -38,14 +40,17 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from agent.config import AgentConfig
+from agent.protocol.event_sender import EventSender
 from agent.protocol.messages import Telemetry, encode_model
 from agent.protocol.mqtt import Tls, mqtt_client
 from agent.service import Agent, Outcome
 from agent.state.agent_state import StateError
+from agent.state.outbox import acknowledged, pending_events
 
 log = logging.getLogger("zodiac.sync")
 
 RELOAD = "$reload-keys"  # an inbox item, not a topic: SIGHUP
+EVENTS = "$events"  # an inbox item: the broker acknowledged events
 TELEMETRY_HEARTBEAT = 30.0  # seconds: unchanged telemetry is re-sent at least this often
 # Seconds between two tries of a message whose change could not be made durable (a full disk):
 # doubling from the first to the last, so that a disk freed is seen soon, a disk that stays
@@ -97,6 +102,16 @@ class AgentService:
         self.client.on_connect_fail = self._on_connect_fail
         self.client.on_disconnect = self._on_disconnect
         self.client.on_message = self._on_message
+        self.events = EventSender(
+            self.client,
+            self.config.topic("events"),
+            self.config.device,
+            self.config.farm,
+            lambda after, limit: pending_events(self.agent.state.conn, after, limit),
+            lambda seqs: acknowledged(self.agent.state.conn, seqs),
+            wake=lambda: self.inbox.put(Incoming(EVENTS, b"", 0, 0)),
+        )
+        self.client.on_publish = self.events.on_publish
         offline = encode_model(agent.status(online=False))
         self.client.will_set(self.config.topic("status"), offline, qos=1, retain=True)
         self.reported_findings: list | None = None  # as in the last published status
@@ -146,6 +161,7 @@ class AgentService:
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
         self.connected.clear()
+        self.events.disconnected()
         if not self.stopping.is_set():
             log.warning(
                 "disconnected; reconnecting with back-off",
@@ -183,9 +199,13 @@ class AgentService:
                     item = self.inbox.get(timeout=0.2)
                 except queue.Empty:
                     self.watch_state()
+                    self.send_events()
                     continue
                 self.handle(item)
+                if item.topic != EVENTS:  # (a change may have written an event)
+                    self.events.changed()
                 self.watch_state()
+                self.send_events()
         finally:
             self._shutdown()
 
@@ -208,6 +228,16 @@ class AgentService:
                 self.agent.note(Outcome("refused", "state", str(error)), quiet=True)
             self.stop()
 
+    def send_events(self) -> None:
+        """Publish pending events and forget acknowledged ones (a failure to delete them, a
+        full disk, is only logged: they are sent again, duplicates with their seq)."""
+        if self.agent.state.gone is not None:
+            return
+        try:
+            self.events.pump()
+        except sqlite3.Error as error:
+            log.warning("could not send events", extra={"fields": {"error": str(error)}})
+
     def handle(self, item: Incoming) -> None:
         """One message: apply, acknowledge once durable, then react (requests, release).
 
@@ -218,8 +248,11 @@ class AgentService:
         stop (or a crash) meanwhile leaves it unacknowledged, and the broker delivers it
         again at the next start."""
         if item.topic == "$connected":
+            self.events.restart()
             self.publish_status()
             return
+        if item.topic == EVENTS:
+            return  # (send_events follows every item)
         if item.topic == RELOAD:
             if self.agent.keys is not None:
                 ring = self.agent.keys.reload()

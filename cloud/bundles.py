@@ -49,6 +49,7 @@ from agent.protocol.messages import (
     decode_term,
     encode_fact,
 )
+from cloud.events import create_events_table
 
 
 @dataclass
@@ -105,7 +106,6 @@ def device_facts(
     return {f for f in facts if len(f) >= 2 and f[1] in keep}
 
 
-
 def facts_for(
     facts: Iterable[tuple],
     device: str,
@@ -125,6 +125,7 @@ def facts_for(
     if neighbour_predicate:
         return device_facts(facts, device, neighbour_predicate)
     return set(facts)
+
 
 # How long a bundle stays valid: a device offline for longer refuses it as expired, reports
 # the version gap and gets a fresh full-state bundle; a captured bundle is useless after it.
@@ -150,6 +151,7 @@ def open_ledger(path: str | Path) -> Database:
     with db.atomic():
         for name, columns in (("sent", SENT_COLUMNS), ("full_states", FULL_STATES_COLUMNS)):
             db.table(name).create(columns, pk=LEDGER_KEY, if_not_exists=True)
+        create_events_table(db)  # (the devices' events: cloud/events.py)
     return db
 
 
@@ -289,7 +291,5 @@ class BundleCutter:
     @staticmethod
     def _get(table: Table, device: str, stream: str) -> dict | None:
         """The ledger row of ``device`` and ``stream`` in ``table`` (None: none yet)."""
-        rows = list(
-            table.rows_where("device = ? AND stream = ?", [device, stream], limit=1)
-        )
+        rows = list(table.rows_where("device = ? AND stream = ?", [device, stream], limit=1))
         return rows[0] if rows else None

@@ -37,6 +37,8 @@ from agent.protocol.messages import (
     Bundle,
     BundleError,
     DeviceStatus,
+    Event,
+    decode_event,
     decode_request,
     decode_status,
     fact_tuple,
@@ -44,6 +46,7 @@ from agent.protocol.messages import (
 from agent.protocol.mqtt import mqtt_client
 from agent.protocol.signing import sign_bundle
 from cloud.bundles import BundleCutter, Target
+from cloud.events import keep_event
 
 log = logging.getLogger("zodiac.cloud")
 
@@ -60,6 +63,8 @@ ANSWER_TIMEOUT = 10.0
 MAX_REQUESTS_PER_MINUTE = 6.0
 # Seconds between two warnings about one device's ignored requests (the rest: debug lines).
 WARNING_INTERVAL = 60.0
+# Seconds the broker keeps serve's session (and the events for it) while serve is away.
+SESSION_EXPIRY = 7 * 24 * 3600
 
 
 def last_error(status: DeviceStatus) -> dict:
@@ -151,6 +156,7 @@ class Publisher:
         self.listen = listen
         self.on_status: Callable[[DeviceStatus], None] | None = None
         self.pending: list[mqtt.MQTTMessageInfo] = []
+        self.events_kept = 0  # devices' events kept (copies of one event count once)
 
     def flush(self, timeout: float = 10) -> None:
         """Wait until every bundle published so far was acknowledged by the broker."""
@@ -160,7 +166,16 @@ class Publisher:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Publisher:
-        self.client.connect(self.host, self.port, keepalive=30)
+        """Connect; a listening publisher (``serve``) with a persistent session, so that the
+        devices' events (QoS 1) published while it is away wait for it at the broker."""
+        if self.listen:
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = SESSION_EXPIRY
+            self.client.connect(
+                self.host, self.port, keepalive=30, clean_start=False, properties=props
+            )
+        else:
+            self.client.connect(self.host, self.port, keepalive=30)
         self.client.loop_start()
         return self
 
@@ -175,7 +190,11 @@ class Publisher:
         if not self.listen:
             return
         client.subscribe(
-            [(f"zodiac/{self.farm}/+/status", 1), (f"zodiac/{self.farm}/+/request", 1)]
+            [
+                (f"zodiac/{self.farm}/+/status", 1),
+                (f"zodiac/{self.farm}/+/request", 1),
+                (f"zodiac/{self.farm}/+/events", 1),
+            ]
         )
 
     def _on_message(self, client, userdata, message: mqtt.MQTTMessage) -> None:
@@ -185,6 +204,8 @@ class Publisher:
                 self._status(device, decode_status(message.payload))
             elif message.topic.endswith("/request"):
                 self._request(device, message)
+            elif message.topic.endswith("/events"):
+                self._event(device, decode_event(message.payload))
         except BundleError as error:
             log.warning("bad message from %s: %s", device, error)
         except Exception:  # noqa: BLE001 - one bad device must not stop the service
@@ -317,6 +338,17 @@ class Publisher:
             reason,
             self.request_outcomes[key],
         )
+
+    def _event(self, device: str, event: Event) -> None:
+        """Keep a device's event once (cloud/events.py); one that names another device or
+        farm than its topic is refused (the broker's ACL says who published there)."""
+        if event.device != device or event.farm != self.farm:
+            log.warning("event on %s's topic names %s/%s", device, event.farm, event.device)
+            return
+        with self.lock:
+            if keep_event(self.cutter.db, event, time.time()):
+                self.events_kept += 1
+            self.changed.notify_all()
 
     def _status(self, device: str, status: DeviceStatus) -> None:
         with self.changed:

@@ -124,6 +124,9 @@ def _add_publisher_commands(commands) -> None:
     from cloud.operator_cli import add_commands as add_operator_commands
 
     add_operator_commands(commands)
+    from cloud.events import add_command as add_events_command
+
+    add_events_command(commands)
 
 
 def _non_negative(text: str) -> int:

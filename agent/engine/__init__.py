@@ -46,6 +46,7 @@ from agent.engine.language import (
 from agent.engine.program.loaders import load_facts, load_program
 from agent.engine.program.parser import parse_atom, parse_file, parse_program
 from agent.engine.reasoner import Reasoner
+from agent.engine.storage.watches import WatchChange
 from agent.engine.terms import fact_identity
 from agent.engine.update.net_change import NetChange
 
@@ -53,6 +54,7 @@ __all__ = [
     # the facade
     "Reasoner",
     "Derivation",
+    "WatchChange",
     "Budget",
     "BudgetExceeded",
     # reading rules and facts

@@ -56,6 +56,7 @@ from agent.engine.program.validation import check_rule
 from agent.engine.storage.changes import Journal
 from agent.engine.storage.store import DataStore, RelationKey, SavedFacts, by_relation
 from agent.engine.storage.view import MaterialisedView, NodeView
+from agent.engine.storage.watches import Watch, WatchChange, journal_readable
 from agent.engine.terms import TermDictionary
 from agent.engine.update.maintenance import UpdateDriver, new_node_state
 from agent.engine.update.reclaim import RECLAIMER
@@ -142,6 +143,8 @@ class Reasoner:
         self.journal = Journal()
         # owl:sameAs by rewriting, from the first update that uses it (equality.py).
         self.equality: EqualityLayer | None = None
+        # Watched patterns by name (storage/watches.py): each update reports their changes.
+        self._watches: dict[str, Watch] = {}
 
     @classmethod
     def restore(
@@ -269,10 +272,15 @@ class Reasoner:
         ``budget`` (default: the reasoner's) limits the update; over it, BudgetExceeded is
         raised and the reasoner is exactly as before.
 
+        With watches (:meth:`watch`), the report's ``watched`` maps the name of each watch
+        whose matches changed to a WatchChange: the facts that appeared and disappeared.
+
         Python's cyclic garbage collector is paused meanwhile (see ``gcpause``)."""
         guard = BudgetGuard(budget if budget is not None else self.budget)
         with collector_paused() as pause, RECLAIMER.paused():
             report = self._update(add_rules, delete_rules, add_facts, delete_facts, guard)
+            if self._watches:
+                report["watched"] = self._refresh_watches(report)
             changed = sum(
                 node["added"] + node["removed"] for node in report["hyper_nodes"].values()
             )
@@ -352,6 +360,48 @@ class Reasoner:
         report.setdefault("directly_impacted", [])
         self._last_update = report
         return report
+
+    # ------------------------------------------------------------------ watches
+    def watch(self, pattern: str | Atom, name: str | None = None) -> WatchChange:
+        """Watch the facts matching an atom pattern (as :meth:`query` takes it): from now on
+        every update's report says, under ``watched[name]``, which of them appeared and which
+        disappeared. ``name`` defaults to the pattern's text. Returns the facts matching now
+        (all 'appeared': a reader replaying changes from here starts from them). Watching a
+        name again with the same pattern changes nothing and returns no change; with another
+        pattern it raises ValueError."""
+        from agent.engine.program.parser import parse_atom
+
+        atom = parse_atom(pattern) if isinstance(pattern, str) else pattern
+        name = name if name is not None else str(atom)
+        known = self._watches.get(name)
+        if known is not None:
+            if known.atom != atom:
+                raise ValueError(f"watch {name!r} already watches {known.atom}, not {atom}")
+            return WatchChange()
+        watch = self._watches[name] = Watch(name, atom)
+        return watch.start(self.view())
+
+    def unwatch(self, name: str) -> WatchChange:
+        """Stop watching ``name``; returns the facts it held, all 'disappeared' (KeyError for
+        an unknown name)."""
+        watch = self._watches.pop(name)
+        return watch.stop(self.view())
+
+    def watches(self) -> dict[str, str]:
+        """The watches: name -> pattern text."""
+        return {name: str(watch.atom) for name, watch in self._watches.items()}
+
+    def _refresh_watches(self, report: dict) -> dict[str, WatchChange]:
+        structural = bool(report["rules_added"] or report["rules_deleted"])
+        readable = journal_readable(self.journal, structural, self.equality is not None)
+        journal = self.journal if readable else None
+        view = self.view()
+        changes = {}
+        for name, watch in self._watches.items():
+            change = watch.refresh(view, journal)
+            if change:
+                changes[name] = change
+        return changes
 
     def _equality_for(
         self, added: Iterable[Rule], additions: dict[RelationKey, list]

@@ -463,6 +463,11 @@ class Bundle(_Frozen):
     supersedes: list[StreamName] = []
     answers: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     operations: list[Operation]
+    # The stream's watches (atom patterns, e.g. ``<SensorAnomalyWindTurbine>(X)``): the
+    # device publishes the changes of their facts as events (docs/agent.md, "Events"). A list
+    # replaces the stream's watches; None keeps them (a full-state bundle: none). They go
+    # with the stream: superseded, or left with no rule, it watches nothing.
+    watches: list[Annotated[str, Field(min_length=1, max_length=500)]] | None = None
 
     @model_validator(mode="after")
     def _sensible_times(self) -> Bundle:
@@ -535,6 +540,36 @@ class DeviceStatus(_Frozen):
     dropped: dict[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0)]] = {}
     # Derived facts of the device's configured "findings" predicates (e.g. a diagnosis).
     findings: list[Fact] = []
+    # The event outbox (docs/agent.md, "Events"): ``pending`` events not yet acknowledged by
+    # the broker, ``last_seq`` the last sequence number given, ``over_budget`` the events not
+    # kept because the outbox was full (their numbers are missing from the sequence).
+    events: dict[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0)]] = {}
+
+
+class WatchedChange(_Frozen):
+    """What one update changed of one watch: the facts that appeared and disappeared."""
+
+    watch: Annotated[str, Field(min_length=1)]
+    appeared: list[Fact] = []
+    disappeared: list[Fact] = []
+
+
+class Event(_Frozen):
+    """The watched facts one update changed on a device, published on
+    ``<prefix>/<farm>/<device>/events`` at QoS 1, in ``seq`` order. ``seq`` numbers the
+    device's events from 1 without reuse: a consumer drops a duplicate by ``(device, seq)``;
+    a missing number is an event the device could not keep (its outbox was over budget, said
+    in its status). ``cause`` says what made the update: ``{"kind": "bundle", "stream": ...,
+    "version": ...}``, ``{"kind": "readings", "sent_at": ...}``, ``{"kind": "telemetry",
+    "device": ...}``, ``{"kind": "watch", ...}`` (a watch added or removed),
+    ``{"kind": "local"}``."""
+
+    device: Name
+    farm: Name
+    seq: Annotated[int, Field(ge=1)]
+    at: Timestamp
+    cause: dict[str, str | int | float | None]
+    changes: list[WatchedChange]
 
 
 class RuleRequest(_Frozen):
@@ -700,3 +735,7 @@ def decode_telemetry(data: bytes) -> Telemetry:
 
 def decode_request(data: bytes) -> RuleRequest:
     return decode_model(data, RuleRequest)
+
+
+def decode_event(data: bytes) -> Event:
+    return decode_model(data, Event)

@@ -13,7 +13,7 @@ import json
 
 from pydantic import BaseModel
 
-from agent.protocol.messages import Bundle, DeviceStatus, RuleRequest, Telemetry
+from agent.protocol.messages import Bundle, DeviceStatus, Event, RuleRequest, Telemetry
 
 #: Message kind -> (model, the topic it travels on, who publishes it).
 MESSAGES: dict[str, tuple[type[BaseModel], str, str]] = {
@@ -33,6 +33,11 @@ MESSAGES: dict[str, tuple[type[BaseModel], str, str]] = {
         "the agent (retained), to the cloud and operators",
     ),
     "request": (RuleRequest, "zodiac/<farm>/<device>/request", "the agent, to the cloud"),
+    "events": (
+        Event,
+        "zodiac/<farm>/<device>/events",
+        "the agent (QoS 1, in seq order), to the cloud",
+    ),
     "bundle": (
         Bundle,
         "zodiac/<farm>/<device>/bundle",

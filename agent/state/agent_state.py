@@ -81,6 +81,14 @@ from agent.state.explicit_rows import (
     write_claims,
 )
 from agent.state.migrations import MIGRATIONS, legacy_term_problems, upgrade
+from agent.state.outbox import (
+    append_event,
+    cause_of,
+    merge_started,
+    merge_stopped,
+    save_watches,
+    saved_watches,
+)
 from agent.state.packing import DamagedRow, verify
 from agent.state.saved_rules import parse_saved_rule, read_saved_rules, row_checksum
 from agent.state.schema import (
@@ -154,14 +162,17 @@ class AgentState:
         load: bool = True,
         budget: Budget | None = None,
         stream_budgets: StreamBudgets | None = None,
+        max_events: int = 10_000,
     ) -> None:
         """Open (or, with ``create``, create) the state file and load the reasoner from it.
 
         Raises :class:`StateError` for a file that is not an agent state (never overwritten),
         a corrupt file, or a schema newer than this program knows. ``budget`` limits every
         change, and ``stream_budgets`` the derived facts each source's rules may hold
-        (agent/budgets/stream_budgets.py)."""
+        (agent/budgets/stream_budgets.py). ``max_events``: the outbox's budget (outbox.py)."""
         self.path = Path(path)
+        self.max_events = max_events
+        self.clock = time.time  # the events' time (injectable, as the agent's clock)
         synchronous = synchronous.upper()
         if synchronous not in SYNCHRONOUS_MODES:
             raise StateError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}")
@@ -531,6 +542,10 @@ class AgentState:
         if not self._checksums_saved:  # (a file from before the checksums, or a new one)
             with self.conn:
                 self._save_checksums()
+        # The watches the file says are held: their changes so far are in the outbox already.
+        self.watches = saved_watches(conn)
+        for pattern in self.watches:
+            self.reasoner.watch(pattern)
         how = "new" if created else self.reasoner.restored
         derived = sum(node.size() for node in self.reasoner.view().nodes)
         return LoadReport(
@@ -653,6 +668,8 @@ class AgentState:
         superseded: Iterable[str] = (),
         reading_times: dict[str, float] | None = None,
         forget_meta: Iterable[str] = (),
+        watches: Iterable[str] | None = None,
+        cause: dict | None = None,
     ) -> dict:
         """Apply one change made by ``source`` in memory and commit it in one transaction.
 
@@ -668,7 +685,12 @@ class AgentState:
         the ``forget_meta`` notes (a bundle's marker, bundle_costs.py). Bad input (syntax,
         safety, stratification, ownership) raises the engine's error and changes nothing. A
         failed write raises StateError after restoring memory from the file. A change while
-        the path no longer names the file opened raises StateError too (``check_file``)."""
+        the path no longer names the file opened raises StateError too (``check_file``).
+
+        ``watches``: the patterns ``source`` watches after the change (None: as before; the
+        ``superseded`` sources' go). The watched facts the change makes appear and disappear
+        are one event of the outbox, written in the same transaction (outbox.py), with
+        ``cause`` (by default, what ``source`` and ``version`` say)."""
         if self._damaged is not None:
             raise StateError(self._damaged)
         self.check_file()
@@ -695,6 +717,8 @@ class AgentState:
             )
         except DamagedRow as error:  # (a claims row read for the plan: changed nothing yet)
             raise self._damage_found(error) from None
+        held = self._watches_after(source, watches, superseded)
+        started = {p: self.reasoner.watch(p) for p in held if p not in self.watches}
         try:
             report = self.reasoner.update(
                 add_rules=change.add_rules,
@@ -704,10 +728,15 @@ class AgentState:
                 budget=self._budget_for(change, source),
             )
         except ZodiacError:
-            raise  # checked before anything changed: memory is as it was, nothing to write
+            for pattern in started:  # (the rest is as it was: nothing to write)
+                self.reasoner.unwatch(pattern)
+            raise
         except BaseException:
             self.reload()  # a failure half way through maintenance: trust the file
             raise
+        changes = merge_started(report.get("watched", {}), started)
+        for pattern in [p for p in self.watches if p not in held]:
+            changes = merge_stopped(changes, pattern, self.reasoner.unwatch(pattern))
         try:
             with self.conn:  # one transaction: BEGIN ... COMMIT, or ROLLBACK on error
                 self._write_terms()
@@ -731,6 +760,10 @@ class AgentState:
                 self.conn.executemany(
                     "DELETE FROM meta WHERE key = ?", ((key,) for key in forget_meta)
                 )
+                if held != self.watches:
+                    save_watches(self.conn, held)
+                what = cause if cause is not None else cause_of(source, version)
+                append_event(self.conn, changes, what, self.clock(), self.max_events)
         except BaseException as error:
             self.reload()
             if isinstance(error, sqlite3.Error):
@@ -741,7 +774,28 @@ class AgentState:
             raise
         self.check_file()  # (committed to the file opened: is it still the state's?)
         self._claim_rules_in_memory(change, source)
+        self.watches = held
+        report["events"] = changes
         return report
+
+    def _watches_after(
+        self, source: str, watches: Iterable[str] | None, superseded: Iterable[str]
+    ) -> dict[str, set[str]]:
+        """Pattern -> sources once ``source`` watches ``watches`` (None: what it watches) and
+        the ``superseded`` sources nothing. Patterns are checked here (ParseError)."""
+        from agent.engine.program.parser import parse_atom
+
+        gone = {source, *superseded} if watches is not None else set(superseded)
+        held = {p: set(s) - gone for p, s in self.watches.items()}
+        for pattern in watches or ():
+            held.setdefault(str(parse_atom(pattern)), set()).add(source)
+        return {p: s for p, s in held.items() if s}
+
+    def set_watches(self, source: str, watches: Iterable[str], cause: dict | None = None) -> dict:
+        """``source`` watches exactly ``watches`` from now on: one change with no facts or rules
+        (the facts of a new watch appear, those of a watch no source holds any more
+        disappear, as one event: see ``apply``)."""
+        return self.apply(source=source, watches=list(watches), cause=cause)
 
     def _budget_for(self, change: ClaimChange, source: str) -> Budget | None:
         """The budget of one change: the reasoner's (``budget``), with the derived facts each

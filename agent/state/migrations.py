@@ -17,8 +17,10 @@ from agent.engine.program.parser import parse_program
 from agent.state.checksums import META_KEY, DictionaryChecksums
 from agent.state.chunk_tables import DERIVED, group_last
 from agent.state.explicit_rows import EXPLICIT_TABLE, Claimed, insert_claims
+from agent.state.outbox import OUTBOX_TABLE
 from agent.state.saved_rules import form_of_text, read_saved_rules, row_checksum
 from agent.state.schema import (
+    OUTBOX_VERSION,
     REBUILD,
     SCHEMA,
     SCHEMA_VERSION,
@@ -253,6 +255,13 @@ def _rules_with_checksums(conn: sqlite3.Connection) -> int:
     return 10
 
 
+def _outbox(conn: sqlite3.Connection) -> int:
+    """The previous version -> OUTBOX_VERSION: the event outbox (agent/state/outbox.py),
+    empty: the watches start with the next start (none was kept before)."""
+    conn.execute(OUTBOX_TABLE)
+    return OUTBOX_VERSION
+
+
 def _pack(args: tuple[int, ...]) -> tuple[int, int, int, str]:
     n = len(args)
     if n == 2:
@@ -328,4 +337,5 @@ MIGRATIONS = {
     7: _explicit_by_chunk,
     8: _terms_by_chunk,
     9: _rules_with_checksums,
+    OUTBOX_VERSION - 1: _outbox,
 }

@@ -10,10 +10,12 @@ import sqlite3
 
 from agent.engine.errors import ZodiacError
 from agent.state.explicit_rows import EXPLICIT_TABLE
+from agent.state.outbox import OUTBOX_TABLE
 from agent.state.term_rows import TERMS_TABLE
 
 FORMAT = "zodiac-edge agent state"
-SCHEMA_VERSION = 10
+OUTBOX_VERSION = 11  # the first version with the event outbox (agent/state/outbox.py)
+SCHEMA_VERSION = OUTBOX_VERSION
 TERMS_BY_CHUNK = 9  # the first version with the terms packed by chunks (agent/state/term_rows.py)
 EXPECTED_TABLES = {
     "meta",
@@ -27,6 +29,7 @@ EXPECTED_TABLES = {
     "requests",
     "reading_times",
     "representatives",
+    "outbox",
 }
 
 SCHEMA = f"""
@@ -35,6 +38,7 @@ CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE relations (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, arity INTEGER NOT NULL, UNIQUE (name, arity)
 );
+{OUTBOX_TABLE};  -- events not yet acknowledged by the broker: agent/state/outbox.py
 {EXPLICIT_TABLE};  -- the facts each source claims (state/claims.py), packed: state/explicit_rows.py
 CREATE TABLE rules (
     name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,

@@ -62,6 +62,9 @@ findings = ["{SENSOR_ANOMALY}", "{CHANGE_CONFIRMED}"]
 [reasoning.triggers]
 "{SUSPICION}" = "{ANOMALY_STREAM}"
 
+[events]
+watch = ["<{SENSOR_ANOMALY}>(X)", "<{CHANGE_CONFIRMED}>(X)"]
+
 [log]
 level = "INFO"
 format = "json"

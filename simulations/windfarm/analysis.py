@@ -75,6 +75,12 @@ class Result:
     base_latencies: dict[str, float] = field(default_factory=dict)
     answer_latencies: list[float] = field(default_factory=list)
     telemetry_latencies: list[float] = field(default_factory=list)
+    # A diagnosis appearing in an event: from the reading that caused it (its ``sent_at``),
+    # and, for one that appeared with the answering bundle's rules, from that bundle on the
+    # broker; both to the event's arrival at the monitor (the cloud's side of the broker).
+    event_latencies: list[float] = field(default_factory=list)
+    bundle_event_latencies: list[float] = field(default_factory=list)
+    diagnosis_events: dict[str, str] = field(default_factory=dict)  # device -> first diagnosis
     messages: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (count, bytes)
     broker_totals: dict[str, int] = field(default_factory=dict)
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
@@ -146,6 +152,7 @@ def analyse(sim) -> Result:
         if answer is not None:
             result.answer_latencies.append(answer - at)
     result.telemetry_latencies = _telemetry_latencies(seen)
+    _event_latencies(seen, result)
 
     # ---- traffic
     result.messages = {
@@ -167,6 +174,37 @@ def analyse(sim) -> Result:
 
     result.checks = _checks(sim, result, base_rules)
     return result
+
+
+def _event_latencies(seen, result: Result) -> None:
+    """The diagnoses reported by events (the first copy of each ``(device, seq)``) and their
+    latencies (see ``Result.event_latencies``)."""
+    bundles = {
+        (device, bundle.source, bundle.version): at
+        for at, device, bundle, _ in seen.bundles
+        if bundle is not None
+    }
+    kept: set[tuple[str, int]] = set()
+    for at, device, event in seen.events:
+        if (device, event.seq) in kept:
+            continue
+        kept.add((device, event.seq))
+        appeared = [fact for change in event.changes for fact in change.appeared]
+        if not appeared:
+            continue
+        result.diagnosis_events.setdefault(device, finding_predicate(tuple(appeared[0])))
+        cause = event.cause
+        if cause.get("kind") in ("readings", "telemetry") and cause.get("sent_at"):
+            result.event_latencies.append(at - float(cause["sent_at"]))
+        elif cause.get("kind") == "bundle":
+            sent = bundles.get((device, cause.get("stream"), cause.get("version")))
+            sent = (
+                sent
+                if sent is not None
+                else bundles.get(("all", cause.get("stream"), cause.get("version")))
+            )
+            if sent is not None:
+                result.bundle_event_latencies.append(at - sent)
 
 
 def _telemetry_latencies(seen) -> list[float]:

@@ -17,7 +17,9 @@ from agent.protocol.messages import (
     Bundle,
     BundleError,
     DeviceStatus,
+    Event,
     RuleRequest,
+    decode_event,
     decode_request,
     decode_status,
     decode_telemetry,
@@ -45,6 +47,7 @@ class Seen:
     bundles: list[tuple[float, str, Bundle | None, int]] = field(default_factory=list)
     temperatures: list[tuple[float, str, float]] = field(default_factory=list)  # readings
     telemetry: list[tuple[float, str, float]] = field(default_factory=list)  # agents' telemetry
+    events: list[tuple[float, str, Event]] = field(default_factory=list)  # agents' events
     # $SYS counter -> values per broker life (a restarted broker counts from zero again).
     sys_counters: dict[str, list[int]] = field(default_factory=dict)
 
@@ -105,6 +108,8 @@ class Monitor:
                     self.seen.statuses.append((now, device, decode_status(payload)))
                 elif kind == "request":
                     self.seen.requests.append((now, device, decode_request(payload)))
+                elif kind == "events":
+                    self.seen.events.append((now, device, decode_event(payload)))
                 elif kind == "bundle":
                     self.seen.bundles.append((now, device, self._bundle(payload), len(payload)))
                 elif kind in ("readings", "telemetry"):

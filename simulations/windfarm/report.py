@@ -46,6 +46,14 @@ def _distribution(values) -> str:
     return f"{len(values)} | {_ms(statistics.median(values))} | {_ms(p95)} | {_ms(max(values))}"
 
 
+def _percentiles(values) -> str:
+    values = sorted(values)
+    if not values:
+        return "- | - | -"
+    p99 = values[min(len(values) - 1, int(0.99 * len(values)))]
+    return f"{len(values)} | {_ms(statistics.median(values))} | {_ms(p99)}"
+
+
 def _relative(path: Path | str, directory: Path) -> str:
     """``path`` as seen from the report's folder: the report is read on other machines and
     its folder moved or archived, so it names no absolute path of the machine it ran on."""
@@ -145,6 +153,23 @@ def write_report(result: Result, directory: Path) -> Path:
                 ("reading published -> agent's telemetry out", result.telemetry_latencies),
             )
         ),
+        "",
+        "Diagnoses through events (`zodiac/<farm>/<device>/events`, the first copy of each "
+        "`(device, seq)`), to their arrival at the monitor:",
+        "",
+        "| what | count | p50 ms | p99 ms |",
+        "|---|---|---|---|",
+        *(
+            f"| {what} | {_percentiles(values)} |"
+            for what, values in (
+                ("reading -> diagnosis event", result.event_latencies),
+                ("answering bundle -> diagnosis event", result.bundle_event_latencies),
+            )
+        ),
+        "",
+        "Diagnosed through events: "
+        + (", ".join(f"{d} {p}" for d, p in sorted(result.diagnosis_events.items())) or "none")
+        + ".",
         "",
         "## Messages on the broker",
         "",

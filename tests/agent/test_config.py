@@ -48,6 +48,7 @@ def test_example_config_loads_and_documents_every_option():
         "telemetry": type(config.telemetry),
         "budget": type(config.budget),
         "limits": type(config.limits),
+        "events": type(config.events),
         "log": type(config.log),
     }
     for section, model in sections.items():

@@ -29,6 +29,7 @@ from agent.state import packing as derived_rows
 from agent.state.agent_state import SCHEMA_VERSION, AgentState, StateError, StreamVersion
 from agent.state.packing import chunk_of, unpack
 from agent.state.saved_rules import row_checksum
+from agent.state.schema import OUTBOX_VERSION
 from agent.state.term_rows import TERMS_PER_CHUNK
 from tests.support.old_states import (
     derived_by_prefix,
@@ -37,6 +38,7 @@ from tests.support.old_states import (
     rules_without_checksums,
     rules_without_forms,
     terms_per_row,
+    without_outbox,
 )
 from tests.support.strategies import closure_pools, incremental_programs, pool_facts
 
@@ -622,6 +624,28 @@ def test_a_version_9_file_gets_its_rule_checksums(tmp_path):
     assert copy.read_bytes() == before
 
 
+def test_a_version_10_file_gets_its_outbox(tmp_path):
+    """Version 10 had no event outbox: the upgrade adds it empty, and the next change with a
+    watch writes its first event (seq 1) in the change's transaction."""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules=RS, add_facts=[("parent", "a", "b")])
+        expected = set(state.reasoner.facts())
+    conn = sqlite3.connect(path)
+    with conn:
+        without_outbox(conn)
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(OUTBOX_VERSION - 1),)
+        )
+    conn.close()
+    with opened_after_upgrade(path) as state:
+        assert set(state.reasoner.facts()) == expected
+        assert state.conn.execute("SELECT count(*) FROM outbox").fetchone() == (0,)
+        state.set_watches("local", ["<parent>(X, Y)"])
+        (seq,) = state.conn.execute("SELECT seq FROM outbox").fetchone()
+        assert seq == 1
+
+
 def opened_after_upgrade(path: Path) -> AgentState:
     """The state of an older version's file at ``path``: a health check reads it as it is and
     finds nothing wrong, and opening it upgrades it and loads what it saved, not recomputing."""
@@ -721,7 +745,7 @@ def test_a_row_damaged_while_the_agent_runs_is_refused_at_its_next_write(tmp_pat
         AgentState(path)
 
 
-@pytest.mark.parametrize("version", [3, 5, 7, 8, 9])
+@pytest.mark.parametrize("version", [3, 5, 7, 8, 9, 10])
 def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkeypatch, version):
     """An upgrade is one transaction: when it stops half way (a crash, a full disk), the file
     is the old version as it was, and the next start upgrades it. (Schema changes count:
@@ -740,8 +764,10 @@ def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkey
             terms_per_row(conn)
         if version < 7:
             rules_without_forms(conn)
-        else:
+        elif version < 10:
             rules_without_checksums(conn)
+        else:
+            without_outbox(conn)
         if version == 3:
             derived_per_fact(conn, saved)
         elif version == 5:

@@ -30,7 +30,7 @@ def test_every_cloud_command_and_option_has_help_text():
     from tests.engine.test_cli import check_help_texts
 
     parser = build_parser()
-    check_help_texts(parser, {"materialise", "publish", "serve", "keys", "bundle"})
+    check_help_texts(parser, {"materialise", "publish", "serve", "keys", "bundle", "events"})
     commands = next(a for a in parser._actions if a.dest == "command")
     generate = commands.choices["keys"]._actions[-1].choices["generate"]
     assert generate.description and all(a.help for a in generate._actions)
@@ -76,8 +76,9 @@ def agent_folder(tmp_path, public):
     (folder / "keys").mkdir(parents=True)
     (folder / "keys" / public.name).write_bytes(public.read_bytes())
     config = folder / "agent.toml"
-    config.write_text('device = "t1"\nfarm = "farm1"\ndatabase = "t1.db"\n'
-                      '[keys]\ntrusted_keys = "keys"\n')
+    config.write_text(
+        'device = "t1"\nfarm = "farm1"\ndatabase = "t1.db"\n[keys]\ntrusted_keys = "keys"\n'
+    )
     return config
 
 
@@ -197,8 +198,6 @@ def test_publish_reports_a_device_that_does_not_answer(tmp_path, make_broker):
     assert result.stdout.splitlines()[-1].startswith("t9: no answer"), result.stdout
     assert 2 <= took < 20, took
     # --no-wait: sent, exit 0, as before.
-    quick = publish(
-        tmp_path, broker, tmp_path / "k" / "cloud.key", "--devices", "t8", "--no-wait"
-    )
+    quick = publish(tmp_path, broker, tmp_path / "k" / "cloud.key", "--devices", "t8", "--no-wait")
     assert quick.returncode == 0, quick.stderr
     assert quick.stdout.splitlines() == ["t8: base version 1 (1 rules, 0 facts)"]

@@ -71,6 +71,11 @@ CASES = [
         marks=slow,
     ),
     ("parse", ["--rules", "100", "--repeat", "1"], {"parse / tokenize", "us per rule"}),
+    (
+        "events",
+        ["--turbines", "30", "--updates", "4", "--repeat", "1"],
+        {"vs no watch", "bytes per event"},
+    ),
     pytest.param("bitmaps", ["--quick", "--repeat", "1"], {"bitmap / set"}, marks=slow),
     pytest.param(
         "equality",

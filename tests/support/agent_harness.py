@@ -67,6 +67,7 @@ class Cloud:
         full_state: bool = False,
         expires_at: float | None = None,
         issued_at: float | None = None,
+        watches: list[str] | None = None,
     ) -> Bundle:
         """A bundle for ``device`` of ``farm`` (``device="all"``: the whole farm), issued now
         and valid for an hour unless ``issued_at`` / ``expires_at`` say otherwise (an
@@ -97,6 +98,7 @@ class Cloud:
             full_state=full_state,
             supersedes=supersedes or [],
             operations=operations,
+            watches=watches,
         )
 
     def sign(self, bundle: Bundle) -> bytes:

@@ -87,8 +87,15 @@ def facts_per_claim(conn: sqlite3.Connection) -> int:
     return len(rows)
 
 
+def without_outbox(conn: sqlite3.Connection) -> None:
+    """Drop the event outbox: the tables of the versions before OUTBOX_VERSION."""
+    conn.execute("DROP TABLE outbox")
+
+
 def rules_without_checksums(conn: sqlite3.Connection) -> None:
-    """Drop the rule rows' checksums: the rules table of schema versions 7 to 9."""
+    """Drop the rule rows' checksums and the outbox: the rules table of schema versions 7 to
+    9 (and the tables of before the outbox)."""
+    without_outbox(conn)
     conn.execute("ALTER TABLE rules DROP COLUMN crc")
 
 
