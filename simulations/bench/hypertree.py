@@ -7,7 +7,7 @@
 Workloads (``simulations/bench/hypertree_workloads.py``, generators deterministic):
 expressions (the paper's Exp), graph patterns (its YAGO rules), university L (LUBM's simple
 rules: no rule is cyclic, so no decomposition may be chosen), university L+C (with 16
-cyclic rules) and skewed patterns (the YAGO-style rules over the skewed graph of #51: 2,000
+cyclic rules) and skewed patterns (the YAGO-style rules over the skewed graph: 2,000
 nodes and 20,000 edges times ``--scale``, 0.2 with ``--quick``).
 
 Per workload, both sides in the same run: **combined** (``Reasoner()``: each cyclic rule

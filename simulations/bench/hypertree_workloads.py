@@ -157,10 +157,10 @@ def skewed_graph(
     label_exponent: float = 1.2,
     seed: int = 13,
 ) -> list[tuple[str, str, str]]:
-    """Edges ``(label, source, target)`` of a graph skewed as real knowledge graphs are, the
-    setting of #51: endpoints drawn with Zipf weights of exponent 1.1 (the busiest node is an
-    endpoint of about an eighth of the edges, most nodes of one or two), labels with exponent
-    1.2 over 8 labels (the commonest holds about 45% of the edges). Cyclic patterns through
+    """Edges ``(label, source, target)`` of a graph skewed as real knowledge graphs are:
+    endpoints drawn with Zipf weights of exponent 1.1 (the busiest node is an endpoint of
+    about an eighth of the edges, most nodes of one or two), labels with exponent 1.2 over 8
+    labels (the commonest holds about 45% of the edges). Cyclic patterns through
     the hubs then have far more instantiations than distinct head pairs. The same draw as
     ``labelled_graph`` (shuffled ranks, self-loops and duplicates dropped)."""
     return labelled_graph(

@@ -106,7 +106,7 @@ RS2_SETS: tuple[tuple[str, ...], ...] = (
 LEAF = ("r18",)  # the leaf hyper-node of RS2: the "under 1% of from scratch" target
 RS3_RULES = ("r6", "r10new")
 RS1_TRANSITIVE = ("r1", "r2")  # the symmetric-transitive hyper-node, the Fig. 10 program
-# The targets of issue 51, read on ``again`` (a running agent):
+# The decided targets, read on ``again`` (a running agent):
 HALF_CHANGE = 0.50  # an update whose net change is at most half the final materialisation...
 LARGE_CHANGE_RATIO = 1.1  # ... is faster than from scratch; a larger one at most 1.1x it
 SMALL_CHANGE = 0.10  # an update whose net change is at most 10% of the final materialisation...
@@ -438,9 +438,9 @@ def cycle_edges(count: int, nodes: int, seed: int = 7) -> tuple[Fact, ...]:
 
 
 def cycle_cases(quick: bool) -> list[Case]:
-    """Not in the paper (issue 51's case): copies ``a``, ``b``, ``c`` of 160,000 edges ``e``
-    (``a :- e``, ``b :- a``, ``c :- b``), then the rule ``a(Y, X) :- c(X, Y)`` closing the
-    cycle ``a -> b -> c -> a``, which brings the 480,000 reversed copies; and deleting it."""
+    """Not in the paper: copies ``a``, ``b``, ``c`` of 160,000 edges ``e`` (``a :- e``,
+    ``b :- a``, ``c :- b``), then the rule ``a(Y, X) :- c(X, Y)`` closing the cycle
+    ``a -> b -> c -> a``, which brings the 480,000 reversed copies; and deleting it."""
     count = 1_600 if quick else 160_000
     data = cycle_edges(count, count // 4)
     base = parse_program(CYCLE_RULES).rules
@@ -460,7 +460,7 @@ GROUPS: dict[str, tuple[str, Callable[[bool], list[Case]]]] = {
     "rs3": ("Negation, RS3 (paper Tables 2 and 3)", rs3_cases),
     "rs1": ("Symmetric-transitive, RS1 (paper Fig. 9)", rs1_cases),
     "data": ("Data-incremental, RS1 r1 + r2 (paper Fig. 10)", data_cases),
-    "cycle": ("A rule closing a cycle of copies (issue 51)", cycle_cases),
+    "cycle": ("A rule closing a cycle of copies", cycle_cases),
 }
 
 
@@ -853,7 +853,7 @@ def targets(rows: list[Row]) -> list[tuple[str, list[Row], list[Row]]]:
 def print_targets(rows: list[Row]) -> Table:
     """One line per paper target: met, NOT met (with the rows that miss it), or n/a; returned
     as a Markdown table too."""
-    print('\nTargets (issue 51), read on "again" (a running agent), ratios of this run:')
+    print('\nTargets, read on "again" (a running agent), ratios of this run:')
     table = Table(
         ("target", "rows", "missed", "verdict"),
         "lrrl",

@@ -33,7 +33,7 @@ def test_quick_run_prints_table_with_equal_results(capsys):
     assert len(rows) == quick_row_count(list(incremental.GROUPS))
     assert all(" OK " in row for row in rows), out
     assert "MISMATCH" not in out and "ERROR" not in out
-    assert 'Targets (issue 51), read on "again"' in out
+    assert 'Targets, read on "again"' in out
     assert "net change at most 10%: at least 5x faster" in out
     assert "the leaf r18 added at DS2(800)" in out
     # Every row's net change was measured on the checking pass: a percentage, not "nan%".
