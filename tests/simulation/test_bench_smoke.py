@@ -197,7 +197,7 @@ def test_peer_benchmark_runs_both_engines_and_they_agree(capsys):
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if "total time" not in line]
     sides = [row[0] for row in rows if row and row[0] in peers.SIDES]
-    assert sides == ["ours", "ours-no-modules", "nemo", "ours", "nemo"]
+    assert sides == ["ours", "ours-no-modules", "nemo", "clingo", "ours", "nemo", "clingo"]
     assert "MISMATCH" not in out and out.count("total time:") == 3
 
 
@@ -211,7 +211,8 @@ def test_program_size_benchmark_prints_every_column_for_every_size(capsys):
         assert f"{column} ms" in lines[0]
     sizes = [line.split() for line in lines[1:3]]
     assert [row[0] for row in sizes] == ["10", "40"]
-    assert all(len(row) == 2 + len(program_size.COLUMNS) for row in sizes)
+    # (rules, hyper-nodes, a column per step, facts, kept and RSS bytes per fact)
+    assert all(len(row) == 2 + len(program_size.COLUMNS) + 3 for row in sizes)
     assert "Ratio to 10 rules" in out
     ratios = lines[-1].split()
     assert ratios[0] == "40" and len(ratios) == 1 + len(program_size.COLUMNS), out
