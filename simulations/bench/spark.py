@@ -403,8 +403,10 @@ def print_reading(series: str, rows: list[Row], table: Table | None = None) -> N
     if wins or not (engine and spark):
         return
     largest = max(row.facts or 0 for row in both)
-    cross = math.exp((spark[0] - engine[0]) / (engine[1] - spark[1])) if engine[1] > spark[1] else 0
-    if largest < cross < 1000 * largest:
+    # (in logs: lines of nearly equal slope cross beyond any float's range)
+    log_cross = (spark[0] - engine[0]) / (engine[1] - spark[1]) if engine[1] > spark[1] else 0.0
+    if largest and math.log(largest) < log_cross < math.log(1000 * largest):
+        cross = math.exp(log_cross)
         print(f"  the last-two-case lines cross at ~{cross:,.0f} output facts (extrapolated)")
     else:
         print("  the last-two-case lines do not cross within 1000x the largest output")
