@@ -58,6 +58,7 @@ from agent.engine.language import Rule
 from agent.engine.modules.base import Maintained, Module, NodeState, as_bitmap, by_subject_of
 from agent.engine.modules.shapes import LinearClosurePattern
 from agent.engine.modules.support.subject_changes import SubjectChanges
+from agent.engine.modules.transitive import successors_within
 from agent.engine.plan.executor import Executor
 from agent.engine.program.dependency import strongly_connected_components
 from agent.engine.storage.changes import InputChanges, StoreChanges
@@ -191,16 +192,7 @@ class LinearClosureModule(Module):
         q changed keeps its q. Returns the vertices whose q changed (every one computed when
         ``dirty`` is None) and p2 of those computed (shared with q on a cycle: read only)."""
         succ, q = self.succ, self.q
-        if inside is None:
-
-            def successors(u: int) -> Iterable[int]:
-                return succ.get(u, EMPTY)
-
-        else:
-
-            def successors(u: int) -> Iterable[int]:
-                return succ.get(u, EMPTY) & inside
-
+        successors = successors_within(succ, inside)
         changed: set[int] = set()
         p2: dict[int, BitMap] = {}
         tick = self.guard.tick

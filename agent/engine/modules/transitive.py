@@ -70,7 +70,7 @@ recomputing from scratch.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pyroaring import BitMap, FrozenBitMap
 
@@ -85,6 +85,16 @@ from agent.engine.storage.store import DataStore, DataStoreBag, Relation, Relati
 from agent.engine.storage.subject_facts import SubjectFacts, common
 
 EMPTY: frozenset = frozenset()
+
+
+def successors_within(
+    succ: dict[int, BitMap], inside: BitMap | None
+) -> Callable[[int], Iterable[int]]:
+    """A vertex's successors in ``succ``, only those in ``inside`` when given: the graph the
+    closure modules walk component by component."""
+    if inside is None:
+        return lambda u: succ.get(u, EMPTY)
+    return lambda u: succ.get(u, EMPTY) & inside
 NO_IDS = FrozenBitMap()  # the reach of a vertex without successors (read only)
 
 
@@ -279,16 +289,7 @@ class TransitiveClosureModule(ClosureModule):
         downstream of a change are recomputed. Lonely pairs among ``vertices`` are recorded
         (the caller has forgotten the old ones)."""
         succ, reach, irreflexive = self.succ, self.reach, self.irreflexive
-        if inside is None:
-
-            def successors(u: int) -> Iterable[int]:
-                return succ.get(u, EMPTY)
-
-        else:
-
-            def successors(u: int) -> Iterable[int]:
-                return succ.get(u, EMPTY) & inside
-
+        successors = successors_within(succ, inside)
         changed: set[int] = set()
         p2: dict[int, BitMap] = {}
         tick = self.guard.tick
