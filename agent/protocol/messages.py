@@ -643,10 +643,12 @@ def parse_rule_spec(
         raise refuse(f"{source}: {err}") from None
     except RecursionError:
         raise refuse(f"{source}: the rule is too deeply nested to parse") from None
-    if len(program.rules) != 1 or program.facts:
+    if len(program.rules) != 1 or program.facts or program.windows or program.watches:
         found_what = f"{len(program.rules)} rule(s)"
         if program.facts:
             found_what += f" and {len(program.facts)} fact(s)"
+        if program.windows or program.watches:  # (a bundle carries them in windows, watches)
+            found_what += " and directives (@window, @watch: a bundle's windows and watches)"
         raise refuse(f"{source}: the text must be exactly one rule, found {found_what}")
     rule = program.rules[0]
     if rule.label is not None and rule.label != spec.id:
