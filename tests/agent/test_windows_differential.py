@@ -9,7 +9,8 @@ readings ``e2(sensor, value)``: ``w10`` (10 s) and ``w30`` (30 s). Then random s
 * a message of readings (one or two sensors, one ``sent_at``: lagging the clock by up to 40 s,
   or up to 2 s ahead of it, always newer than the sensor's last: so it is applied, and may
   be late for one window and not the other);
-* the clock moving on, with or without a tick (a fact stays until a tick expires it);
+* the clock moving on, with or without a tick (a fact stays until a tick expires it), or to
+  the very edge of a window's oldest fact (``now - seconds == t``: it leaves);
 * the windows declared again by a bundle (a subset of both, or None: kept), so windows are
   removed (their facts go) and declared anew (empty);
 * the agent closed and opened again on its state file (the window index rebuilt from it).
@@ -85,6 +86,8 @@ STEP = st.one_of(
     READ,
     st.tuples(st.just("tick"), st.integers(0, 25)),
     st.tuples(st.just("wait"), st.integers(1, 25)),  # the clock moves, no tick
+    # The clock moved to where a window's oldest fact is exactly at its edge, and a tick.
+    st.tuples(st.just("edge"), st.sampled_from(sorted(WINDOWS))),
     st.tuples(
         st.just("declare"),
         st.none() | st.lists(st.sampled_from(sorted(WINDOWS)), unique=True),
@@ -215,6 +218,13 @@ def test_windows_against_the_reference(tmp_path_factory, program, static, first,
             # (unchanged: the same value again, and no window to take it)
             assert outcome.status in ("applied", "unchanged"), outcome.message
             model.read([(s, v) for _, s, v in readings], at)
+        elif kind == "edge":
+            held = model.window.get(step[1])
+            if held:
+                edge = min(fact[3] for fact in held) + WINDOWS[step[1]].seconds
+                clock.now = model.now = max(clock.now, edge)
+            agent.tick_windows()
+            model.tick()
         elif kind in ("tick", "wait"):
             clock.now += step[1]
             model.now = clock.now
