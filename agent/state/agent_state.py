@@ -658,7 +658,31 @@ class AgentState:
                 )
             ],
             "last_error": json.loads(last_error) if last_error else None,
+            "windows": self._window_summary(),
         }
+
+    def _window_summary(self) -> list[dict]:
+        """The windows held (from the file): each declaration, who declares it, and the facts
+        it holds now (an older file, read as it is by a health check: none)."""
+        if "windows" not in table_names(self.conn):
+            return []
+        counts = dict(
+            self.conn.execute(
+                "SELECT r.name, COALESCE(SUM(e.size), 0) FROM explicit e "
+                "JOIN relations r ON r.id = e.rel WHERE e.source = ? GROUP BY r.name",
+                (WINDOW_SOURCE,),
+            ).fetchall()
+        )
+        found: dict[str, dict] = {}
+        for text, source in self.conn.execute(
+            "SELECT declaration, source FROM windows ORDER BY declaration, source"
+        ):
+            relation = _saved_window(text).relation
+            entry = found.setdefault(
+                text, {"declaration": text, "sources": [], "facts": counts.get(relation, 0)}
+            )
+            entry["sources"].append(source)
+        return list(found.values())
 
     def get_meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()

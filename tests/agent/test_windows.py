@@ -5,11 +5,13 @@ one batch per tick with its event, windows from bundles and local rule files, re
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 
 import pytest
 
+from agent.cli import main
 from agent.engine.language import WindowDeclaration
 from agent.protocol.messages import fact_tuple
 from agent.state.agent_state import AgentState
@@ -162,13 +164,20 @@ def test_expiry_is_one_batch_per_tick_with_its_event(tmp_path, cloud):
     assert agent.tick_windows() is None
 
 
-def test_windows_survive_a_restart(tmp_path, cloud):
+def test_windows_survive_a_restart(tmp_path, cloud, capsys):
     agent, clock = windowed_agent(tmp_path, cloud)
     for value in (1.0, 2.0, 3.0):
         read(agent, clock, value)
         clock.now += 50
     before = agent.state.windows.facts()
     agent.close()
+    # zodiac-agent status reads them from the file (the state not loaded).
+    assert main(["status", "--config", str(tmp_path / "agent.toml")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["windows"] == [
+        {"declaration": TEN_MINUTES, "sources": ["base"], "facts": 3},
+        {"declaration": TWO_MINUTES, "sources": ["base"], "facts": 3},
+    ]
     again = make_agent(tmp_path, cloud)
     again.clock = clock
     assert again.state.windows.facts() == before
