@@ -6,13 +6,16 @@ one batch per tick with its event, windows from bundles and local rule files, re
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
 from agent.cli import main
-from agent.engine.language import WindowDeclaration
+from agent.engine.language import Program, WindowDeclaration
+from agent.engine.program.parser import parse_program
 from agent.protocol.messages import fact_tuple
 from agent.state.agent_state import AgentState
 from agent.state.outbox import pending_events
@@ -22,29 +25,26 @@ from tests.agent.test_service import make_agent
 from tests.support.agent_harness import Cloud, readings_payload
 from tests.support.old_states import without_windows
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "agent.md"
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+
+
+def documented_program() -> Program:
+    """The rules of docs/agent.md, "Windows": its first datalog block."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("\n## Windows\n") :]
+    block = next(m[2] for m in FENCE.finditer(section) if m[1] == "datalog")
+    return parse_program(block, "docs/agent.md")
+
+
+PROGRAM = documented_program()
 READING = "hasAirTemperatureMeasurement"
-TEN_MINUTES = f"@window <{READING}> 10 min as <recentAirTemperature> ."
-TWO_MINUTES = f"@window <{READING}> 2 min as <lastAirTemperature> ."
-# The docs' example rules (docs/agent.md, "Windows"): there is no count-distinct aggregate, so
-# "one distinct value" is "the smallest value equals the largest".
-STUCK = {
-    "window_count": "window_count: <windowCount>(S, N) :- "
-    "aggregate( <recentAirTemperature>(S, V, T) ) on S with count(V) as N .",
-    "window_min": "window_min: <windowMin>(S, M) :- "
-    "aggregate( <recentAirTemperature>(S, V, T) ) on S with min(V) as M .",
-    "window_max": "window_max: <windowMax>(S, M) :- "
-    "aggregate( <recentAirTemperature>(S, V, T) ) on S with max(V) as M .",
-    "stuck": "stuck: <StuckSensor>(S) :- <windowCount>(S, N) and N >= 20 "
-    "and <windowMin>(S, Low) and <windowMax>(S, High) and Low = High .",
-}
-RISING = {
-    "average_10": "average_10: <average10>(S, A) :- "
-    "aggregate( <recentAirTemperature>(S, V, T) ) on S with avg(V) as A .",
-    "average_2": "average_2: <average2>(S, A) :- "
-    "aggregate( <lastAirTemperature>(S, V, T) ) on S with avg(V) as A .",
-    "rising": "rising: <RisingTemperature>(S) :- <average2>(S, Short) "
-    "and <average10>(S, Long) and Short > Long + 2 .",
-}
+TEN_MINUTES, TWO_MINUTES = (str(window) for window in PROGRAM.windows)
+RULES = {rule.id: str(rule) for rule in PROGRAM.rules}
+# The "stuck" rules of the page (there is no count-distinct aggregate, so "one distinct value"
+# is "the smallest value equals the largest"), and the "rising" ones.
+STUCK = {name: RULES[name] for name in ("window_count", "window_min", "window_max", "stuck")}
+RISING = {name: RULES[name] for name in ("average_10", "average_2", "rising")}
 START = float(int(time.time()))  # (bundles are valid for an hour from now)
 
 
@@ -61,7 +61,7 @@ def cloud(tmp_path):
     return Cloud(tmp_path / "cloud")
 
 
-def windowed_agent(tmp_path, cloud, *, tables: str = "", watches: list[str] | None = None):
+def windowed_agent(tmp_path, cloud, *, tables: str = ""):
     agent = make_agent(tmp_path, cloud, tables=tables)
     clock = agent.clock = Clock()
     bundle = cloud.bundle(
@@ -69,7 +69,7 @@ def windowed_agent(tmp_path, cloud, *, tables: str = "", watches: list[str] | No
         1,
         rules={**STUCK, **RISING},
         windows=[TEN_MINUTES, TWO_MINUTES],
-        watches=watches,
+        watches=[str(pattern) for pattern in PROGRAM.watches],
     )
     outcome = agent.handle_bundle(cloud.sign(bundle))
     assert outcome.status == "applied", outcome.message
@@ -140,7 +140,7 @@ def test_late_readings_and_the_budget_are_counted(tmp_path, cloud):
 
 
 def test_expiry_is_one_batch_per_tick_with_its_event(tmp_path, cloud):
-    agent, clock = windowed_agent(tmp_path, cloud, watches=["<StuckSensor>(X)"])
+    agent, clock = windowed_agent(tmp_path, cloud)  # (watching <StuckSensor>(X))
     for _ in range(20):
         read(agent, clock, 7.0)
         clock.now += 10
