@@ -85,10 +85,10 @@ from agent.protocol.messages import (
     encode_fact,
 )
 from agent.protocol.signing import BundleLimits, check_sequence, open_bundle
+from agent.readings.windows import LATE, OVER_BUDGET, WINDOW_SOURCE, WindowChange, WindowError
 from agent.state.agent_state import AgentState, StateError, StreamVersion
 from agent.state.claims import OwnershipError
 from agent.state.outbox import outbox_figures
-from agent.windows import LATE, OVER_BUDGET, WINDOW_SOURCE, WindowChange, WindowError
 
 log = logging.getLogger("zodiac.agent")
 

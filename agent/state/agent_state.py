@@ -70,6 +70,14 @@ from agent.engine.storage.store import (
 from agent.engine.storage.subject_facts import SubjectFacts
 from agent.engine.storage.view import NodeView
 from agent.engine.update.net_change import NetChange
+from agent.readings.windows import (
+    DEFAULT_MAX_FACTS,
+    WINDOW_SOURCE,
+    WindowChange,
+    WindowError,
+    WindowIndex,
+    checked_declarations,
+)
 from agent.state.checksums import META_KEY, DictionaryChecksums
 from agent.state.chunk_tables import DERIVED, group_last, saved_facts
 from agent.state.claims import ClaimChange, RuleClaims, plan_change
@@ -107,14 +115,6 @@ from agent.state.schema import (
     table_names,
 )
 from agent.state.term_rows import load_terms, write_terms
-from agent.windows import (
-    DEFAULT_MAX_FACTS,
-    WINDOW_SOURCE,
-    WindowChange,
-    WindowError,
-    WindowIndex,
-    checked_declarations,
-)
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # What reading a damaged file raises, beyond SQLite's own check (``_check_file``): a text that
@@ -179,7 +179,7 @@ class AgentState:
         a corrupt file, or a schema newer than this program knows. ``budget`` limits every
         change, and ``stream_budgets`` the derived facts each source's rules may hold
         (agent/budgets/stream_budgets.py). ``max_events``: the outbox's budget (outbox.py);
-        ``max_window_facts``: each window's (agent/windows.py)."""
+        ``max_window_facts``: each window's (agent/readings/windows.py)."""
         self.path = Path(path)
         self.max_events = max_events
         self.max_window_facts = max_window_facts
@@ -744,9 +744,9 @@ class AgentState:
         before; the ``superseded`` sources' go); a window no source declares any more loses
         its facts in this change. ``window_facts``: window facts to add and delete
         (`WindowIndex.arrivals`, `expiry`), claimed by source ``window``, in this same update
-        and transaction (agent/windows.py). Windows that cannot hold together (one relation
-        declared twice, differently; a window relation that a rule derives or another source
-        asserts facts of) raise WindowError, and nothing is changed."""
+        and transaction (agent/readings/windows.py). Windows that cannot hold together (one
+        relation declared twice, differently; a window relation that a rule derives or another
+        source asserts facts of) raise WindowError, and nothing is changed."""
         if self._damaged is not None:
             raise StateError(self._damaged)
         self.check_file()

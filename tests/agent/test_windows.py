@@ -17,10 +17,10 @@ from agent.cli import main
 from agent.engine.language import Program, WindowDeclaration
 from agent.engine.program.parser import parse_program
 from agent.protocol.messages import fact_tuple
+from agent.readings.windows import LATE, OVER_BUDGET
 from agent.state.agent_state import AgentState
 from agent.state.outbox import pending_events
 from agent.state.schema import OUTBOX_VERSION, SCHEMA_VERSION
-from agent.windows import LATE, OVER_BUDGET
 from tests.agent.test_service import make_agent
 from tests.support.agent_harness import Cloud, readings_payload
 from tests.support.old_states import without_windows
