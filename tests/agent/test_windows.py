@@ -297,3 +297,31 @@ def test_a_version_11_file_gets_its_windows_table(tmp_path):
     with AgentState(path) as state:
         assert state.window_claims == {window: {"base"}}
         assert state.windows.facts() == [("recent", "a", 1, 100.0)]
+
+
+def test_the_service_loop_expires_once_per_tick(tmp_path, cloud):
+    """``AgentService.tick_windows`` (called by the run loop between messages and after each)
+    expires at most once per ``[windows] tick`` seconds of monotonic time, by the agent's
+    clock, and acts on the change (the stuck sensor's finding goes)."""
+    from agent.sync import AgentService
+
+    agent, clock = windowed_agent(tmp_path, cloud, tables="[windows]\ntick = 3600\n")
+    service = AgentService(agent)
+    try:
+        for _ in range(20):
+            read(agent, clock, 4.0)
+            clock.now += 1
+        assert holds(agent, "<StuckSensor>(S)") == [{"S": "s1"}]
+        clock.now += 600
+        service.tick_windows()  # the first is due at once
+        assert agent.state.windows.sizes() == {"recentAirTemperature": 0, "lastAirTemperature": 0}
+        assert holds(agent, "<StuckSensor>(S)") == []
+        read(agent, clock, 5.0)
+        clock.now += 600
+        service.tick_windows()  # within the hour: not due
+        assert agent.state.windows.sizes()["recentAirTemperature"] == 1
+        service.next_tick = 0.0  # (an hour later)
+        service.tick_windows()
+        assert agent.state.windows.sizes()["recentAirTemperature"] == 0
+    finally:
+        agent.close()
