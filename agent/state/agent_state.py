@@ -352,6 +352,12 @@ class AgentState:
             problems.append(f"saved rule {clip(name)} is damaged: {clip(reason)}")
         problems += self._check_dictionaries(term_rows)
         problems += bookkeeping_problems(conn)
+        if "windows" in tables:  # (an older file, read as it is by a health check: none)
+            for (text,) in conn.execute("SELECT DISTINCT declaration FROM windows"):
+                try:
+                    _saved_window(text)
+                except DamagedRow as error:
+                    problems.append(str(error))
         return problems
 
     def _check_dictionaries(self, term_rows: list[tuple] | None = None) -> list[str]:
@@ -1414,11 +1420,18 @@ def _damaged_rows(conn: sqlite3.Connection, table: str) -> int:
     return damaged
 
 
-def _saved_window(text: str) -> WindowDeclaration:
-    """A window declaration as the ``windows`` table holds it (its canonical text)."""
+def _saved_window(text: object) -> WindowDeclaration:
+    """A window declaration as the ``windows`` table holds it (its canonical text); one that
+    does not read back is a damaged file (DamagedRow)."""
+    from agent.engine.errors import ParseError
     from agent.engine.program.parser import parse_window
 
-    return parse_window(text, "saved window")
+    try:
+        if not isinstance(text, str):
+            raise ParseError("not text", source="saved window")
+        return parse_window(text, "saved window")
+    except ParseError as error:
+        raise DamagedRow(f"saved window {clip(text)} is damaged: {clip(str(error))}") from None
 
 
 def _as_tuples(facts: dict[RelationKey, SavedFacts]) -> dict[RelationKey, set]:

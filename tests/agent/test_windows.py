@@ -18,7 +18,7 @@ from agent.engine.language import Program, WindowDeclaration
 from agent.engine.program.parser import parse_program
 from agent.protocol.messages import fact_tuple
 from agent.readings.windows import LATE, OVER_BUDGET
-from agent.state.agent_state import AgentState
+from agent.state.agent_state import AgentState, StateError
 from agent.state.outbox import pending_events
 from agent.state.schema import OUTBOX_VERSION, SCHEMA_VERSION
 from tests.agent.test_service import make_agent
@@ -325,3 +325,18 @@ def test_the_service_loop_expires_once_per_tick(tmp_path, cloud):
         assert agent.state.windows.sizes()["recentAirTemperature"] == 0
     finally:
         agent.close()
+
+
+def test_a_damaged_window_row_is_a_damaged_state(tmp_path):
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(source="base", windows=[WindowDeclaration("p", 60.0, "recent")])
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE windows SET declaration = '@window <p> 60 parsecs as <recent> .'")
+    conn.close()
+    with AgentState(path, load=False) as state:
+        (problem,) = state.check_integrity()
+        assert problem.startswith("saved window @window <p> 60 parsecs") and "damaged" in problem
+    with pytest.raises(StateError, match="damaged agent state: saved window"):
+        AgentState(path)
