@@ -19,7 +19,8 @@ The model (never read back from the agent) keeps the readings each window took a
 the rules of docs/agent.md, "Windows": late on arrival (``t <= now - seconds``) not taken,
 expired at a tick (``now - seconds >= t``), a window removed loses its facts. After every step
 the agent's facts equal the reference's over the static facts, the latest value per sensor
-and the model's window facts.
+and the model's window facts. A window's budget (``[windows] max_facts``) is drawn too: past
+it the oldest go first (of one time, by sensor and value as text), counted.
 """
 
 from __future__ import annotations
@@ -107,8 +108,10 @@ class Clock:
 class Model:
     """What the agent should hold (see the module docstring)."""
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, budget: int) -> None:
         self.now = now
+        self.budget = budget
+        self.evicted = 0
         self.declared: set[str] = set()
         self.window: dict[str, set[tuple]] = {}
         self.latest: dict[str, object] = {}
@@ -125,14 +128,24 @@ class Model:
         self.declared = set(names)
 
     def read(self, readings: list[tuple[str, object]], at: float) -> None:
+        new: dict[str, list[tuple]] = {name: [] for name in self.declared}
         for sensor, value in readings:
             self.latest[sensor] = value
             self.last_at[sensor] = at
             for name in self.declared:
+                fact = (name, sensor, value, at)
                 if at <= self.now - WINDOWS[name].seconds:
                     self.late += 1
-                else:
-                    self.window[name].add((name, sensor, value, at))
+                elif fact not in self.window[name] and fact not in new[name]:
+                    new[name].append(fact)
+        for name, facts in new.items():
+            held = self.window[name] | set(facts)
+            over = len(held) - self.budget
+            if over > 0:  # the oldest go first; of one time, by sensor and value as text
+                self.evicted += over
+                oldest = sorted(held, key=lambda f: (f[3], repr((f[1], f[2]))))
+                held -= set(oldest[:over])
+            self.window[name] = held
 
     def tick(self) -> None:
         for name, facts in self.window.items():
@@ -172,16 +185,17 @@ def check(agent: Agent, program: Program, static: list[tuple], model: Model) -> 
     program=windowed_programs(),
     static=fact_sets(("e1", "e3")),
     first=st.lists(st.sampled_from(sorted(WINDOWS)), min_size=1, unique=True),
+    budget=st.sampled_from([2, 5, 50_000]),  # [windows] max_facts
 )
-def test_windows_against_the_reference(tmp_path_factory, program, static, first, steps):
+def test_windows_against_the_reference(tmp_path_factory, program, static, first, steps, budget):
     note(f"program:\n{program}")
     directory: Path = tmp_path_factory.mktemp("windows")
     cloud = Cloud(directory / "cloud")
     start = float(int(time.time()))  # (bundles are valid for an hour from now)
-    clock, model = Clock(start), Model(start)
+    clock, model = Clock(start), Model(start, budget)
 
     def opened() -> Agent:
-        agent = make_agent(directory, cloud)
+        agent = make_agent(directory, cloud, tables=f"[windows]\nmax_facts = {budget}\n")
         agent.clock = clock
         return agent
 
@@ -200,7 +214,7 @@ def test_windows_against_the_reference(tmp_path_factory, program, static, first,
         model.declare(names)
 
     declare(first)
-    late = 0
+    late = evicted = 0
     static = [*static, ("c5", "e1", "c5")]  # (what every declaring bundle brings)
     check(agent, program, static, model)
     for step in steps:
@@ -237,12 +251,16 @@ def test_windows_against_the_reference(tmp_path_factory, program, static, first,
             declare(step[1])
         else:
             late += agent.dropped["windows: late"]  # (counted since the agent started)
+            evicted += agent.dropped["windows: over the budget"]
             if any(model.window.values()):
                 event("reopened with window facts")
             agent.close()
             agent = opened()
         check(agent, program, static, model)
     assert late + agent.dropped["windows: late"] == model.late
+    assert evicted + agent.dropped["windows: over the budget"] == model.evicted
+    if model.evicted:
+        event("facts evicted by the budget")
     if model.late:
         event("late readings")
     agent.close()
