@@ -857,7 +857,8 @@ class Agent:
         for request_id, event, stream in rows:
             rule_ids = [r for r in self.state.rules_of_stream(stream) if r in self.reasoner.rules]
             try:
-                report = self.state.apply(delete_rules=rule_ids, source=stream)
+                # (its windows go with its rules, in the same change)
+                report = self.state.apply(delete_rules=rule_ids, source=stream, windows=[])
             except ZodiacError as error:
                 outcomes.append(self.note(Outcome("refused", "engine", str(error))))
                 continue

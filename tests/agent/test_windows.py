@@ -340,3 +340,26 @@ def test_a_damaged_window_row_is_a_damaged_state(tmp_path):
         assert problem.startswith("saved window @window <p> 60 parsecs") and "damaged" in problem
     with pytest.raises(StateError, match="damaged agent state: saved window"):
         AgentState(path)
+
+
+def test_a_released_stream_takes_its_windows_with_it(tmp_path, cloud):
+    """The device releases an answered stream when its event is resolved: the stream's
+    windows go with its rules, and their facts, in that one change."""
+    reasoning = 'triggers = { "Suspect" = "stuck" }\nresolved = ["Fine"]'
+    agent = make_agent(tmp_path, cloud, reasoning)
+    agent.clock = clock = Clock()
+    base = {"s": "s: <Suspect>(X) :- <temp>(X, T) and T > 60 ."}
+    assert agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=base))).status == "applied"
+    agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 70)], sent_at=clock.now))
+    (request,) = agent.new_requests()
+    answer = cloud.bundle("event/stuck", 1, rules=STUCK, windows=[TEN_MINUTES])
+    answer = answer.model_copy(update={"answers": request.request_id})
+    assert agent.handle_bundle(cloud.sign(answer)).status == "applied"
+    clock.now += 1
+    read(agent, clock, 3.0)
+    assert agent.state.windows.sizes() == {"recentAirTemperature": 1}
+    agent.state.apply(add_facts=[("ok", "t1")], add_rules="f: <Fine>(X) :- <ok>(X) .")
+    (released,) = agent.release_resolved()
+    assert released.status == "applied" and "stuck" not in agent.reasoner.rules
+    assert agent.state.window_claims == {} and agent.state.windows.sizes() == {}
+    assert agent.state.facts_of_source("window") == []
