@@ -39,6 +39,7 @@ __all__ = [
     "ConfigError",
     "KeysConfig",
     "EventsConfig",
+    "WindowsConfig",
     "LimitsConfig",
     "LogConfig",
     "ReasoningConfig",
@@ -311,6 +312,18 @@ class EventsConfig(_Section):
         return patterns
 
 
+class WindowsConfig(_Section):
+    """``[windows]``: how the windows over readings (``@window`` in rule files and bundles,
+    docs/agent.md "Windows") are kept."""
+
+    # Seconds between two expiry batches: facts that left their window are deleted in one
+    # change per tick (only when some did).
+    tick: float = Field(1.0, gt=0, allow_inf_nan=False)
+    # Facts per window relation; past it the oldest go first (counted in the status's
+    # ``dropped`` as "windows: over the budget").
+    max_facts: int = Field(50_000, gt=0)
+
+
 class LogConfig(_Section):
     """``[log]``: logging for journald / Docker (JSON lines by default, for log shippers)."""
 
@@ -335,6 +348,7 @@ class AgentConfig(_Section):
     budget: BudgetConfig = BudgetConfig()
     limits: LimitsConfig = LimitsConfig()
     events: EventsConfig = EventsConfig()
+    windows: WindowsConfig = WindowsConfig()
     log: LogConfig = LogConfig()
     # The file this config was loaded from (set by `load`, for messages); not a TOML option.
     source: Path | None = Field(None, exclude=True)

@@ -64,8 +64,9 @@ from agent.budgets.bundle_costs import (
 from agent.config import AgentConfig
 from agent.engine.budget import Budget, BudgetExceeded
 from agent.engine.equality.component import OWL_SAME_AS
-from agent.engine.errors import ZodiacError
-from agent.engine.language import RDF_TYPE, Atom, Constant, Variable
+from agent.engine.errors import ParseError, ZodiacError
+from agent.engine.language import RDF_TYPE, Atom, Constant, Variable, WindowDeclaration
+from agent.engine.program.parser import parse_window
 from agent.engine.terms import fact_identity
 from agent.engine.update.net_change import NetChange
 from agent.protocol.keys import KeyDirectory, KeyRing
@@ -87,6 +88,7 @@ from agent.protocol.signing import BundleLimits, check_sequence, open_bundle
 from agent.state.agent_state import AgentState, StateError, StreamVersion
 from agent.state.claims import OwnershipError
 from agent.state.outbox import outbox_figures
+from agent.windows import LATE, OVER_BUDGET, WINDOW_SOURCE, WindowChange, WindowError
 
 log = logging.getLogger("zodiac.agent")
 
@@ -168,6 +170,7 @@ class Agent:
             budget=config.budget.budget(),
             stream_budgets=config.budget.stream_budgets(),
             max_events=config.events.max_pending,
+            max_window_facts=config.windows.max_facts,
         )
         report = self.state.load_report
         log.info(
@@ -211,7 +214,9 @@ class Agent:
         reasoning = self.config.reasoning
         from agent.engine.program.loaders import load_facts, load_program
 
-        rules = {rule.id: rule for path in reasoning.rules for rule in load_program(path).rules}
+        programs = [load_program(path) for path in reasoning.rules]
+        rules = {rule.id: rule for program in programs for rule in program.rules}
+        windows = list(dict.fromkeys(w for program in programs for w in program.windows))
         facts = {fact_identity(fact): fact for path in reasoning.facts for fact in load_facts(path)}
         known = {
             name: self.reasoner.rules[name]
@@ -223,7 +228,9 @@ class Agent:
         new_rules = [r for n, r in rules.items() if n not in known or known[n].key != r.key]
         gone_facts = [fact for key, fact in old_facts.items() if key not in facts]
         new_facts = [fact for key, fact in facts.items() if key not in old_facts]
-        if not (gone_rules or new_rules or gone_facts or new_facts):
+        held = [w for w, sources in self.state.window_claims.items() if LOCAL_SOURCE in sources]
+        same_windows = set(held) == set(windows)
+        if not (gone_rules or new_rules or gone_facts or new_facts) and same_windows:
             return
         self.state.apply(
             add_rules=new_rules,
@@ -231,6 +238,7 @@ class Agent:
             add_facts=sorted(new_facts, key=repr),
             delete_facts=sorted(gone_facts, key=repr),
             source=LOCAL_SOURCE,
+            windows=None if same_windows else windows,
         )
         log.info(
             "local rules and facts loaded",
@@ -240,6 +248,7 @@ class Agent:
                     "rules_deleted": len(gone_rules),
                     "facts_added": len(new_facts),
                     "facts_deleted": len(gone_facts),
+                    "windows": len(windows),
                 }
             },
         )
@@ -248,9 +257,12 @@ class Agent:
         """The configuration's watches (``[events] watch``), held by source ``local``: a
         watch added since the last start makes its facts 'appear' in an event, one removed
         makes them 'disappear' (cause ``{"kind": "watch"}``)."""
+        from agent.engine.program.loaders import load_program
         from agent.engine.program.parser import parse_atom
 
         wanted = {str(parse_atom(p)) for p in self.config.events.watch}
+        for path in self.config.reasoning.rules:  # (a local rule file's @watch lines)
+            wanted |= {str(pattern) for pattern in load_program(path).watches}
         held = {p for p, sources in self.state.watches.items() if LOCAL_SOURCE in sources}
         if wanted != held:
             self.state.set_watches(LOCAL_SOURCE, sorted(wanted), cause={"kind": "watch"})
@@ -462,6 +474,10 @@ class Agent:
             delete_facts += [
                 fact for fact in self.state.facts_of_source(source) if not net.adds_fact(fact)
             ]
+        try:
+            windows = self._bundle_windows(bundle)
+        except ParseError as error:
+            return Outcome("refused", "bad_rule", str(error), **where)
         known = self.reasoner.rules
         ignored = [rid for rid in delete_rules if rid not in known]
         delete_rules = sorted({rid for rid in delete_rules if rid in known})
@@ -478,9 +494,12 @@ class Agent:
                 superseded=bundle.superseded_sources(),
                 forget_meta=(APPLYING,),  # (the marker goes with the commit)
                 watches=[] if bundle.full_state and bundle.watches is None else bundle.watches,
+                windows=windows,
             )
         except StateError as error:
             return Outcome("refused", "state", str(error), **where)
+        except WindowError as error:
+            return Outcome("refused", "bad_rule", str(error).splitlines()[0], **where)
         except OwnershipError as error:
             return Outcome("refused", "not_owner", str(error), **where)
         except BudgetExceeded as error:
@@ -491,6 +510,46 @@ class Agent:
             return Outcome("refused", "engine", str(error), **where)
         report["rules_ignored"] = ignored
         return Outcome("applied", report=report, **where)
+
+    @staticmethod
+    def _bundle_windows(bundle: Bundle) -> list[WindowDeclaration] | None:
+        """The windows a bundle's stream declares after it: its ``windows`` (None: as before;
+        a full-state bundle with none: none). A declaration that does not parse raises
+        ParseError naming it (``window 2:1:13: ...``)."""
+        if bundle.windows is None:
+            return [] if bundle.full_state else None
+        return [
+            parse_window(text, f"window {number}")
+            for number, text in enumerate(bundle.windows, start=1)
+        ]
+
+    # ------------------------------------------------------------------ windows
+    def tick_windows(self) -> Outcome | None:
+        """Expire, as one change, the window facts that have left their window by the agent's
+        clock (cause ``{"kind": "window expiry"}``); None when none has. Run every ``[windows]
+        tick`` seconds by the service's loop (agent/sync.py)."""
+        try:
+            report = self.state.expire_windows(self.clock())
+        except StateError as error:
+            return self.note(Outcome("refused", "state", str(error), stream=WINDOW_SOURCE))
+        except ZodiacError as error:  # (a budget: the expiry is tried again at the next tick)
+            return self.refuse_input("windows: expiry refused", f"windows: {error}")
+        if report is None:
+            return None
+        return self.note(Outcome("applied", report=report, stream=WINDOW_SOURCE), quiet=True)
+
+    def _window_arrivals(self, readings: list[tuple], at: float) -> WindowChange:
+        """The window facts of readings applied at ``at`` (late ones and evictions counted in
+        the status's ``dropped`` once the change is made)."""
+        return self.state.window_arrivals(readings, at, self.clock())
+
+    def _count_windows(self, change: WindowChange | None) -> None:
+        if change is None:
+            return
+        if change.late:
+            self.dropped[LATE] += change.late
+        if change.evicted:
+            self.dropped[OVER_BUDGET] += change.evicted
 
     # ------------------------------------------------------------------ readings
     def record_readings(self, payload: bytes) -> Outcome:
@@ -527,7 +586,10 @@ class Agent:
         if not fresh:
             return Outcome("unchanged", message="no reading newer than the one applied")
         cause = {"kind": "readings", "sent_at": telemetry.sent_at}
-        return self._replace(SENSOR_SOURCE, fresh, by_sensor=True, times=times, cause=cause)
+        window_facts = self._window_arrivals(fresh, telemetry.sent_at)
+        return self._replace(
+            SENSOR_SOURCE, fresh, by_sensor=True, times=times, cause=cause, windows=window_facts
+        )
 
     def handle_telemetry(self, payload: bytes, *, sender: str) -> Outcome:
         """A neighbour's snapshot of readings, from the telemetry topic of device ``sender``
@@ -569,7 +631,12 @@ class Agent:
                 readings.append(fact)
         cause = {"kind": "telemetry", "device": sender, "sent_at": telemetry.sent_at}
         return self._replace(
-            source, readings, by_sensor=False, times={"*": telemetry.sent_at}, cause=cause
+            source,
+            readings,
+            by_sensor=False,
+            times={"*": telemetry.sent_at},
+            cause=cause,
+            windows=self._window_arrivals(readings, telemetry.sent_at),
         )
 
     def reading_order(self, sent_at: float, applied: float | None) -> str:
@@ -646,7 +713,10 @@ class Agent:
         by_sensor: bool,
         times: dict[str, float] | None = None,
         cause: dict | None = None,
+        windows: WindowChange | None = None,
     ) -> Outcome:
+        """Replace ``source``'s readings (see the module docstring), with the window facts
+        they add (``windows``: every reading counts, also one whose value did not change)."""
         old = self.state.facts_of_source(source)
         new = [tuple(f) for f in readings]
         old_set, new_set = set(map(fact_identity, old)), set(map(fact_identity, new))
@@ -656,13 +726,20 @@ class Agent:
         else:
             gone = [f for f in old if fact_identity(f) not in new_set]
         added = [f for f in new if fact_identity(f) not in old_set]
+        window_facts = windows if windows else None
         try:
-            if not gone and not added:
+            if not gone and not added and window_facts is None:
                 if times:
                     self.state.apply(source=source, reading_times=times)
+                self._count_windows(windows)
                 return Outcome("unchanged")
             report = self.state.apply(
-                add_facts=added, delete_facts=gone, source=source, reading_times=times, cause=cause
+                add_facts=added,
+                delete_facts=gone,
+                source=source,
+                reading_times=times,
+                cause=cause,
+                window_facts=window_facts,
             )
         except StateError as error:  # (not durable: not acknowledged, tried again)
             return self.note(Outcome("refused", "state", f"{source}: {error}", stream=source))
@@ -677,6 +754,7 @@ class Agent:
         except ZodiacError as error:
             kind = "readings" if source == SENSOR_SOURCE else "telemetry"
             return self.refuse_input(f"{kind}: refused by the engine", f"{source}: {error}")
+        self._count_windows(windows)
         return self.note(Outcome("applied", report=report, stream=source), quiet=True)
 
     def telemetry(self) -> Telemetry:
@@ -812,6 +890,7 @@ class Agent:
             updated_at=time.time(),
             dropped=dict(self.dropped),
             events=outbox_figures(self.state.conn),
+            windows=self.state.windows.sizes(),
         )
 
     def findings(self) -> list[list]:

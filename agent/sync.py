@@ -117,6 +117,7 @@ class AgentService:
         self.reported_findings: list | None = None  # as in the last published status
         self.sent_telemetry: tuple[list, float] | None = None  # readings, when
         self.failure: str | None = None  # why the service stopped by itself (see run)
+        self.next_tick = 0.0  # when the windows' next expiry batch is due (monotonic)
 
     # ------------------------------------------------------------------ paho callbacks
     def subscriptions(self) -> list[tuple[str, int]]:
@@ -198,10 +199,12 @@ class AgentService:
                 try:
                     item = self.inbox.get(timeout=0.2)
                 except queue.Empty:
+                    self.tick_windows()
                     self.watch_state()
                     self.send_events()
                     continue
                 self.handle(item)
+                self.tick_windows()
                 if item.topic != EVENTS:  # (a change may have written an event)
                     self.events.changed()
                 self.watch_state()
@@ -211,6 +214,23 @@ class AgentService:
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def tick_windows(self) -> None:
+        """Every ``[windows] tick`` seconds (of the machine's monotonic time), expire the window
+        facts that have left their window by the agent's clock, as one change (agent/windows.py);
+        an expiry that changed derived facts is acted on like any change (rule requests,
+        findings in the status)."""
+        now = time.monotonic()
+        if now < self.next_tick or self.agent.state.gone is not None:
+            return
+        self.next_tick = now + self.config.windows.tick
+        try:
+            outcome = self.agent.tick_windows()
+            if outcome is not None and outcome.status == "applied":
+                self.events.changed()
+                self.after_change()
+        except sqlite3.Error as error:  # (tried again at the next tick)
+            log.warning("could not expire windows", extra={"fields": {"error": str(error)}})
 
     def watch_state(self) -> None:
         """Stop the service, with ``failure`` saying why, once the state file was deleted or

@@ -62,6 +62,29 @@ class StratificationError(ZodiacError):
         super().__init__(message)
 
 
+class DirectiveError(ZodiacError):
+    """A program given to the engine has directives only the agent keeps: windows over its
+    readings (``@window``) or watched patterns (``@watch``)."""
+
+
+def refuse_directives(windows: tuple, watches: tuple) -> None:
+    """Raise DirectiveError when a program to materialise declares windows or watches: the
+    engine (and ``zodiac materialise``, the Spark job) has no readings over time, and no
+    events to send; materialising the rest silently would give other answers than the agent."""
+    if windows:
+        raise DirectiveError(
+            f"windows ({windows[0]}) are kept by the agent over its readings, not "
+            "materialised by the engine: give the program to zodiac-agent (a bundle or "
+            "[reasoning] rules), or remove its @window lines to materialise it here"
+        )
+    if watches:
+        raise DirectiveError(
+            f"watches (@watch {watches[0]} .) are the agent's (it publishes their changes as "
+            "events), not materialised by the engine: give the program to zodiac-agent, or "
+            "remove its @watch lines to materialise it here"
+        )
+
+
 class UnknownRuleError(ZodiacError):
     """``delete_rules`` named a rule the reasoner does not have."""
 

@@ -413,15 +413,60 @@ class Rule:
         return prefix + self.text()
 
 
+# Units of a window's length (``@window <p> 10 min as <r> .``), in seconds.
+WINDOW_UNITS: dict[str, float] = {
+    **dict.fromkeys(("s", "sec", "second", "seconds"), 1.0),
+    **dict.fromkeys(("min", "minute", "minutes"), 60.0),
+    **dict.fromkeys(("h", "hour", "hours"), 3600.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WindowDeclaration:
+    """``@window <reading> N unit as <relation> .``: every reading ``<reading>(sensor, value)``
+    the agent applies at time ``t`` is also kept as ``<relation>(sensor, value, t)`` while
+    ``t`` is within the last ``seconds`` of the agent's clock (docs/agent.md, "Windows").
+    The engine never evaluates a window: the agent keeps its facts (agent/windows.py)."""
+
+    reading: str
+    seconds: float
+    relation: str
+
+    def __str__(self) -> str:
+        """Canonical text, which parses back to an equal declaration: the largest unit that
+        the length is a whole number of (``600 s`` is ``10 min``)."""
+        unit, size = next(
+            (
+                (unit, size)
+                for unit, size in (("h", 3600.0), ("min", 60.0))
+                if self.seconds >= size and float(self.seconds / size).is_integer()
+            ),
+            ("s", 1.0),
+        )
+        length = _window_number(self.seconds / size)
+        return f"@window <{self.reading}> {length} {unit} as <{self.relation}> ."
+
+
+def _window_number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
 @dataclass(frozen=True, slots=True)
 class Program:
-    """A parsed rule text: rules in text order, plus any ground facts written in it."""
+    """A parsed rule text: rules in text order, plus any ground facts written in it, and the
+    agent's directives: windows over readings (``@window``) and watched patterns
+    (``@watch``). The engine evaluates rules and facts only, and refuses a program with
+    directives (``Reasoner.update``): they are kept by the agent."""
 
     rules: tuple[Rule, ...] = ()
     facts: tuple[Atom, ...] = ()
+    windows: tuple[WindowDeclaration, ...] = ()
+    watches: tuple[Atom, ...] = ()
 
     def __str__(self) -> str:
-        lines = [str(rule) for rule in self.rules]
+        lines = [str(window) for window in self.windows]
+        lines += [f"@watch {pattern} ." for pattern in self.watches]
+        lines += [str(rule) for rule in self.rules]
         lines += [f"{fact} ." for fact in self.facts]
         return "\n".join(lines) + ("\n" if lines else "")
 

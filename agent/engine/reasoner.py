@@ -43,7 +43,7 @@ from agent.engine.costs import DEFAULT_COSTS, CostPolicy
 from agent.engine.equality.component import SAME_AS, mentions_equality
 from agent.engine.equality.expansion import ExpandedView
 from agent.engine.equality.layer import EqualityLayer
-from agent.engine.errors import RuleError, UnknownRuleError
+from agent.engine.errors import RuleError, UnknownRuleError, refuse_directives
 from agent.engine.explain import Derivation, explain_fact, explain_with_equality
 from agent.engine.gcpause import FREEZE_AT, collector_paused
 from agent.engine.language import Atom, Program, Rule, Value
@@ -297,6 +297,7 @@ class Reasoner:
     ) -> dict:
         started = time.perf_counter()
         program = load_program(add_rules) if add_rules is not None else Program()
+        refuse_directives(program.windows, program.watches)
         deleted_names = self.resolve_rule_names(delete_rules)
         names, added_names, rules = self.rules, [], self._given_program
         if program.rules or deleted_names:

@@ -87,7 +87,7 @@ REASONS = (
 FARM_WIDE = "all"
 #: Sources of an agent's facts that are not bundle streams (agent/service.py): a bundle may not
 #: use their names, or it could delete a device's readings.
-RESERVED_STREAMS = ("local", "sensor")
+RESERVED_STREAMS = ("local", "sensor", "window")
 RESERVED_STREAM_PREFIXES = ("telemetry/",)
 #: How much of an unsigned, untrusted value an error message may repeat.
 ECHO_LIMIT = 80
@@ -468,6 +468,15 @@ class Bundle(_Frozen):
     # replaces the stream's watches; None keeps them (a full-state bundle: none). They go
     # with the stream: superseded, or left with no rule, it watches nothing.
     watches: list[Annotated[str, Field(min_length=1, max_length=500)]] | None = None
+    # The stream's windows over readings (canonical ``@window <reading> 10 min as <relation> .``
+    # texts, docs/agent.md "Windows"): the device keeps each reading of ``reading`` as a fact
+    # ``relation(sensor, value, time)`` while its time is within the window. Like
+    # ``watches``: a list replaces the stream's windows, None keeps them (a full-state
+    # bundle: none); superseded, the stream's windows go with it.
+    windows: (
+        Annotated[list[Annotated[str, Field(min_length=1, max_length=1000)]], Field(max_length=100)]
+        | None
+    ) = None
 
     @model_validator(mode="after")
     def _sensible_times(self) -> Bundle:
@@ -544,6 +553,9 @@ class DeviceStatus(_Frozen):
     # the broker, ``last_seq`` the last sequence number given, ``over_budget`` the events not
     # kept because the outbox was full (their numbers are missing from the sequence).
     events: dict[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0)]] = {}
+    # The windows over readings the device holds (docs/agent.md, "Windows"): relation -> the
+    # facts its window holds now.
+    windows: dict[Annotated[str, Field(max_length=1000)], Annotated[int, Field(ge=0)]] = {}
 
 
 class WatchedChange(_Frozen):
@@ -643,10 +655,12 @@ def parse_rule_spec(
         raise refuse(f"{source}: {err}") from None
     except RecursionError:
         raise refuse(f"{source}: the rule is too deeply nested to parse") from None
-    if len(program.rules) != 1 or program.facts:
+    if len(program.rules) != 1 or program.facts or program.windows or program.watches:
         found_what = f"{len(program.rules)} rule(s)"
         if program.facts:
             found_what += f" and {len(program.facts)} fact(s)"
+        if program.windows or program.watches:  # (a bundle carries them in windows, watches)
+            found_what += " and directives (@window, @watch: a bundle's windows and watches)"
         raise refuse(f"{source}: the text must be exactly one rule, found {found_what}")
     rule = program.rules[0]
     if rule.label is not None and rule.label != spec.id:

@@ -54,7 +54,7 @@ from agent.engine.budget import Budget
 from agent.engine.equality.component import SAME_AS, mentions_equality
 from agent.engine.errors import ZodiacError
 from agent.engine.gcpause import collector_paused
-from agent.engine.language import Program, Rule, Value
+from agent.engine.language import Program, Rule, Value, WindowDeclaration
 from agent.engine.program.loaders import load_facts, load_program
 from agent.engine.program.rule_form import rule_form
 from agent.engine.reasoner import Reasoner
@@ -107,6 +107,14 @@ from agent.state.schema import (
     table_names,
 )
 from agent.state.term_rows import load_terms, write_terms
+from agent.windows import (
+    DEFAULT_MAX_FACTS,
+    WINDOW_SOURCE,
+    WindowChange,
+    WindowError,
+    WindowIndex,
+    checked_declarations,
+)
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # What reading a damaged file raises, beyond SQLite's own check (``_check_file``): a text that
@@ -163,15 +171,18 @@ class AgentState:
         budget: Budget | None = None,
         stream_budgets: StreamBudgets | None = None,
         max_events: int = 10_000,
+        max_window_facts: int = DEFAULT_MAX_FACTS,
     ) -> None:
         """Open (or, with ``create``, create) the state file and load the reasoner from it.
 
         Raises :class:`StateError` for a file that is not an agent state (never overwritten),
         a corrupt file, or a schema newer than this program knows. ``budget`` limits every
         change, and ``stream_budgets`` the derived facts each source's rules may hold
-        (agent/budgets/stream_budgets.py). ``max_events``: the outbox's budget (outbox.py)."""
+        (agent/budgets/stream_budgets.py). ``max_events``: the outbox's budget (outbox.py);
+        ``max_window_facts``: each window's (agent/windows.py)."""
         self.path = Path(path)
         self.max_events = max_events
+        self.max_window_facts = max_window_facts
         self.clock = time.time  # the events' time (injectable, as the agent's clock)
         synchronous = synchronous.upper()
         if synchronous not in SYNCHRONOUS_MODES:
@@ -546,6 +557,7 @@ class AgentState:
         self.watches = saved_watches(conn)
         for pattern in self.watches:
             self.reasoner.watch(pattern)
+        self._load_windows()
         how = "new" if created else self.reasoner.restored
         derived = sum(node.size() for node in self.reasoner.view().nodes)
         return LoadReport(
@@ -556,6 +568,16 @@ class AgentState:
             derived=derived,
             rules=len(rules),
         )
+
+    def _load_windows(self) -> None:
+        """The windows held and, rebuilt from the facts of source ``window``, their index."""
+        self.window_claims: dict[WindowDeclaration, set[str]] = {}
+        for text, source in self.conn.execute("SELECT declaration, source FROM windows"):
+            declaration = _saved_window(text)
+            self.window_claims.setdefault(declaration, set()).add(source)
+        self.windows = WindowIndex(self.max_window_facts)
+        held = WindowChange(add=self.facts_of_source(WINDOW_SOURCE))
+        self.windows.commit(held, declarations=self.window_claims)
 
     def reload(self) -> None:
         """Forget the in-memory state and rebuild it from the file (after a failed write).
@@ -670,6 +692,8 @@ class AgentState:
         forget_meta: Iterable[str] = (),
         watches: Iterable[str] | None = None,
         cause: dict | None = None,
+        windows: Iterable[WindowDeclaration] | None = None,
+        window_facts: WindowChange | None = None,
     ) -> dict:
         """Apply one change made by ``source`` in memory and commit it in one transaction.
 
@@ -690,7 +714,15 @@ class AgentState:
         ``watches``: the patterns ``source`` watches after the change (None: as before; the
         ``superseded`` sources' go). The watched facts the change makes appear and disappear
         are one event of the outbox, written in the same transaction (outbox.py), with
-        ``cause`` (by default, what ``source`` and ``version`` say)."""
+        ``cause`` (by default, what ``source`` and ``version`` say).
+
+        ``windows``: the window declarations ``source`` holds after the change (None: as
+        before; the ``superseded`` sources' go); a window no source declares any more loses
+        its facts in this change. ``window_facts``: window facts to add and delete
+        (`WindowIndex.arrivals`, `expiry`), claimed by source ``window``, in this same update
+        and transaction (agent/windows.py). Windows that cannot hold together (one relation
+        declared twice, differently; a window relation that a rule derives or another source
+        asserts facts of) raise WindowError, and nothing is changed."""
         if self._damaged is not None:
             raise StateError(self._damaged)
         self.check_file()
@@ -703,6 +735,36 @@ class AgentState:
         net.add_rules(program.rules)
         net.add_facts(load_facts(add_facts) if add_facts is not None else ())
         net.add_facts(program.facts)
+        if program.windows or program.watches:
+            raise WindowError(
+                "a program's @window and @watch directives are given to AgentState.apply as "
+                "windows= and watches=, not in its rules"
+            )
+        window_claims = self._windows_after(source, windows, superseded)
+        declared = checked_declarations(window_claims)
+        window_change = self.windows.redeclared(declared.values())
+        if window_facts is not None:
+            window_change = window_change.merged(
+                WindowChange(
+                    add=[f for f in window_facts.add if f[0] in declared],
+                    delete=window_facts.delete,
+                    late=window_facts.late,
+                    evicted=window_facts.evicted,
+                )
+            )
+        try:
+            window_plan = plan_change(
+                WINDOW_SOURCE,
+                add_rules=(),
+                delete_rules=(),
+                add_facts=window_change.add,
+                delete_facts=window_change.delete,
+                rule_claims={},
+                fact_claims=partial(self._fact_claims, ClaimReader(self.conn)),
+                resolve_names=lambda names: set(names),
+            )
+        except DamagedRow as error:
+            raise self._damage_found(error) from None
         try:
             change = plan_change(
                 source,
@@ -717,14 +779,15 @@ class AgentState:
             )
         except DamagedRow as error:  # (a claims row read for the plan: changed nothing yet)
             raise self._damage_found(error) from None
+        self._check_windows(declared, change, source)
         held = self._watches_after(source, watches, superseded)
         started = {p: self.reasoner.watch(p) for p in held if p not in self.watches}
         try:
             report = self.reasoner.update(
                 add_rules=change.add_rules,
                 delete_rules=change.delete_rules,
-                add_facts=change.add_facts,
-                delete_facts=change.delete_facts,
+                add_facts=change.add_facts + window_plan.add_facts,
+                delete_facts=change.delete_facts + window_plan.delete_facts,
                 budget=self._budget_for(change, source),
             )
         except ZodiacError:
@@ -741,6 +804,10 @@ class AgentState:
             with self.conn:  # one transaction: BEGIN ... COMMIT, or ROLLBACK on error
                 self._write_terms()
                 self._write_claims(change, source, bundle_id)
+                if window_plan.claimed_facts or window_plan.released_facts:
+                    self._write_claims(window_plan, WINDOW_SOURCE, None)
+                if window_claims != self.window_claims:
+                    self._save_windows(window_claims)
                 self._write_nodes()
                 self._write_equality()
                 if version is not None:
@@ -775,8 +842,78 @@ class AgentState:
         self.check_file()  # (committed to the file opened: is it still the state's?)
         self._claim_rules_in_memory(change, source)
         self.watches = held
+        self.windows.commit(window_change, declarations=declared.values())
+        self.window_claims = window_claims
         report["events"] = changes
+        report["windows"] = {
+            "added": len(window_plan.add_facts),
+            "deleted": len(window_plan.delete_facts),
+            "late": window_change.late,
+            "evicted": window_change.evicted,
+        }
         return report
+
+    def _windows_after(
+        self,
+        source: str,
+        windows: Iterable[WindowDeclaration] | None,
+        superseded: Iterable[str],
+    ) -> dict[WindowDeclaration, set[str]]:
+        """Declaration -> sources once ``source`` declares ``windows`` (None: what it does)
+        and the ``superseded`` sources nothing (as `_watches_after`)."""
+        gone = {source, *superseded} if windows is not None else set(superseded)
+        held = {d: set(s) - gone for d, s in self.window_claims.items()}
+        for declaration in windows or ():
+            held.setdefault(declaration, set()).add(source)
+        return {d: s for d, s in held.items() if s}
+
+    def _check_windows(
+        self, declared: dict[str, WindowDeclaration], change: ClaimChange, source: str
+    ) -> None:
+        """Refuse (WindowError) a change after which a window relation is the head of a rule,
+        or has facts another source asserts: a window's facts are the agent's alone."""
+        if not declared:
+            return
+        deleted = set(change.delete_rules)
+        rules = [r for name, r in self.reasoner.rules.items() if name not in deleted]
+        for rule in [*rules, *change.add_rules]:
+            for head in rule.heads:
+                if head.predicate in declared:
+                    raise WindowError(
+                        f"rule {rule.id} derives <{head.predicate}>, the relation of "
+                        f"{declared[head.predicate]}: a window's facts are kept by the agent "
+                        "from its readings, no rule may derive them"
+                    )
+        for fact in change.add_facts:
+            if len(fact) == 4 and fact[0] in declared:
+                raise WindowError(
+                    f"{source!r} asserts a fact of <{fact[0]}>, the relation of "
+                    f"{declared[fact[0]]}: a window's facts are kept by the agent from its "
+                    "readings"
+                )
+
+    def _save_windows(self, claims: dict[WindowDeclaration, set[str]]) -> None:
+        """The windows held, in the change's transaction."""
+        self.conn.execute("DELETE FROM windows")
+        self.conn.executemany(
+            "INSERT INTO windows (declaration, source) VALUES (?, ?)",
+            sorted((str(d), s) for d, sources in claims.items() for s in sources),
+        )
+
+    def window_arrivals(self, readings: Iterable[tuple], at: float, now: float) -> WindowChange:
+        """The window facts readings applied at ``at`` add when the clock says ``now``
+        (`WindowIndex.arrivals`), for ``apply(window_facts=...)``."""
+        return self.windows.arrivals(readings, at, now)
+
+    def expire_windows(self, now: float) -> dict | None:
+        """Delete, as one change, the window facts that have left their window at ``now``
+        (cause ``{"kind": "window expiry"}``); None when none has."""
+        change = self.windows.expiry(now)
+        if not change:
+            return None
+        return self.apply(
+            source=WINDOW_SOURCE, window_facts=change, cause={"kind": "window expiry"}
+        )
 
     def _watches_after(
         self, source: str, watches: Iterable[str] | None, superseded: Iterable[str]
@@ -1251,6 +1388,13 @@ def _damaged_rows(conn: sqlite3.Connection, table: str) -> int:
         except ValueError:
             damaged += 1
     return damaged
+
+
+def _saved_window(text: str) -> WindowDeclaration:
+    """A window declaration as the ``windows`` table holds it (its canonical text)."""
+    from agent.engine.program.parser import parse_window
+
+    return parse_window(text, "saved window")
 
 
 def _as_tuples(facts: dict[RelationKey, SavedFacts]) -> dict[RelationKey, set]:

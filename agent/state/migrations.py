@@ -24,6 +24,8 @@ from agent.state.schema import (
     REBUILD,
     SCHEMA,
     SCHEMA_VERSION,
+    WINDOWS_TABLE,
+    WINDOWS_VERSION,
     StateError,
     clip,
     execute_all,
@@ -262,6 +264,13 @@ def _outbox(conn: sqlite3.Connection) -> int:
     return OUTBOX_VERSION
 
 
+def _windows(conn: sqlite3.Connection) -> int:
+    """OUTBOX_VERSION -> WINDOWS_VERSION: the windows held (agent/windows.py), none: no
+    window was declared before."""
+    conn.execute(WINDOWS_TABLE)
+    return WINDOWS_VERSION
+
+
 def _pack(args: tuple[int, ...]) -> tuple[int, int, int, str]:
     n = len(args)
     if n == 2:
@@ -338,4 +347,5 @@ MIGRATIONS = {
     8: _terms_by_chunk,
     9: _rules_with_checksums,
     OUTBOX_VERSION - 1: _outbox,
+    OUTBOX_VERSION: _windows,
 }

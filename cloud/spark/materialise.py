@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agent.engine.equality.component import SAME_AS, mentions_equality
-from agent.engine.errors import RuleError
+from agent.engine.errors import DirectiveError, RuleError, refuse_directives
 from agent.engine.language import RESERVED_PREFIX, Atom, Program, Rule
 from agent.engine.modules.shapes import detect_closure
 from agent.engine.program.dependency import HyperNode, build_hyper_graph, execution_plan
@@ -259,8 +259,21 @@ def materialise_paths(
 
 def checked_rules(program: ProgramSource) -> tuple[list[Rule], Program]:
     """The program's rules, checked like the engine checks them (safety, labels), one rule
-    per content (``Rule.key``); raises what ``Reasoner.add_rules`` raises."""
+    per content (``Rule.key``); raises what ``Reasoner.add_rules`` raises.
+
+    A program with windows (``@window``) is refused (DirectiveError), before any Spark session
+    starts: a window is kept per device over the timestamped readings it receives (its own
+    and its neighbours'), while the farm's knowledge graph holds the topology and the latest
+    readings, no history to evaluate a window over (docs/cloud.md, "Windows")."""
     parsed = load_program(program)
+    if parsed.windows:
+        raise DirectiveError(
+            f"windows ({parsed.windows[0]}) are kept by each agent over the readings it "
+            "receives; the farm's knowledge graph holds the latest readings, not their "
+            "history, so the cloud job does not evaluate them: publish the file as a stream "
+            "(zodiac-cloud bundle/publish), or remove its @window lines"
+        )
+    refuse_directives(parsed.windows, parsed.watches)
     rules: dict[str, Rule] = {}
     for rule in parsed.rules:
         check_rule(rule)

@@ -39,6 +39,7 @@ from tests.support.old_states import (
     rules_without_forms,
     terms_per_row,
     without_outbox,
+    without_windows,
 )
 from tests.support.strategies import closure_pools, incremental_programs, pool_facts
 
@@ -745,7 +746,7 @@ def test_a_row_damaged_while_the_agent_runs_is_refused_at_its_next_write(tmp_pat
         AgentState(path)
 
 
-@pytest.mark.parametrize("version", [3, 5, 7, 8, 9, 10])
+@pytest.mark.parametrize("version", [3, 5, 7, 8, 9, 10, 11])
 def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkeypatch, version):
     """An upgrade is one transaction: when it stops half way (a crash, a full disk), the file
     is the old version as it was, and the next start upgrades it. (Schema changes count:
@@ -766,8 +767,10 @@ def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkey
             rules_without_forms(conn)
         elif version < 10:
             rules_without_checksums(conn)
-        else:
+        elif version < 11:
             without_outbox(conn)
+        else:
+            without_windows(conn)
         if version == 3:
             derived_per_fact(conn, saved)
         elif version == 5:

@@ -68,6 +68,7 @@ class Cloud:
         expires_at: float | None = None,
         issued_at: float | None = None,
         watches: list[str] | None = None,
+        windows: list[str] | None = None,
     ) -> Bundle:
         """A bundle for ``device`` of ``farm`` (``device="all"``: the whole farm), issued now
         and valid for an hour unless ``issued_at`` / ``expires_at`` say otherwise (an
@@ -99,6 +100,7 @@ class Cloud:
             supersedes=supersedes or [],
             operations=operations,
             watches=watches,
+            windows=windows,
         )
 
     def sign(self, bundle: Bundle) -> bytes:

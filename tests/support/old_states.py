@@ -87,8 +87,15 @@ def facts_per_claim(conn: sqlite3.Connection) -> int:
     return len(rows)
 
 
+def without_windows(conn: sqlite3.Connection) -> None:
+    """Drop the windows held: the tables of the versions before WINDOWS_VERSION."""
+    conn.execute("DROP TABLE windows")
+
+
 def without_outbox(conn: sqlite3.Connection) -> None:
-    """Drop the event outbox: the tables of the versions before OUTBOX_VERSION."""
+    """Drop the event outbox (and the windows): the tables of the versions before
+    OUTBOX_VERSION."""
+    without_windows(conn)
     conn.execute("DROP TABLE outbox")
 
 

@@ -26,7 +26,8 @@ def load_program(source: str | os.PathLike | Program | Iterable[Rule]) -> Progra
     ends as a rule file's name does (RULE_FILE_SUFFIXES) but names no file is a path mistyped,
     said so rather than parsed as rules."""
     if isinstance(source, Program):
-        return Program(tuple(map(name_anonymous_variables, source.rules)), source.facts)
+        rules = tuple(map(name_anonymous_variables, source.rules))
+        return Program(rules, source.facts, source.windows, source.watches)
     if isinstance(source, os.PathLike):
         return parse_file(source)
     if isinstance(source, str):

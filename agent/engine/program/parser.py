@@ -5,7 +5,10 @@ aggregate on with as prefix``, function names) are case-insensitive. Grammar, in
 
     program     = { statement } ;
     statement   = directive | clause ;
-    directive   = "@prefix" prefix-name IRIREF "." | "PREFIX" prefix-name IRIREF [ "." ] ;
+    directive   = "@prefix" prefix-name IRIREF "." | "PREFIX" prefix-name IRIREF [ "." ]
+                | window | watch ;
+    window      = "@window" predicate NUMBER UNIT "as" predicate "." ;
+    watch       = "@watch" atom "." ;      (* a pattern: variables, constants and "_" *)
     prefix-name = [ NAME ] ":" ;
     clause      = [ LABEL ":" ] atom ( ":-" body | (* a ground fact *) ) "." ;
     body        = item { ( "and" | "," ) item } ;
@@ -24,6 +27,15 @@ aggregate on with as prefix``, function names) are case-insensitive. Grammar, in
     unary       = "-" unary | primary ;
     primary     = "(" expr ")" | FUNCTION "(" expr { "," expr } ")" | term ;
     compare-op  = "<" | "<=" | "=" | "==" | "!=" | "<>" | ">=" | ">" ;
+
+``UNIT`` is ``s``, ``sec``, ``second(s)``, ``min``, ``minute(s)``, ``h``, ``hour(s)`` and the
+``NUMBER`` before it positive: ``@window <hasAirTemperatureMeasurement> 10 min as
+<recentAirTemperature> .`` keeps every reading ``<hasAirTemperatureMeasurement>(S, V)`` of the
+last ten minutes as ``<recentAirTemperature>(S, V, T)`` (``T``: the reading's time). Windows and
+watches are the agent's (docs/agent.md, "Windows" and "Events"): the parser reads them into
+``Program.windows`` and ``Program.watches``, the engine refuses to materialise a program that has
+any (:class:`~agent.engine.errors.DirectiveError`). A window's relation may not be the head of a
+rule of the program nor its own reading predicate, and one relation has one declaration.
 
 Tokens: ``IRIREF`` is ``<...>`` without spaces (its text is kept as written, never resolved);
 ``PNAME`` is ``prefix:local`` (expanded with ``@prefix``; ``rdf: rdfs: xsd: owl:`` are
@@ -62,6 +74,7 @@ from agent.engine.gcpause import collector_paused
 from agent.engine.language import (
     ANONYMOUS,
     RDF_TYPE,
+    WINDOW_UNITS,
     XSD,
     Aggregate,
     Atom,
@@ -79,6 +92,7 @@ from agent.engine.language import (
     Term,
     Value,
     Variable,
+    WindowDeclaration,
     is_number,
     is_valid_label,
 )
@@ -92,6 +106,7 @@ __all__ = [
     "parse_file",
     "parse_file_with_prefixes",
     "parse_program",
+    "parse_window",
 ]
 
 PREDEFINED_PREFIXES: Mapping[str, str] = {
@@ -127,6 +142,20 @@ def parse_file_with_prefixes(path: str | os.PathLike[str]) -> tuple[Program, dic
     with collector_paused():
         parser = _Parser(text, source)
         return parser.program(), dict(parser.prefixes)
+
+
+def parse_window(text: str, source: str = "<window>") -> WindowDeclaration:
+    """Parse one window declaration (``@window <p> 10 min as <r> .``, as a bundle carries
+    them in ``Bundle.windows``); anything else in the text is a ParseError."""
+    program = parse_program(text, source)
+    if len(program.windows) != 1 or program.rules or program.facts or program.watches:
+        raise ParseError(
+            "expected exactly one '@window <reading> N unit as <relation> .' declaration",
+            source=source,
+            line=1,
+            column=1,
+        )
+    return program.windows[0]
 
 
 def parse_atom(
@@ -430,12 +459,28 @@ class _Parser:
         rules: list[Rule] = []
         facts: list[Atom] = []
         labels: dict[str, Rule] = {}
+        self.windows: dict[str, tuple[WindowDeclaration, Token]] = {}  # by relation
+        self.watches: dict[Atom, None] = {}
         while self.peek().kind != EOF:
             if self.at_directive():
                 self.directive()
             else:
                 self.clause(rules, facts, labels)
-        return Program(tuple(rules), tuple(facts))
+        self.check_windows(rules)
+        windows = tuple(window for window, _ in self.windows.values())
+        return Program(tuple(rules), tuple(facts), windows, tuple(self.watches))
+
+    def check_windows(self, rules: list[Rule]) -> None:
+        """A window's relation is the agent's alone: no rule of the program derives it."""
+        heads = {head.predicate for rule in rules for head in rule.heads}
+        for window, token in self.windows.values():
+            if window.relation in heads:
+                raise self.error(
+                    token,
+                    f"the window relation <{window.relation}> is the head of a rule; a "
+                    "window's facts are kept by the agent from its readings, no rule may "
+                    "derive them",
+                )
 
     def single_atom(self) -> Atom:
         atom = self.atom()
@@ -461,8 +506,17 @@ class _Parser:
     def directive(self) -> None:
         keyword = self.advance()
         turtle_style = keyword.kind == LANG
-        if turtle_style and keyword.text.lower() != "@prefix":
-            raise self.error(keyword, f"unknown directive {_describe(keyword)}; expected '@prefix'")
+        word = keyword.text.lower()
+        if turtle_style and word == "@window":
+            return self.window(keyword)
+        if turtle_style and word == "@watch":
+            return self.watch()
+        if turtle_style and word != "@prefix":
+            raise self.error(
+                keyword,
+                f"unknown directive {_describe(keyword)}; expected '@prefix', '@window' or "
+                "'@watch'",
+            )
         name = self.prefix_name()
         token = self.peek()
         if token.kind == IRI:
@@ -477,6 +531,47 @@ class _Parser:
         elif self.at_punct("."):
             self.advance()
         self.prefixes[name] = namespace
+
+    def window(self, keyword: Token) -> None:
+        """``@window <reading> N unit as <relation> .`` (see the module docstring)."""
+        reading = self.predicate()
+        token = self.peek()
+        if token.kind != NUMBER or not is_number(token.value) or token.value <= 0:
+            self.fail("expected the window's length, a positive number, after its reading")
+        self.advance()
+        unit = self.peek()
+        size = WINDOW_UNITS.get(unit.text.lower()) if unit.kind in (NAME, VAR) else None
+        if size is None:
+            self.fail("expected a unit of time (s, min or h) after the window's length")
+        self.advance()
+        self.expect_word("as", "after the window's length")
+        relation = self.predicate()
+        self.expect_punct(".", "at the end of the @window declaration")
+        window = WindowDeclaration(reading, float(token.value) * size, relation)  # type: ignore[operator]
+        if relation == reading:
+            raise self.error(
+                keyword, f"the window relation <{relation}> is its own reading predicate"
+            )
+        known = self.windows.get(relation)
+        if known is not None and known[0] != window:
+            line, column = self.position(known[1].pos)
+            raise self.error(
+                keyword,
+                f"the window relation <{relation}> is declared twice, differently: {window} "
+                f"and, at line {line}, column {column}, {known[0]}",
+            )
+        self.windows.setdefault(relation, (window, keyword))
+
+    def watch(self) -> None:
+        """``@watch <pattern> .``: the pattern's anonymous ``_`` stay anonymous (as in
+        `parse_atom`)."""
+        self.names_anonymous = False
+        try:
+            pattern = self.atom()
+        finally:
+            self.names_anonymous = True
+        self.expect_punct(".", "at the end of the @watch declaration")
+        self.watches.setdefault(pattern, None)
 
     def prefix_name(self) -> str:
         token = self.peek()

@@ -1,0 +1,290 @@
+"""Windows over readings on an agent (in-process: the agent's methods, a real SQLite file, an
+injected clock running minutes of readings in milliseconds): the two example rules of
+docs/agent.md ("stuck", "rising") end to end, late readings and the budget counted, expiry as
+one batch per tick with its event, windows from bundles and local rule files, restarts."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import pytest
+
+from agent.engine.language import WindowDeclaration
+from agent.protocol.messages import fact_tuple
+from agent.state.agent_state import AgentState
+from agent.state.outbox import pending_events
+from agent.state.schema import OUTBOX_VERSION, SCHEMA_VERSION
+from agent.windows import LATE, OVER_BUDGET
+from tests.agent.test_service import make_agent
+from tests.support.agent_harness import Cloud, readings_payload
+from tests.support.old_states import without_windows
+
+READING = "hasAirTemperatureMeasurement"
+TEN_MINUTES = f"@window <{READING}> 10 min as <recentAirTemperature> ."
+TWO_MINUTES = f"@window <{READING}> 2 min as <lastAirTemperature> ."
+# The docs' example rules (docs/agent.md, "Windows"): there is no count-distinct aggregate, so
+# "one distinct value" is "the smallest value equals the largest".
+STUCK = {
+    "window_count": "window_count: <windowCount>(S, N) :- "
+    "aggregate( <recentAirTemperature>(S, V, T) ) on S with count(V) as N .",
+    "window_min": "window_min: <windowMin>(S, M) :- "
+    "aggregate( <recentAirTemperature>(S, V, T) ) on S with min(V) as M .",
+    "window_max": "window_max: <windowMax>(S, M) :- "
+    "aggregate( <recentAirTemperature>(S, V, T) ) on S with max(V) as M .",
+    "stuck": "stuck: <StuckSensor>(S) :- <windowCount>(S, N) and N >= 20 "
+    "and <windowMin>(S, Low) and <windowMax>(S, High) and Low = High .",
+}
+RISING = {
+    "average_10": "average_10: <average10>(S, A) :- "
+    "aggregate( <recentAirTemperature>(S, V, T) ) on S with avg(V) as A .",
+    "average_2": "average_2: <average2>(S, A) :- "
+    "aggregate( <lastAirTemperature>(S, V, T) ) on S with avg(V) as A .",
+    "rising": "rising: <RisingTemperature>(S) :- <average2>(S, Short) "
+    "and <average10>(S, Long) and Short > Long + 2 .",
+}
+START = float(int(time.time()))  # (bundles are valid for an hour from now)
+
+
+class Clock:
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def cloud(tmp_path):
+    return Cloud(tmp_path / "cloud")
+
+
+def windowed_agent(tmp_path, cloud, *, tables: str = "", watches: list[str] | None = None):
+    agent = make_agent(tmp_path, cloud, tables=tables)
+    clock = agent.clock = Clock()
+    bundle = cloud.bundle(
+        "base",
+        1,
+        rules={**STUCK, **RISING},
+        windows=[TEN_MINUTES, TWO_MINUTES],
+        watches=watches,
+    )
+    outcome = agent.handle_bundle(cloud.sign(bundle))
+    assert outcome.status == "applied", outcome.message
+    return agent, clock
+
+
+def read(agent, clock: Clock, value: float, sensor: str = "s1", at: float | None = None):
+    """One reading of ``sensor`` sent now (or at ``at``)."""
+    sent = clock.now if at is None else at
+    payload = readings_payload("t1", "farm1", [(READING, sensor, value)], sent_at=sent)
+    return agent.record_readings(payload)
+
+
+def holds(agent, pattern: str) -> list[dict]:
+    return agent.reasoner.query(pattern)
+
+
+def test_a_stuck_sensor_and_a_rising_one(tmp_path, cloud):
+    agent, clock = windowed_agent(tmp_path, cloud)
+    for _ in range(25):  # s1 repeats 12.5 every 20 s: its latest value never changes
+        read(agent, clock, 12.5)
+        clock.now += 20
+    assert agent.state.windows.sizes()["recentAirTemperature"] == 25
+    # Every reading counts, although the latest-value fact stayed the same.
+    assert holds(agent, "<StuckSensor>(S)") == [{"S": "s1"}]
+    agent.tick_windows()  # (readings at 0, 20, ... 480 s; now 500 s: 5 within 2 minutes)
+    assert agent.status().windows == {"recentAirTemperature": 25, "lastAirTemperature": 5}
+    # 10 minutes of one value then another: no longer stuck (two values in the window).
+    read(agent, clock, 13.0)
+    assert holds(agent, "<StuckSensor>(S)") == []
+    # Ten minutes later the old value has left (the tick expires it): one value, 13.0, but
+    # fewer than 20 readings of it.
+    clock.now += 600
+    assert agent.tick_windows().status == "applied"
+    assert agent.state.windows.sizes() == {"recentAirTemperature": 0, "lastAirTemperature": 0}
+    assert holds(agent, "<windowCount>(S, N)") == []
+    # s2 rises: 10 minutes around 10 degrees, then 2 minutes around 20.
+    for step in range(40):
+        read(agent, clock, 10.0 if step < 32 else 20.0, sensor="s2")
+        clock.now += 15
+        agent.tick_windows()  # (the service's loop ticks every second)
+    assert holds(agent, "<RisingTemperature>(S)") == [{"S": "s2"}]
+    assert holds(agent, "<StuckSensor>(S)") == []
+    clock.now += 120  # the last 2 minutes' readings leave: no more recent rise
+    agent.tick_windows()
+    assert holds(agent, "<RisingTemperature>(S)") == []
+
+
+def test_late_readings_and_the_budget_are_counted(tmp_path, cloud):
+    agent, clock = windowed_agent(tmp_path, cloud, tables="[windows]\nmax_facts = 5\n")
+    late = read(agent, clock, 1.0, at=clock.now - 300)  # inside 10 min, outside 2 min
+    assert late.status == "applied"
+    assert agent.dropped[LATE] == 1
+    assert agent.state.windows.sizes() == {"recentAirTemperature": 1, "lastAirTemperature": 0}
+    for step in range(7):
+        clock.now += 1
+        read(agent, clock, float(step))
+    sizes = agent.state.windows.sizes()
+    assert sizes == {"recentAirTemperature": 5, "lastAirTemperature": 5}
+    # 8 facts arrived in the 10-minute window (the late one first), 7 in the 2-minute one.
+    assert agent.dropped[OVER_BUDGET] == 3 + 2
+    held = agent.state.windows.facts("recentAirTemperature")
+    assert [fact[2] for fact in held] == [2.0, 3.0, 4.0, 5.0, 6.0]  # the oldest went first
+    assert agent.status().dropped[OVER_BUDGET] == 5
+    # A reading older than the whole 10 minutes is late for both windows.
+    read(agent, clock, 9.0, sensor="s3", at=clock.now - 601)
+    assert agent.dropped[LATE] == 3
+
+
+def test_expiry_is_one_batch_per_tick_with_its_event(tmp_path, cloud):
+    agent, clock = windowed_agent(tmp_path, cloud, watches=["<StuckSensor>(X)"])
+    for _ in range(20):
+        read(agent, clock, 7.0)
+        clock.now += 10
+    assert holds(agent, "<StuckSensor>(S)") == [{"S": "s1"}]
+    # Readings at 0, 10, ... 190 s, now 200 s: 9 have left the 2-minute window, one batch.
+    assert agent.tick_windows().report["windows"]["deleted"] == 9
+    assert agent.tick_windows() is None  # nothing more has left: no change at all
+    events_before = len(pending_events(agent.state.conn, limit=1000))
+    clock.now = START + 600 + 5  # the first reading leaves 10 minutes, the rest 2 minutes
+    outcome = agent.tick_windows()
+    assert outcome.status == "applied"
+    assert outcome.report["windows"]["deleted"] == 1 + 11
+    events = pending_events(agent.state.conn, limit=1000)
+    assert len(events) == events_before + 1
+    last = events[-1]
+    assert last.cause == {"kind": "window expiry"}
+    ((watch, appeared, disappeared),) = last.changes
+    assert appeared == [] and [fact_tuple(f) for f in disappeared] == [
+        ("http://www.w3.org/1999/02/22-rdf-syntax-ns#type", "s1", "StuckSensor")
+    ]
+    assert agent.tick_windows() is None
+
+
+def test_windows_survive_a_restart(tmp_path, cloud):
+    agent, clock = windowed_agent(tmp_path, cloud)
+    for value in (1.0, 2.0, 3.0):
+        read(agent, clock, value)
+        clock.now += 50
+    before = agent.state.windows.facts()
+    agent.close()
+    again = make_agent(tmp_path, cloud)
+    again.clock = clock
+    assert again.state.windows.facts() == before
+    assert set(again.state.window_claims) == {
+        WindowDeclaration(READING, 600.0, "recentAirTemperature"),
+        WindowDeclaration(READING, 120.0, "lastAirTemperature"),
+    }
+    clock.now += 5  # (readings at 0, 50, 100 s; now 155 s) 1.0 leaves the 2-minute window
+    assert again.tick_windows().report["windows"]["deleted"] == 1
+    assert again.state.windows.sizes() == {"recentAirTemperature": 3, "lastAirTemperature": 2}
+
+
+def test_a_bad_window_refuses_the_bundle(tmp_path, cloud):
+    agent = make_agent(tmp_path, cloud)
+    for windows, message in (
+        (["@window <p> 10 parsecs as <r> ."], "window 1:1:16: expected a unit of time"),
+        (["@window <p> 1 s as <r> .", "x(a) :- y(a) ."], "window 2:1:1: expected exactly one"),
+        (
+            ["@window <p> 1 s as <r> .", "@window <q> 1 s as <r> ."],
+            "the window relation <r> is declared twice",
+        ),
+        (["@window <p> 1 s as <windowCount> ."], "rule window_count derives <windowCount>"),
+    ):
+        bundle = cloud.bundle("base", 1, rules=STUCK, windows=windows)
+        outcome = agent.handle_bundle(cloud.sign(bundle))
+        assert (outcome.status, outcome.reason) == ("refused", "bad_rule")
+        assert outcome.message.startswith(message) and "\n" not in outcome.message
+        assert agent.reasoner.rules == {} and agent.state.window_claims == {}
+        assert agent.state.applied_versions() == {}
+
+
+def test_a_stream_takes_its_windows_with_it(tmp_path, cloud):
+    agent, clock = windowed_agent(tmp_path, cloud)
+    for value in (1.0, 2.0):
+        read(agent, clock, value)
+        clock.now += 1
+    # A bundle that keeps its windows (None) keeps their facts.
+    keep = cloud.bundle("base", 2, facts=[("site", "t1", "north")])
+    assert agent.handle_bundle(cloud.sign(keep)).status == "applied"
+    assert agent.state.windows.sizes() == {"recentAirTemperature": 2, "lastAirTemperature": 2}
+    # One window replaced by another declaration: the old one's facts go, the new starts empty.
+    changed = cloud.bundle(
+        "base", 3, windows=[TEN_MINUTES, f"@window <{READING}> 5 min as <lastAirTemperature> ."]
+    )
+    assert agent.handle_bundle(cloud.sign(changed)).status == "applied"
+    assert agent.state.windows.sizes() == {"recentAirTemperature": 2, "lastAirTemperature": 0}
+    # Another stream supersedes it: every window of base goes, with its facts.
+    take_over = cloud.bundle("next", 1, supersedes=["base"], windows=[])
+    assert agent.handle_bundle(cloud.sign(take_over)).status == "applied"
+    assert agent.state.window_claims == {}
+    assert agent.state.windows.sizes() == {}
+    assert agent.state.facts_of_source("window") == []
+
+
+def test_local_rule_files_declare_windows_and_watches(tmp_path, cloud):
+    rules = tmp_path / "local.rules"
+    rules.write_text(
+        f"{TEN_MINUTES}\n@watch <StuckSensor>(X) .\n" + "\n".join(STUCK.values()) + "\n"
+    )
+    reasoning = f'rules = ["{rules}"]'
+    agent = make_agent(tmp_path, cloud, reasoning=reasoning)
+    agent.clock = clock = Clock()
+    assert set(agent.state.window_claims) == {
+        WindowDeclaration(READING, 600.0, "recentAirTemperature")
+    }
+    assert "<StuckSensor>(X)" in agent.state.watches
+    for _ in range(20):
+        read(agent, clock, 3.0)
+        clock.now += 1
+    assert holds(agent, "<StuckSensor>(S)") == [{"S": "s1"}]
+    agent.close()
+    rules.write_text("\n".join(STUCK.values()) + "\n")  # the window removed from the file
+    again = make_agent(tmp_path, cloud, reasoning=reasoning)
+    assert again.state.window_claims == {} and again.state.windows.sizes() == {}
+    assert holds(again, "<StuckSensor>(S)") == []
+
+
+def test_neighbours_telemetry_fills_windows(tmp_path, cloud):
+    reasoning = f'neighbours = ["t2"]\ntelemetry_predicates = ["{READING}"]'
+    agent = make_agent(tmp_path, cloud, reasoning=reasoning)
+    agent.clock = clock = Clock()
+    bundle = cloud.bundle("base", 1, rules=STUCK, windows=[TEN_MINUTES])
+    assert agent.handle_bundle(cloud.sign(bundle)).status == "applied"
+    for _ in range(3):
+        payload = readings_payload("t2", "farm1", [(READING, "t2", 5.0)], sent_at=clock.now)
+        outcome = agent.handle_telemetry(payload, sender="t2")
+        assert outcome.status in ("applied", "unchanged"), outcome.message
+        clock.now += 1
+    held = agent.state.windows.facts("recentAirTemperature")
+    assert [fact[1:] for fact in held] == [("t2", 5.0, START + i) for i in range(3)]
+
+
+def test_a_version_11_file_gets_its_windows_table(tmp_path):
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(add_rules="q(X) :- p(X) .", add_facts=[("p", "a")])
+    conn = sqlite3.connect(path)
+    with conn:
+        without_windows(conn)
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(OUTBOX_VERSION),)
+        )
+    conn.close()
+    with AgentState(path, load=False) as state:
+        assert state.check_integrity() == []
+    with AgentState(path) as state:
+        assert state.get_meta("schema_version") == str(SCHEMA_VERSION)
+        assert state.load_report.how == "loaded"
+        assert state.window_claims == {}
+        window = WindowDeclaration("p2", 60.0, "recent")
+        state.apply(source="base", windows=[window])
+        state.apply(
+            add_facts=[("p2", "a", 1)],
+            source="sensor",
+            window_facts=state.window_arrivals([("p2", "a", 1)], at=100.0, now=100.0),
+        )
+    with AgentState(path) as state:
+        assert state.window_claims == {window: {"base"}}
+        assert state.windows.facts() == [("recent", "a", 1, 100.0)]
