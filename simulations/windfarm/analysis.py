@@ -15,9 +15,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlite_utils import Database
+
 from agent.engine import Reasoner
 from agent.engine.program.parser import parse_program
+from agent.protocol.messages import Event
 from agent.state.agent_state import AgentState
+from cloud.events import read_events
 from cloud.publisher import finding_predicate
 from simulations.windfarm.farm import ANOMALY_STREAM
 
@@ -67,6 +71,41 @@ class Update:
 
 
 @dataclass
+class DiagnosisEvent:
+    """A diagnosis that appeared in a device's event (its first copy: one per ``(device,
+    seq)``), traced back to the reading that caused it.
+
+    ``reading_sent`` is the ``sent_at`` of that reading batch, as the harness sent it: for an
+    event caused by readings, the batch the event's cause names; by a neighbour's telemetry,
+    that neighbour's latest batch sent before the telemetry; by a bundle (the answer to the
+    device's rule request, whose rules made the diagnosis), the reading that made the device
+    suspicious: its first after its fault that base rule b1 flags (``SensorModel.suspicious``;
+    not its latest before the request, which a device running behind its readings issues
+    long after that reading). ``at_broker`` is the
+    event's arrival at the harness's monitor (a subscriber of the broker), ``at_cloud`` the
+    time the cloud's service kept it (``received_at`` of its ``events`` table)."""
+
+    device: str
+    diagnosis: str
+    cause: str  # the event cause's kind: readings, telemetry, bundle...
+    reading_sent: float | None
+    at_broker: float | None
+    at_cloud: float | None
+
+    @property
+    def to_broker(self) -> float | None:
+        if self.reading_sent is None or self.at_broker is None:
+            return None
+        return self.at_broker - self.reading_sent
+
+    @property
+    def to_cloud(self) -> float | None:
+        if self.reading_sent is None or self.at_cloud is None:
+            return None
+        return self.at_cloud - self.reading_sent
+
+
+@dataclass
 class Result:
     sim: object  # the Simulation (options, farm, schedule, log, graph)
     timelines: list[Timeline] = field(default_factory=list)
@@ -75,12 +114,9 @@ class Result:
     base_latencies: dict[str, float] = field(default_factory=dict)
     answer_latencies: list[float] = field(default_factory=list)
     telemetry_latencies: list[float] = field(default_factory=list)
-    # A diagnosis appearing in an event: from the reading that caused it (its ``sent_at``),
-    # and, for one that appeared with the answering bundle's rules, from that bundle on the
-    # broker; both to the event's arrival at the monitor (the cloud's side of the broker).
-    event_latencies: list[float] = field(default_factory=list)
-    bundle_event_latencies: list[float] = field(default_factory=list)
-    diagnosis_events: dict[str, str] = field(default_factory=dict)  # device -> first diagnosis
+    # Each diagnosis that appeared in an event, with the reading that caused it and the
+    # event's arrival at the broker and at the cloud (see DiagnosisEvent).
+    diagnosis_events: list[DiagnosisEvent] = field(default_factory=list)
     messages: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind -> (count, bytes)
     broker_totals: dict[str, int] = field(default_factory=dict)
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
@@ -152,7 +188,7 @@ def analyse(sim) -> Result:
         if answer is not None:
             result.answer_latencies.append(answer - at)
     result.telemetry_latencies = _telemetry_latencies(seen)
-    _event_latencies(seen, result)
+    result.diagnosis_events = _diagnosis_events(sim, seen)
 
     # ---- traffic
     result.messages = {
@@ -176,35 +212,75 @@ def analyse(sim) -> Result:
     return result
 
 
-def _event_latencies(seen, result: Result) -> None:
-    """The diagnoses reported by events (the first copy of each ``(device, seq)``) and their
-    latencies (see ``Result.event_latencies``)."""
-    bundles = {
-        (device, bundle.source, bundle.version): at
-        for at, device, bundle, _ in seen.bundles
-        if bundle is not None
-    }
-    kept: set[tuple[str, int]] = set()
+def _diagnosis_events(sim, seen) -> list[DiagnosisEvent]:
+    """The diagnoses the devices reported through events (see ``DiagnosisEvent``): the events
+    the cloud's service kept, joined with their first copy at the monitor (an event only one
+    of the two saw is listed with the other's time missing)."""
+    at_monitor: dict[tuple[str, int], tuple[float, Event]] = {}
     for at, device, event in seen.events:
-        if (device, event.seq) in kept:
-            continue
-        kept.add((device, event.seq))
-        appeared = [fact for change in event.changes for fact in change.appeared]
+        at_monitor.setdefault((device, event.seq), (at, event))
+    at_cloud = cloud_events(sim.cloud.ledger) if getattr(sim, "cloud", None) else {}
+    sent = sim.log.readings
+
+    def latest_reading(device: str, before: float) -> float | None:
+        times = [at for at, _ in sent.get(device, ()) if at <= before]
+        return times[-1] if times else None
+
+    def suspicious_reading(device: str) -> float | None:
+        fault = sim.log.t0 + (
+            sim.schedule.warm_at if device == sim.farm.warm else sim.schedule.fault_at
+        )
+        return next(
+            (
+                at
+                for at, value in sent.get(device, ())
+                if at >= fault and sim.model.suspicious(value)
+            ),
+            None,
+        )
+
+    found = []
+    for key in sorted(set(at_monitor) | set(at_cloud), key=lambda k: (k[0], k[1])):
+        device, _seq = key
+        monitor_at, event = at_monitor.get(key, (None, None))
+        cloud_at, cloud_cause, cloud_changes = at_cloud.get(key, (None, None, None))
+        cause = event.cause if event is not None else cloud_cause
+        if event is not None:
+            appeared = [tuple(f) for change in event.changes for f in change.appeared]
+        else:
+            appeared = [tuple(f) for change in cloud_changes for f in change["appeared"]]
         if not appeared:
             continue
-        result.diagnosis_events.setdefault(device, finding_predicate(tuple(appeared[0])))
-        cause = event.cause
-        if cause.get("kind") in ("readings", "telemetry") and cause.get("sent_at"):
-            result.event_latencies.append(at - float(cause["sent_at"]))
-        elif cause.get("kind") == "bundle":
-            sent = bundles.get((device, cause.get("stream"), cause.get("version")))
-            sent = (
-                sent
-                if sent is not None
-                else bundles.get(("all", cause.get("stream"), cause.get("version")))
-            )
-            if sent is not None:
-                result.bundle_event_latencies.append(at - sent)
+        kind = str(cause.get("kind", "?"))
+        reading = None
+        if kind == "readings" and cause.get("sent_at"):
+            reading = float(cause["sent_at"])
+        elif kind == "telemetry" and cause.get("sent_at") and cause.get("device"):
+            reading = latest_reading(str(cause["device"]), float(cause["sent_at"]))
+        elif kind == "bundle":
+            reading = suspicious_reading(device)
+        # One diagnosis per predicate: a turbine known under two names (owl:sameAs) has its
+        # diagnosis appear under both in the same event.
+        for diagnosis in dict.fromkeys(finding_predicate(fact) for fact in appeared):
+            found.append(DiagnosisEvent(device, diagnosis, kind, reading, monitor_at, cloud_at))
+    return found
+
+
+def cloud_events(ledger: Path) -> dict[tuple[str, int], tuple[float, dict, list]]:
+    """(device, seq) -> (received_at, cause, changes) of the events the cloud's service kept
+    in its ledger (cloud/events.py), read after the run."""
+    if not Path(ledger).exists():
+        return {}
+    db = Database(ledger, execute_plugins=False)
+    try:
+        if "events" not in db.table_names():
+            return {}
+        return {
+            (device, seq): (received, json.loads(cause), json.loads(changes))
+            for _, (_farm, device, seq, _at, received, cause, changes) in read_events(db)
+        }
+    finally:
+        db.close()
 
 
 def _telemetry_latencies(seen) -> list[float]:

@@ -131,9 +131,11 @@ class SimulationCloud:
         private, _public = generate_key_pair(self.keys, KEY_ID)
         self.private_key = load_private_key(private)
         self.streams = load_streams(STREAMS)
+        # The publisher's ledger: what it sent, and the devices' events it kept.
+        self.ledger = directory / "publisher.db"
         self.publisher = Publisher(
             farm.farm_id,
-            BundleCutter(directory / "publisher.db", farm.farm_id),
+            BundleCutter(self.ledger, farm.farm_id),
             self.streams,
             self.private_key,
             KEY_ID,

@@ -40,6 +40,7 @@ WARM_PLATEAU = 3.0  # degrees added within two grid steps of the warm turbine
 WARM_PEAK = 4.8  # degrees added at the warm turbine itself
 WARM_RAMP = 5.0  # seconds for the warm air mass to arrive fully
 WARM_DELAY = 2.0  # seconds between the sensor fault and the warm air mass
+SUSPICIOUS_DEVIATION = 4.0  # degrees from the forecast: base rule b1's threshold
 
 TEMPERATURE = "hasAirTemperatureMesurement"
 WIND = "hasWindSpeed"
@@ -191,6 +192,11 @@ class SensorModel:
             (POWER, name, round(power)),
             (NACELLE, name, round(nacelle, 1)),
         ]
+
+    @staticmethod
+    def suspicious(ambient: float) -> bool:
+        """Whether base rule b1 makes a turbine reading ``ambient`` suspicious."""
+        return abs(ambient - FORECAST) > SUSPICIOUS_DEVIATION
 
     def expected_findings(self) -> dict[str, str]:
         """The right diagnosis per suspicious turbine (the check of the report)."""

@@ -123,6 +123,11 @@ CASES = [
         {"recompute / restart", "back to work", "restart: kept B/fact"},
         marks=in_processes,
     ),
+    (
+        "windows",
+        ["--sensors", "5", "--minutes", "3", "--ticks", "1", "--repeat", "1"],
+        {"scratch / tick", "facts expired", "kept B/fact", "RSS B/fact"},
+    ),
     (  # (its memory, a fresh process per row, is run by the explain case's helper alike)
         "sweep",
         ["--quick", "--repeat", "1", "--no-memory"],

@@ -344,3 +344,47 @@ def test_incremental_benchmark_prints_bytes_per_stored_fact_on_every_row(capsys)
         cells = row.split()
         kept, rss = cells[cells.index("OK") - 2 : cells.index("OK")]
         assert 0 < float(kept) < 2000 and float(rss) >= 0
+
+
+# ------------------------------------------------------------------ simulations.bench.windows
+
+
+def test_windows_benchmark_ticks_equal_recomputing_and_both_rules_hold(capsys):
+    """A tick (arrivals and expiry in one update) leaves the reasoner equal to recomputing
+    the window rules over the windows' facts, and the data make both rules hold somewhere."""
+    from simulations.bench import windows
+
+    status = windows.main(["--sensors", "10", "--ticks", "1", "7", "--repeat", "2", "--no-memory"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "windows of 10 min (6000 facts) and 2 min (1200 facts)" in out
+    rows = [line for line in out.splitlines() if line.lstrip().startswith("tick of")]
+    assert len(rows) == 2 and all(row.endswith("equal") for row in rows), rows
+    # 10 sensors: two frozen (0, 5), two warming (1, 6); a tick of 7 s brings 70 readings
+    assert all("stuck 2 rising 2" in row for row in rows), rows
+    assert "70 readings in" in rows[1] and "140 facts expired" in rows[1], rows
+
+
+def test_windows_follow_the_clock():
+    """Expiry: a fact leaves its window once ``now - length >= time``; each window holds
+    exactly its length of readings."""
+    from simulations.bench import windows
+
+    state = windows.filled(3, 2.5)
+    assert len(state.long) == 3 * 150 and len(state.short) == 3 * 120
+    arrived, expired = state.advance(4)
+    assert len(arrived) == 2 * 3 * 4 and len(expired) == 2 * 3 * 4
+    newest = max(fact[3] for fact in state.long)
+    assert all(newest - fact[3] < 150 for fact in state.long)
+    assert all(newest - fact[3] < 120 for fact in state.short)
+
+
+def test_windows_benchmark_refuses_bad_arguments(capsys):
+    from simulations.bench import windows
+
+    for argv in (["--sensors", "0"], ["--minutes", "1"], ["--ticks", "0"]):
+        with pytest.raises(SystemExit) as exit_:
+            windows.main(argv)
+        assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "--ticks must be whole seconds" in err

@@ -20,12 +20,19 @@ from simulations.brokerprocess import BrokerError
 from simulations.mqttbroker import EmbeddedBroker
 from simulations.windfarm import run as windfarm_run
 from simulations.windfarm.__main__ import build_parser, main, parse_faults
-from simulations.windfarm.cloud import neighbours_of
-from simulations.windfarm.farm import CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm, SensorModel
+from simulations.windfarm.cloud import STREAMS, neighbours_of
+from simulations.windfarm.farm import (
+    CHANGE_CONFIRMED,
+    SENSOR_ANOMALY,
+    SUSPICIOUS_DEVIATION,
+    Farm,
+    SensorModel,
+)
 from simulations.windfarm.report import write_report
 from simulations.windfarm.run import FAULTS, Options, Simulation, SimulationError
 
 pytestmark = pytest.mark.process
+BASE_RULES = STREAMS / "base.rules"
 
 
 def test_five_turbines_end_to_end_with_every_fault(tmp_path, spark):
@@ -48,6 +55,7 @@ def test_five_turbines_end_to_end_with_every_fault(tmp_path, spark):
     assert "every agent reconnected after the broker restart" in names
     assert len(result.updates) == 4 and all(u.equal for u in result.updates)
     assert result.messages["request"][0] == 2  # one request per suspicious turbine
+    assert_diagnoses_reached_the_cloud_after_their_reading(simulation, result)
 
     report = write_report(result, simulation.directory)
     text = report.read_text()
@@ -72,16 +80,30 @@ def test_five_turbines_end_to_end_with_every_fault(tmp_path, spark):
                     assert other in readings and Farm.registry_name(other) in readings
 
 
+def assert_diagnoses_reached_the_cloud_after_their_reading(simulation, result) -> None:
+    """Each expected diagnosis came through an event the cloud's service kept, traced back to
+    a reading the harness sent before it (the report's reading -> event latencies)."""
+    expected = simulation.model.expected_findings()
+    traced = {
+        (e.device, e.diagnosis)
+        for e in result.diagnosis_events
+        if e.to_cloud is not None and 0 < e.to_broker < 30 and 0 < e.to_cloud < 30
+    }
+    assert set(expected.items()) <= traced, result.diagnosis_events
+
+
 def test_the_scenario_is_decided_by_the_thresholds_whatever_the_noise():
     """The sensor model's bounded noise keeps the diagnosis deterministic: over many seeds and
     farm sizes, only the two protagonists leave the forecast by more than 4 degrees."""
+    b1 = next(line for line in BASE_RULES.read_text().splitlines() if line.startswith("b1:"))
+    assert f"COMP(D, >, {SUSPICIOUS_DEVIATION:g})" in b1  # (what SensorModel.suspicious tests)
     for n in (5, 8, 30, 100, 800):
         farm = Farm.grid(n)
         for seed in range(20):
             model = SensorModel(farm, fault_at=10.0, seed=seed)
             late = model.warm_at + 10.0
             suspicious = {
-                t.id for t in farm.turbines if abs(model.readings(t.id, late)[0][2] - 12.0) > 4
+                t.id for t in farm.turbines if model.suspicious(model.readings(t.id, late)[0][2])
             }
             assert suspicious == {farm.broken, farm.warm}, (n, seed)
 
@@ -130,6 +152,7 @@ def test_five_turbines_on_the_embedded_broker_with_a_broker_restart(tmp_path):
         simulation.farm.broken: SENSOR_ANOMALY,
         simulation.farm.warm: CHANGE_CONFIRMED,
     }
+    assert_diagnoses_reached_the_cloud_after_their_reading(simulation, result)
     totals = result.broker_totals  # the $SYS counters the monitor read, over both broker lives
     assert totals["messages received"] > 0 and totals["bytes sent"] > totals["bytes received"]
     text = write_report(result, simulation.directory).read_text()

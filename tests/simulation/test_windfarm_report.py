@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from simulations.windfarm import report
-from simulations.windfarm.analysis import Check, Result, Timeline, Update
+from simulations.windfarm.analysis import Check, DiagnosisEvent, Result, Timeline, Update
 from simulations.windfarm.farm import CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm
 
 plt = pytest.importorskip("matplotlib.pyplot")
@@ -131,3 +131,31 @@ def test_the_report_names_no_absolute_path(tmp_path):
     assert report.REPLAY_NOTE in text
     for plot in report.PLOTS.values():
         assert (run / plot).stat().st_size > 10_000
+
+
+def test_event_latencies_are_per_diagnosis_from_the_reading_to_broker_and_cloud(tmp_path):
+    result = synthetic(tmp_path)
+    farm = result.sim.farm
+    result.diagnosis_events = [
+        # reading sent at 100.0; at the broker 0.2 s later, kept by the cloud 0.25 s later
+        DiagnosisEvent(farm.broken, SENSOR_ANOMALY, "bundle", 100.0, 100.2, 100.25),
+        DiagnosisEvent(farm.warm, CHANGE_CONFIRMED, "bundle", 200.0, 200.1, 200.4),
+        DiagnosisEvent(farm.warm, CHANGE_CONFIRMED, "readings", 300.0, 300.03, 300.05),
+        DiagnosisEvent(farm.warm, CHANGE_CONFIRMED, "readings", 400.0, 400.01, None),
+        DiagnosisEvent(farm.warm, CHANGE_CONFIRMED, "bundle", None, 500.0, 500.1),
+    ]
+    lines = report.event_latency_lines(result)
+    rows = {tuple(c.strip() for c in line.split("|")[1:4]): line for line in lines}
+    broken = rows[(SENSOR_ANOMALY, farm.broken, "bundle")]
+    assert broken.split("|")[4:9] == [" 1 ", " 200.0 ", " 200.0 ", " 250.0 ", " 250.0 "]
+    bundle = rows[(CHANGE_CONFIRMED, farm.warm, "bundle")]
+    assert bundle.split("|")[4:9] == [" 2 ", " 100.0 ", " 100.0 ", " 400.0 ", " 400.0 "]
+    readings = rows[(CHANGE_CONFIRMED, farm.warm, "readings")]
+    # p50 of two samples is their mean; the cloud saw only one of them
+    assert readings.split("|")[4:9] == [" 2 ", " 20.0 ", " 30.0 ", " 50.0 ", " 50.0 "]
+    assert "1 of 5 diagnoses could not be traced back to a reading" in lines[-1]
+    assert "`received_at`" in lines[0] and "Sample counts are diagnoses" in lines[0]
+    text = report.write_report(result, tmp_path).read_text()
+    assert broken in text
+    result.diagnosis_events = []
+    assert "| none | - | - | 0 |" in "\n".join(report.event_latency_lines(result))
