@@ -49,6 +49,7 @@ def test_example_config_loads_and_documents_every_option():
         "budget": type(config.budget),
         "limits": type(config.limits),
         "events": type(config.events),
+        "metrics": type(config.metrics),
         "log": type(config.log),
     }
     for section, model in sections.items():
