@@ -225,3 +225,27 @@ def test_window_sizes_are_read_from_what_the_agent_holds():
     assert window_sizes(agent) == {}  # (no windows: no series)
     agent.windows = {"temp/10min": Window(4), "wind": 2, "gust": [1, 2, 3]}
     assert window_sizes(agent) == {"temp/10min": 4, "wind": 2, "gust": 3}
+
+
+def test_a_port_it_cannot_listen_on_stops_the_start_with_one_line(tmp_path, broker):
+    import socket
+
+    cloud = Cloud(tmp_path / "cloud")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        config = write_config(
+            tmp_path / "agent",
+            broker,
+            cloud.keys,
+            extra=f'[metrics]\nlisten = "127.0.0.1:{port}"\n',
+        )
+        result = run_cli("run", "--config", str(config), timeout=60)
+    finally:
+        taken.close()
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"zodiac-agent: metrics.listen 127.0.0.1:{port}: cannot listen there")
