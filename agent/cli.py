@@ -255,12 +255,52 @@ def cmd_status(config: AgentConfig, args: argparse.Namespace) -> int:
             )
             return 1
         summary = state.summary()
+    verdicts = running_verdicts(config)
     print(
         json.dumps(
-            {"healthy": True, "device": config.device, "farm": config.farm, **summary}, indent=2
+            {
+                "healthy": True,
+                "device": config.device,
+                "farm": config.farm,
+                **summary,
+                **({"running": verdicts} if verdicts is not None else {}),
+            },
+            indent=2,
         )
     )
+    if verdicts is not None and verdicts.get("answered") and not verdicts["ready"]:
+        return 1
     return 0
+
+
+def running_verdicts(config: AgentConfig) -> dict | None:
+    """The running agent's health verdicts, asked on its ``[metrics] listen`` port (None:
+    not configured): ``alive``, ``ready`` and their reasons, or ``answered: false`` when no
+    agent answers there (it is not running)."""
+    import urllib.error
+    import urllib.request
+
+    address = config.metrics.address()
+    if address is None:
+        return None
+    host, port = address
+    if port == 0:
+        return {"answered": False, "error": "metrics.listen has port 0: see the agent's log"}
+    base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    found: dict = {"answered": True, "url": base}
+    reasons: list[str] = []
+    for name, path in (("alive", "/healthz"), ("ready", "/readyz")):
+        try:
+            with urllib.request.urlopen(base + path, timeout=3) as response:
+                verdict = json.loads(response.read())
+        except urllib.error.HTTPError as error:  # (503: a verdict too)
+            verdict = json.loads(error.read() or b"{}")
+        except (OSError, ValueError) as error:
+            return {"answered": False, "url": base, "error": str(error)}
+        found[name] = bool(verdict.get("ok"))
+        reasons += verdict.get("reasons", [])
+    found["reasons"] = reasons
+    return found
 
 
 def cmd_query(config: AgentConfig, args: argparse.Namespace) -> int:

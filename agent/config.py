@@ -42,6 +42,7 @@ __all__ = [
     "WindowsConfig",
     "LimitsConfig",
     "LogConfig",
+    "MetricsConfig",
     "ReasoningConfig",
     "TelemetryConfig",
     "TopicKind",
@@ -322,6 +323,43 @@ class WindowsConfig(_Section):
     # Facts per window relation; past it the oldest go first (counted in the status's
     # ``dropped`` as "windows: over the budget").
     max_facts: int = Field(50_000, gt=0)
+def listen_address(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets, ``[::1]:9600``) as a host and a port; port 0
+    takes a free port (the bound one is logged). Raises ValueError saying what is wrong."""
+    import ipaddress
+
+    host, colon, port = value.rpartition(":")
+    if not colon or not host or not port.isdigit():
+        raise ValueError(f'{value!r} is not HOST:PORT (e.g. "127.0.0.1:9600")')
+    if not 0 <= int(port) <= 65535:
+        raise ValueError(f"port {port} of {value!r} is not in 0-65535")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if bare != "localhost":
+        try:
+            ipaddress.ip_address(bare)
+        except ValueError:
+            raise ValueError(
+                f"host {host!r} of {value!r} is not an IP address or localhost"
+            ) from None
+    return bare, int(port)
+
+
+def _check_listen(value: str | None) -> str | None:
+    if value is not None:
+        listen_address(value)
+    return value
+
+
+class MetricsConfig(_Section):
+    """``[metrics]``: Prometheus metrics and the health endpoints (``/metrics``, ``/healthz``,
+    ``/readyz``) on one HTTP port, off unless ``listen`` is given (docs/operations.md). Meant
+    for a loopback address: the endpoints have no authentication; a collector on the device
+    (or an SSH tunnel) scrapes them."""
+
+    listen: Annotated[str | None, AfterValidator(_check_listen)] = None
+
+    def address(self) -> tuple[str, int] | None:
+        return listen_address(self.listen) if self.listen is not None else None
 
 
 class LogConfig(_Section):
@@ -349,6 +387,7 @@ class AgentConfig(_Section):
     limits: LimitsConfig = LimitsConfig()
     events: EventsConfig = EventsConfig()
     windows: WindowsConfig = WindowsConfig()
+    metrics: MetricsConfig = MetricsConfig()
     log: LogConfig = LogConfig()
     # The file this config was loaded from (set by `load`, for messages); not a TOML option.
     source: Path | None = Field(None, exclude=True)

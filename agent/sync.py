@@ -40,8 +40,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from agent.config import AgentConfig
+from agent.observability.health import Verdict, Watchdog, liveness, readiness
 from agent.protocol.event_sender import EventSender
-from agent.protocol.messages import Telemetry, encode_model
+from agent.protocol.messages import Health, Telemetry, encode_model
 from agent.protocol.mqtt import Tls, mqtt_client
 from agent.service import Agent, Outcome
 from agent.state.agent_state import StateError
@@ -51,6 +52,7 @@ log = logging.getLogger("zodiac.sync")
 
 RELOAD = "$reload-keys"  # an inbox item, not a topic: SIGHUP
 EVENTS = "$events"  # an inbox item: the broker acknowledged events
+WAKE = "$wake"  # an inbox item: look at the loop's other duties now (a scrape waits)
 TELEMETRY_HEARTBEAT = 30.0  # seconds: unchanged telemetry is re-sent at least this often
 # Seconds between two tries of a message whose change could not be made durable (a full disk):
 # doubling from the first to the last, so that a disk freed is seen soon, a disk that stays
@@ -118,6 +120,12 @@ class AgentService:
         self.sent_telemetry: tuple[list, float] | None = None  # readings, when
         self.failure: str | None = None  # why the service stopped by itself (see run)
         self.next_tick = 0.0  # when the windows' next expiry batch is due (monotonic)
+        # Health (agent/observability/health.py): the loop says when it went round and what
+        # it is handling; ``observer`` serves metrics when ``[metrics] listen`` is set, and
+        # ``update_metrics`` counts the messages handled (None: metrics off, nothing counted).
+        self.watchdog = Watchdog()
+        self.observer = None
+        self.update_metrics = None
 
     # ------------------------------------------------------------------ paho callbacks
     def subscriptions(self) -> list[tuple[str, int]]:
@@ -189,6 +197,7 @@ class AgentService:
             clean_start=False,
             properties=connect_props,
         )
+        self.start_observer()
         self.client.loop_start()
         log.info(
             "agent running",
@@ -196,6 +205,9 @@ class AgentService:
         )
         try:
             while not self.stopping.is_set():
+                self.watchdog.tick()
+                if self.observer is not None:
+                    self.observer.snapshots.serve()
                 try:
                     item = self.inbox.get(timeout=0.2)
                 except queue.Empty:
@@ -205,7 +217,7 @@ class AgentService:
                     continue
                 self.handle(item)
                 self.tick_windows()
-                if item.topic != EVENTS:  # (a change may have written an event)
+                if item.topic not in (EVENTS, WAKE):  # (a change may have written an event)
                     self.events.changed()
                 self.watch_state()
                 self.send_events()
@@ -231,6 +243,42 @@ class AgentService:
                 self.after_change()
         except sqlite3.Error as error:  # (tried again at the next tick)
             log.warning("could not expire windows", extra={"fields": {"error": str(error)}})
+    def wake(self) -> None:
+        self.inbox.put(Incoming(WAKE, b"", 0, 0))
+
+    # ------------------------------------------------------------------ health, metrics
+    def start_observer(self) -> None:
+        """Serve metrics and health on ``[metrics] listen``, if set (imports
+        prometheus_client only then). A port that cannot be bound raises ConfigError, after
+        closing the state: nothing was started."""
+        if self.config.metrics.listen is None:
+            return
+        from agent.observability.agent_observer import AgentObserver
+
+        try:
+            self.observer = AgentObserver(self).start()
+        except Exception:
+            self.agent.close()
+            raise
+        self.update_metrics = self.observer.updates
+
+    def liveness(self) -> Verdict:
+        return liveness(self.watchdog, self.config.budget.max_update_seconds)
+
+    def readiness(self, outbox_pending: int | None) -> Verdict:
+        state = self.agent.state
+        return readiness(
+            damage=state.damage or state.gone,
+            connected=self.connected.is_set(),
+            watchdog=self.watchdog,
+            budget_seconds=self.config.budget.max_update_seconds,
+            outbox_pending=outbox_pending,
+            max_pending=self.config.events.max_pending,
+        )
+
+    def health(self, outbox_pending: int | None) -> Health:
+        alive, ready = self.liveness(), self.readiness(outbox_pending)
+        return Health(alive=alive.ok, ready=ready.ok, reasons=[*alive.reasons, *ready.reasons][:16])
 
     def watch_state(self) -> None:
         """Stop the service, with ``failure`` saying why, once the state file was deleted or
@@ -271,8 +319,8 @@ class AgentService:
             self.events.restart()
             self.publish_status()
             return
-        if item.topic == EVENTS:
-            return  # (send_events follows every item)
+        if item.topic in (EVENTS, WAKE):
+            return  # (send_events follows every item, a scrape is served before the next)
         if item.topic == RELOAD:
             if self.agent.keys is not None:
                 ring = self.agent.keys.reload()
@@ -283,10 +331,19 @@ class AgentService:
                 )
             return
         delay = STATE_RETRY_FIRST
-        while not self._handle_once(item):
+        while not self._timed_once(item):
             if self.agent.state.gone is not None or self.stopping.wait(delay):
                 return  # (not acknowledged: delivered again at the next start)
+            self.watchdog.tick()
             delay = min(2 * delay, STATE_RETRY_LAST)
+
+    def _timed_once(self, item: Incoming) -> bool:
+        """``_handle_once``, with the watchdog told that an update runs meanwhile."""
+        self.watchdog.begin(kind_of(self.config, item.topic))
+        try:
+            return self._handle_once(item)
+        finally:
+            self.watchdog.end()
 
     def _handle_once(self, item: Incoming) -> bool:
         """Dispatch a message once; False when it is still to be done (see ``handle``).
@@ -312,6 +369,7 @@ class AgentService:
     def _dispatch(self, item: Incoming) -> Outcome:
         config = self.config
         report = None
+        started = time.perf_counter()
         if item.topic in (config.topic("bundle"), config.farm_bundle_topic()):
             outcome = self.agent.handle_bundle(item.payload)
             if outcome.status != "duplicate":  # a duplicate changes nothing to report
@@ -323,6 +381,13 @@ class AgentService:
         else:  # zodiac/<farm>/<neighbour>/telemetry: the topic names the sender
             sender = item.topic.split("/")[2] if item.topic.count("/") == 3 else ""
             outcome = self.agent.handle_telemetry(item.payload, sender=sender)
+        if self.update_metrics is not None:
+            self.update_metrics.observe(
+                kind_of(config, item.topic),
+                outcome.status,
+                outcome.reason,
+                time.perf_counter() - started,
+            )
         if not outcome.committed:  # (a reading kept for another try: said in the status too)
             report = self.publish_status
         if item.qos > 0 and outcome.committed:
@@ -356,6 +421,9 @@ class AgentService:
     # ------------------------------------------------------------------ publishing
     def publish_status(self, *, online: bool = True) -> mqtt.MQTTMessageInfo:
         status = self.agent.status(online=online)
+        if online:
+            health = self.health(status.events.get("pending"))
+            status = status.model_copy(update={"health": health})
         self.reported_findings = status.findings
         return self.client.publish(
             self.config.topic("status"), encode_model(status), qos=1, retain=True
@@ -386,5 +454,16 @@ class AgentService:
             self.client.disconnect()
         finally:
             self.client.loop_stop()
+            if self.observer is not None:
+                self.observer.stop()
             self.agent.close()
             log.info("stopped")
+
+
+def kind_of(config: AgentConfig, topic: str) -> str:
+    """The kind of update a message of ``topic`` makes: bundle, readings or telemetry."""
+    if topic in (config.topic("bundle"), config.farm_bundle_topic()):
+        return "bundle"
+    if topic == config.topic("readings"):
+        return "readings"
+    return "telemetry"

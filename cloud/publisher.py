@@ -157,6 +157,13 @@ class Publisher:
         self.on_status: Callable[[DeviceStatus], None] | None = None
         self.pending: list[mqtt.MQTTMessageInfo] = []
         self.events_kept = 0  # devices' events kept (copies of one event count once)
+        # What the service saw, for its metrics (cloud/metrics.py): statuses and events
+        # received, bundles published, and the refusals devices reported (by reason, each
+        # new last_error once).
+        self.statuses_received = 0
+        self.events_received = 0
+        self.bundles_published = 0
+        self.device_refusals: Counter[str] = Counter()
 
     def flush(self, timeout: float = 10) -> None:
         """Wait until every bundle published so far was acknowledged by the broker."""
@@ -225,6 +232,7 @@ class Publisher:
             f"zodiac/{self.farm}/{device}/bundle", payload, qos=1, properties=properties
         )
         self.pending.append(info)
+        self.bundles_published += 1
         log.info("published %s v%d to %s", bundle.stream, bundle.version, device)
 
     def send(self, device: str, stream: str, target: Target) -> Bundle | None:
@@ -345,13 +353,18 @@ class Publisher:
         if event.device != device or event.farm != self.farm:
             log.warning("event on %s's topic names %s/%s", device, event.farm, event.device)
             return
+        self.events_received += 1
         with self.lock:
             if keep_event(self.cutter.db, event, time.time()):
                 self.events_kept += 1
             self.changed.notify_all()
 
     def _status(self, device: str, status: DeviceStatus) -> None:
+        self.statuses_received += 1
         with self.changed:
+            previous = self.statuses.get(device)
+            if status.last_error and (previous is None or previous.last_error != status.last_error):
+                self.device_refusals[last_error(status).get("reason") or "unknown"] += 1
             self.statuses[device] = status
             self.changed.notify_all()
         self._recover(device, status)

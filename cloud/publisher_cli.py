@@ -23,6 +23,7 @@ import argparse
 import logging
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -140,6 +141,14 @@ def add_commands(commands) -> None:
                 help="release STREAM from a device once its status reports a finding of one "
                 "of these predicates (repeatable)",
             )
+            sub.add_argument(
+                "--metrics-listen",
+                default=None,
+                type=_listen,
+                metavar="HOST:PORT",
+                help="serve Prometheus metrics on http://HOST:PORT/metrics, with /healthz and "
+                "/readyz (docs/operations.md); off by default, keep it on a loopback address",
+            )
         sub.set_defaults(handler=cmd_publish if name == "publish" else cmd_serve)
 
 
@@ -197,6 +206,17 @@ def _resolution(item: str) -> str:
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error).removeprefix("--resolve ")) from None
     return item
+
+
+def _listen(text: str) -> str:
+    """argparse ``type`` of ``--metrics-listen``: the agent's ``[metrics] listen`` form."""
+    from agent.config import listen_address
+
+    try:
+        listen_address(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def _positive_seconds(text: str) -> float:
@@ -305,9 +325,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     publisher = _publisher(args)
-    print(f"serving farm {args.farm}: streams {', '.join(sorted(publisher.streams))}")
+    server = None
     try:
+        if args.metrics_listen is not None:
+            from agent.config import ConfigError
+            from cloud.metrics import serve_metrics
+
+            try:
+                server = serve_metrics(publisher, args.metrics_listen)
+            except ConfigError as error:  # (a port taken: one line, nothing left running)
+                print(f"zodiac-cloud: {error}", file=sys.stderr)
+                return 2
+            print(f"metrics on http://{args.metrics_listen.rpartition(':')[0]}:{server.port}")
+        print(
+            f"serving farm {args.farm}: streams {', '.join(sorted(publisher.streams))}",
+            flush=True,
+        )
         stop.wait()
     finally:
+        if server is not None:
+            server.stop()
         publisher.stop()
     return 0

@@ -531,6 +531,16 @@ class Bundle(_Frozen):
         return op.fact_tuples()
 
 
+class Health(_Frozen):
+    """The device's health verdicts when the status was sent (docs/operations.md): ``alive``
+    (its loop goes round), ``ready`` (state checked, broker connected, no update past its
+    budget, outbox below its bound) and, when not, the reasons, one line each."""
+
+    alive: bool
+    ready: bool
+    reasons: list[Annotated[str, Field(max_length=500)]] = Field([], max_length=16)
+
+
 class DeviceStatus(_Frozen):
     """What a device publishes (retained) on its status topic."""
 
@@ -556,6 +566,8 @@ class DeviceStatus(_Frozen):
     # The windows over readings the device holds (docs/agent.md, "Windows"): relation -> the
     # facts its window holds now.
     windows: dict[Annotated[str, Field(max_length=1000)], Annotated[int, Field(ge=0)]] = {}
+    # The health verdicts (None: an agent that does not send them, or the last will).
+    health: Health | None = None
 
 
 class WatchedChange(_Frozen):

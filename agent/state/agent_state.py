@@ -595,6 +595,12 @@ class AgentState:
         except DAMAGE_SIGNS as error:
             raise self._damage_found(error) from None
 
+    @property
+    def damage(self) -> str | None:
+        """Why the state was found damaged while running (every change is refused since), or
+        None (health checks: agent/observability/health.py)."""
+        return self._damaged
+
     def _damage_found(self, error: BaseException) -> StateError:
         """The file found damaged while the agent runs: remembered, so that every later
         change is refused (see ``reload``), and said."""

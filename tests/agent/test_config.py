@@ -50,6 +50,7 @@ def test_example_config_loads_and_documents_every_option():
         "limits": type(config.limits),
         "events": type(config.events),
         "windows": type(config.windows),
+        "metrics": type(config.metrics),
         "log": type(config.log),
     }
     for section, model in sections.items():
@@ -257,3 +258,26 @@ def test_config_is_immutable():
     config = AgentConfig.loads(MINIMAL)
     with pytest.raises(ValueError):
         config.device = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("listen", "complaint"),
+    [
+        ("9600", "is not HOST:PORT"),
+        ("127.0.0.1:", "is not HOST:PORT"),
+        ("127.0.0.1:99999", "port 99999"),
+        ("metrics.example:9600", "is not an IP address or localhost"),
+    ],
+)
+def test_a_bad_metrics_listen_is_one_line_naming_the_option(tmp_path: Path, listen, complaint):
+    path = write(tmp_path, MINIMAL + f'[metrics]\nlisten = "{listen}"\n')
+    with pytest.raises(ConfigError) as caught:
+        AgentConfig.load(path)
+    message = str(caught.value)
+    assert "metrics.listen" in message and complaint in message and "\n" not in message
+
+
+def test_metrics_are_off_unless_listen_is_given(tmp_path: Path):
+    assert AgentConfig.load(write(tmp_path, MINIMAL)).metrics.address() is None
+    on = AgentConfig.load(write(tmp_path, MINIMAL + '[metrics]\nlisten = "[::1]:0"\n'))
+    assert on.metrics.address() == ("::1", 0)
