@@ -80,6 +80,7 @@ REASONS = (
     "budget_exceeded",
     "not_yet_valid",
     "too_many_streams",
+    "no_history",
 )
 
 #: The audience ``device`` of a bundle for every device of its farm (the farm-wide topic
@@ -468,6 +469,32 @@ class Bundle(_Frozen):
     # replaces the stream's watches; None keeps them (a full-state bundle: none). They go
     # with the stream: superseded, or left with no rule, it watches nothing.
     watches: list[Annotated[str, Field(min_length=1, max_length=500)]] | None = None
+    # A dry run: applied in a transaction that is rolled back. The device reports what it
+    # would derive and what it would cost (``DeviceStatus.dry_run``) and changes nothing, its
+    # stream version included: the same version may come again as a real bundle.
+    dry_run: bool = False
+    # A revert: the stream back to the rules, facts and watches it held at version
+    # ``revert_to``, which the device kept (``[limits] stream_history``), as this bundle's
+    # version (versions only go up). It carries no operations of its own.
+    revert_to: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _revert_alone(self) -> Bundle:
+        """A revert's content is the device's own copy of an earlier version: operations,
+        watches, superseded streams or a full state beside it would say something else."""
+        if self.revert_to is None:
+            return self
+        if self.revert_to >= self.version:
+            raise ValueError(
+                f"revert_to ({self.revert_to}) must be an earlier version than the bundle's "
+                f"own ({self.version})"
+            )
+        if self.operations or self.watches is not None or self.supersedes or self.full_state:
+            raise ValueError(
+                "a revert carries no operations, watches, supersedes or full_state: its "
+                "content is the version it reverts to"
+            )
+        return self
 
     @model_validator(mode="after")
     def _sensible_times(self) -> Bundle:
@@ -522,6 +549,54 @@ class Bundle(_Frozen):
         return op.fact_tuples()
 
 
+MAX_DRY_RUN_PREDICATES = 50  # predicates listed in a dry-run report (the status stays small)
+MAX_DRY_RUN_FACTS = 20  # watched facts listed per watch and direction
+
+
+class PredicateCount(_Frozen):
+    """One predicate's facts (explicit and derived) before and after a dry run's change."""
+
+    predicate: Annotated[str, Field(min_length=1)]
+    before: Annotated[int, Field(ge=0)]
+    after: Annotated[int, Field(ge=0)]
+
+
+class WatchedChangeSummary(_Frozen):
+    """A dry run's watched change: how many facts would appear and disappear, and the first
+    ``MAX_DRY_RUN_FACTS`` of each."""
+
+    watch: Annotated[str, Field(min_length=1)]
+    appeared: Annotated[int, Field(ge=0)] = 0
+    disappeared: Annotated[int, Field(ge=0)] = 0
+    appeared_facts: list[Fact] = []
+    disappeared_facts: list[Fact] = []
+
+
+class DryRunReport(_Frozen):
+    """What a dry-run bundle would have done on the device (docs/operations.md, "Dry runs").
+
+    ``verdict``: ``would apply``, ``duplicate`` or the reason a real bundle would be refused
+    (``budget_exceeded``, ``version_gap``...). ``predicates``: the fact counts that would
+    change, largest first. ``watched``: the watched facts that would appear and disappear.
+    ``seconds`` and ``memory_bytes``: what the change cost (the memory is the peak growth).
+    ``budget``: the figures of the budget that stopped it."""
+
+    bundle_id: Annotated[str, Field(min_length=1, max_length=200)]
+    stream: str
+    version: Annotated[int, Field(ge=1)]
+    verdict: Annotated[str, Field(min_length=1, max_length=64)]
+    message: str = ""
+    facts_before: Annotated[int, Field(ge=0)] = 0
+    facts_after: Annotated[int, Field(ge=0)] = 0
+    predicates: list[PredicateCount] = []
+    predicates_omitted: Annotated[int, Field(ge=0)] = 0
+    watched: list[WatchedChangeSummary] = []
+    seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    memory_bytes: Annotated[int, Field(ge=0)] = 0
+    budget: dict[str, str | int | float] = {}
+    at: Timestamp
+
+
 class DeviceStatus(_Frozen):
     """What a device publishes (retained) on its status topic."""
 
@@ -544,6 +619,8 @@ class DeviceStatus(_Frozen):
     # the broker, ``last_seq`` the last sequence number given, ``over_budget`` the events not
     # kept because the outbox was full (their numbers are missing from the sequence).
     events: dict[Annotated[str, Field(max_length=64)], Annotated[int, Field(ge=0)]] = {}
+    # The device's answer to the last dry-run bundle it was sent (docs/operations.md).
+    dry_run: DryRunReport | None = None
 
 
 class WatchedChange(_Frozen):

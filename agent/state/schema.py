@@ -11,11 +11,13 @@ import sqlite3
 from agent.engine.errors import ZodiacError
 from agent.state.explicit_rows import EXPLICIT_TABLE
 from agent.state.outbox import OUTBOX_TABLE
+from agent.state.stream_history import HISTORY_TABLE
 from agent.state.term_rows import TERMS_TABLE
 
 FORMAT = "zodiac-edge agent state"
 OUTBOX_VERSION = 11  # the first version with the event outbox (agent/state/outbox.py)
-SCHEMA_VERSION = OUTBOX_VERSION
+HISTORY_VERSION = 12  # the first version keeping streams' earlier content (stream_history.py)
+SCHEMA_VERSION = HISTORY_VERSION
 TERMS_BY_CHUNK = 9  # the first version with the terms packed by chunks (agent/state/term_rows.py)
 EXPECTED_TABLES = {
     "meta",
@@ -30,6 +32,7 @@ EXPECTED_TABLES = {
     "reading_times",
     "representatives",
     "outbox",
+    "stream_history",
 }
 
 SCHEMA = f"""
@@ -39,6 +42,7 @@ CREATE TABLE relations (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, arity INTEGER NOT NULL, UNIQUE (name, arity)
 );
 {OUTBOX_TABLE};  -- events not yet acknowledged by the broker: agent/state/outbox.py
+{HISTORY_TABLE};  -- streams' last versions, for reverts: agent/state/stream_history.py
 {EXPLICIT_TABLE};  -- the facts each source claims (state/claims.py), packed: state/explicit_rows.py
 CREATE TABLE rules (
     name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,

@@ -87,8 +87,15 @@ def facts_per_claim(conn: sqlite3.Connection) -> int:
     return len(rows)
 
 
+def without_history(conn: sqlite3.Connection) -> None:
+    """Drop the streams' history: the tables of the versions before HISTORY_VERSION."""
+    conn.execute("DROP TABLE stream_history")
+
+
 def without_outbox(conn: sqlite3.Connection) -> None:
-    """Drop the event outbox: the tables of the versions before OUTBOX_VERSION."""
+    """Drop the event outbox (and the streams' history, which came after it): the tables of
+    the versions before OUTBOX_VERSION."""
+    without_history(conn)
     conn.execute("DROP TABLE outbox")
 
 
