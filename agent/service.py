@@ -61,8 +61,8 @@ from agent.budgets.bundle_costs import (
     over_time_refusal,
     payload_digest,
 )
+from agent.budgets.dry_runs import WOULD_APPLY, dry_run_report, measured
 from agent.config import AgentConfig
-from agent.dry_runs import WOULD_APPLY, dry_run_report, measured
 from agent.engine.budget import Budget, BudgetExceeded
 from agent.engine.equality.component import OWL_SAME_AS
 from agent.engine.errors import ZodiacError

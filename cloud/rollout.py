@@ -6,9 +6,9 @@ that refuses the bundle (a bad rule, a budget verdict), does not become ready, o
 answer stops the roll-out there: the other devices are never sent it, and the publisher says
 which device stopped it and why.
 
-A dry run sends each device the bundle it would get, marked ``dry_run``: the device applies it
-in a transaction it rolls back and answers in its status (agent/dry_runs.py); the answers are
-printed as one table.
+A dry run sends each device the bundle it would get, marked ``dry_run``: the device applies
+it in a transaction it rolls back and answers in its status (agent/budgets/dry_runs.py); the
+answers are printed as one table.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ names no bundle: the device cannot trust what such a payload says about itself. 
   for its session), or does not read its topic.
 
 A dry-run bundle (:meth:`StatusWaiter.expect_dry_run`) is answered by a status whose
-``dry_run`` report names it (agent/dry_runs.py), or refused as above when the device could not
-read it as far as its dry-run flag (an expired bundle, another audience).
+``dry_run`` report names it (agent/budgets/dry_runs.py), or refused as above when the device
+could not read it as far as its dry-run flag (an expired bundle, another audience).
 
 Its own MQTT client, subscribed before the bundles go out (so no answer is missed), apart from
 the publisher's: ``publish`` must not answer requests or version gaps (``serve`` does).

@@ -1,4 +1,4 @@
-"""Dry-run bundles and reverts on the agent (agent/service.py, agent/dry_runs.py,
+"""Dry-run bundles and reverts on the agent (agent/service.py, agent/budgets/dry_runs.py,
 agent/state/stream_history.py), with real keys and real SQLite files.
 
 A dry run is applied in a transaction that is rolled back: the state's logical content (every
