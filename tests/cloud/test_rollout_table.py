@@ -111,3 +111,34 @@ def test_a_device_is_ready_when_it_applied_the_version_is_online_and_reports_no_
         "refused: bad_rule: r: x"
     )
     assert not_ready(Answer("t1", "no answer"), "base").startswith("no answer")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--canary", "3"], "zodiac-cloud: --canary 3: only 2 devices; canaries must leave"),
+        (["--canary-devices", "t9"], "zodiac-cloud: --canary-devices t9: not among --devices"),
+        (["--to-version", "2"], "zodiac-cloud: --to-version goes with --revert"),
+        (["--dry-run", "--no-wait"], "zodiac-cloud: --dry-run waits for the devices' answers"),
+        (["--canary", "1", "--no-wait"], "zodiac-cloud: --canary waits for the devices' answers"),
+    ],
+)
+def test_bad_roll_out_options_are_one_line_before_anything_is_sent(tmp_path, capsys, args, message):
+    from cloud.zodiac_cloud_cli import main
+
+    command = ["publish", "--farm", "farm1", "--rules-dir", str(tmp_path), "--key", "k.key"]
+    code = main([*command, "--state", str(tmp_path / "s.db"), "--devices", "t1", "t2", *args])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and err.startswith(message) and err.count("\n") == 1, err
+    assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_canary_count_must_be_a_positive_number(tmp_path, capsys, value):
+    from cloud.zodiac_cloud_cli import main
+
+    command = ["publish", "--farm", "f", "--rules-dir", str(tmp_path), "--key", "k.key"]
+    with pytest.raises(SystemExit) as stopped:
+        main([*command, "--devices", "t1", "--canary", value])
+    assert stopped.value.code == 2
+    assert "--canary: " in capsys.readouterr().err
