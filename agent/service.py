@@ -340,7 +340,7 @@ class Agent:
         change: dict = {}
         with measured() as cost:
             try:
-                self.check_stream_limit(bundle)
+                self.check_stream_limit(bundle, count=False)
                 applied = self.state.applied_versions().get(bundle.source)
                 if check_sequence(bundle, applied) == "duplicate":
                     verdict, message = "duplicate", f"version {bundle.version} <= applied {applied}"
@@ -356,6 +356,7 @@ class Agent:
                             change = {"budget": outcome.report}
             except BundleError as error:
                 verdict, message = error.reason, str(error)
+        message = clip_text(message, MAX_ERROR_TEXT)
         report = dry_run_report(
             bundle, verdict, message, change, cost, facts_before, at=self.clock()
         )
@@ -485,15 +486,17 @@ class Agent:
                 stream=bundle.source,
             )
 
-    def check_stream_limit(self, bundle: Bundle) -> None:
+    def check_stream_limit(self, bundle: Bundle, *, count: bool = True) -> None:
         """Refuse a bundle that would add a stream past ``[limits] max_streams``
         (``too_many_streams``): every stream with a version stays in the state and in every
-        status, so their number must be bounded whoever signs them."""
+        status, so their number must be bounded whoever signs them. ``count``: counted in the
+        status's ``dropped`` (not for a dry run, which leaves no trace but its answer)."""
         applied = self.state.applied_versions()
         limit = self.config.limits.max_streams
         if bundle.source in applied or len(applied) < limit:
             return
-        self.dropped[TOO_MANY_STREAMS] += 1
+        if count:
+            self.dropped[TOO_MANY_STREAMS] += 1
         raise BundleError(
             "too_many_streams",
             f"the device holds {len(applied)} streams, the limit ([limits] max_streams = "

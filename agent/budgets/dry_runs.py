@@ -22,6 +22,7 @@ from agent.engine.budget import resident_memory
 from agent.protocol.messages import (
     MAX_DRY_RUN_FACTS,
     MAX_DRY_RUN_PREDICATES,
+    MAX_DRY_RUN_WATCHES,
     Bundle,
     DryRunReport,
     PredicateCount,
@@ -108,7 +109,7 @@ def dry_run_report(
         )
         for name, delta in sorted(change.get("events", {}).items())
         if delta.appeared or delta.disappeared
-    ]
+    ][:MAX_DRY_RUN_WATCHES]
     growth = sum(after - before for before, after in sizes.values())
     return DryRunReport(
         bundle_id=bundle.bundle_id,

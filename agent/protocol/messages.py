@@ -551,6 +551,7 @@ class Bundle(_Frozen):
 
 MAX_DRY_RUN_PREDICATES = 50  # predicates listed in a dry-run report (the status stays small)
 MAX_DRY_RUN_FACTS = 20  # watched facts listed per watch and direction
+MAX_DRY_RUN_WATCHES = 20  # watches listed (those with changes, in name order)
 
 
 class PredicateCount(_Frozen):
