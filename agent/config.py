@@ -287,6 +287,9 @@ class LimitsConfig(_Section):
     # Sensors (predicate and subject) of the device's own readings; the value of a sensor
     # already known is always replaced.
     max_sensors: int = Field(10_000, gt=0)
+    # Versions of each bundle stream's content kept for a signed revert (docs/operations.md,
+    # "Reverting a stream"); each costs a copy of the stream's rules and facts. 0: none.
+    stream_history: int = Field(3, ge=0)
 
 
 class EventsConfig(_Section):

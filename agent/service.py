@@ -61,6 +61,7 @@ from agent.budgets.bundle_costs import (
     over_time_refusal,
     payload_digest,
 )
+from agent.budgets.dry_runs import WOULD_APPLY, dry_run_report, measured
 from agent.config import AgentConfig
 from agent.engine.budget import Budget, BudgetExceeded
 from agent.engine.equality.component import OWL_SAME_AS
@@ -79,10 +80,14 @@ from agent.protocol.messages import (
     DeleteFacts,
     DeleteRules,
     DeviceStatus,
+    DryRunReport,
     RuleRequest,
+    RuleSpec,
     Telemetry,
     decode_telemetry,
     encode_fact,
+    fact_tuple,
+    parse_rule_spec,
 )
 from agent.protocol.signing import BundleLimits, check_sequence, open_bundle
 from agent.readings.windows import LATE, OVER_BUDGET, WINDOW_SOURCE, WindowChange, WindowError
@@ -118,11 +123,28 @@ def clip_text(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def bundle_change(bundle: Bundle) -> NetChange:
+    """A bundle's operations folded in their order into one net change (the last operation
+    naming a fact decides)."""
+    rules = {rule.id: rule for rule in bundle.parsed_rules()}
+    net = NetChange()
+    for op in bundle.operations:
+        if isinstance(op, AddRules):
+            net.add_rules(rules[spec.id] for spec in op.rules)
+        elif isinstance(op, DeleteRules):
+            net.delete_rules(op.ids)
+        elif isinstance(op, AddFacts):
+            net.add_facts(op.fact_tuples())
+        elif isinstance(op, DeleteFacts):
+            net.delete_facts(op.fact_tuples())
+    return net
+
+
 @dataclass
 class Outcome:
     """What happened to one incoming change."""
 
-    status: str  # "applied", "duplicate", "refused", "unchanged"
+    status: str  # "applied", "duplicate", "refused", "unchanged", "dry_run"
     # A BundleError reason, or "engine" / "state" for refusals ("input": a reading or a
     # neighbour's snapshot refused, see Agent.refuse_input).
     reason: str = ""
@@ -171,6 +193,7 @@ class Agent:
             stream_budgets=config.budget.stream_budgets(),
             max_events=config.events.max_pending,
             max_window_facts=config.windows.max_facts,
+            stream_history=config.limits.stream_history,
         )
         report = self.state.load_report
         log.info(
@@ -194,6 +217,8 @@ class Agent:
         # The last refusal when the state could not take it (a full disk): see ``note``.
         self.unsaved_error: str | None = None
         self._buckets: dict[str, tuple[float, float]] = {}  # telemetry rate: tokens, time
+        # The answer to the last dry-run bundle (the status carries it; not kept on disk).
+        self.last_dry_run: DryRunReport | None = None
         self.state.clock = lambda: self.clock()
         self.sync_local_files()
         self.sync_watches()
@@ -283,6 +308,8 @@ class Agent:
         try:
             bundle = open_bundle(payload, self.trusted_keys(), limits=self.limits, now=self.clock())
             self.check_audience(bundle)
+            if bundle.dry_run:
+                return self.note(self.dry_run(bundle, payload))
             self.check_stream_limit(bundle)
             answers = bundle.answers
             applied = self.state.applied_versions().get(bundle.source)
@@ -313,6 +340,48 @@ class Agent:
         if outcome.status == "applied":
             self._after_applied(outcome, answers)
         return self.note(outcome)
+
+    def dry_run(self, bundle: Bundle, payload: bytes) -> Outcome:
+        """Try a (verified, well addressed) dry-run bundle as a real one would be tried, in a
+        transaction that is rolled back (``AgentState.apply(dry_run=True)``): its answer,
+        the verdict a real bundle would get with what it would change and cost, becomes
+        ``last_dry_run`` (reported in the status), never the status's ``last_error``: a
+        refused dry run is an answer, not a device in trouble (a ``version_gap`` there would
+        have the cloud send a full state). The stream's version is not advanced."""
+        facts_before = self.reasoner.count()
+        change: dict = {}
+        with measured() as cost:
+            try:
+                self.check_stream_limit(bundle, count=False)
+                applied = self.state.applied_versions().get(bundle.source)
+                if check_sequence(bundle, applied) == "duplicate":
+                    verdict, message = "duplicate", f"version {bundle.version} <= applied {applied}"
+                else:
+                    account = Account.read(self.state.get_meta(APPLYING))
+                    outcome = self._try_bundle(bundle, payload, account, dry_run=True)
+                    change = outcome.report
+                    if outcome.status == "dry_run":
+                        verdict, message = WOULD_APPLY, outcome.message
+                    else:
+                        verdict, message = outcome.reason, outcome.message
+                        if outcome.reason == "budget_exceeded":
+                            change = {"budget": outcome.report}
+            except BundleError as error:
+                verdict, message = error.reason, str(error)
+        message = clip_text(message, MAX_ERROR_TEXT)
+        report = dry_run_report(
+            bundle, verdict, message, change, cost, facts_before, at=self.clock()
+        )
+        self.last_dry_run = report
+        return Outcome(
+            "dry_run",
+            reason="" if verdict == WOULD_APPLY else verdict,
+            message=f"dry run: {verdict}" + (f": {message}" if message else ""),
+            report={"seconds": report.seconds},
+            bundle_id=bundle.bundle_id,
+            stream=bundle.source,
+            version=bundle.version,
+        )
 
     def trusted_keys(self) -> KeyRing:
         """The keys a bundle may be signed by now: the trusted-keys directory as it is (a key
@@ -368,7 +437,9 @@ class Agent:
                 "could not update the rule requests", extra={"fields": {"error": str(error)}}
             )
 
-    def _try_bundle(self, bundle: Bundle, payload: bytes, account: Account | None) -> Outcome:
+    def _try_bundle(
+        self, bundle: Bundle, payload: bytes, account: Account | None, *, dry_run: bool = False
+    ) -> Outcome:
         """Apply a bundle that is due for its stream, unless what it cost before refuses it
         (agent/budgets/bundle_costs.py): it went over the time budget already, or tries of it that
         got the agent killed have together cost the budget. The try is marked, with what it
@@ -391,11 +462,13 @@ class Agent:
         outcome = None
         try:
             with Heartbeat(self.state.file, account):
-                outcome = self.apply_bundle(bundle)  # (its commit removes the marker)
+                # (its commit removes the marker; a dry run's rollback keeps it: cleared below)
+                outcome = self.apply_bundle(bundle, dry_run=dry_run)
         finally:
             if outcome is None or outcome.status != "applied":
                 self._clear_marker()
-        if outcome.reason == "budget_exceeded" and outcome.report.get("limit") == "seconds":
+        over_time = outcome.reason == "budget_exceeded" and outcome.report.get("limit") == "seconds"
+        if over_time and not dry_run:  # (a dry run leaves no trace but its answer)
             self._remember_over_time(digest, bundle, outcome.report["allowed"])
         return outcome
 
@@ -425,15 +498,17 @@ class Agent:
                 stream=bundle.source,
             )
 
-    def check_stream_limit(self, bundle: Bundle) -> None:
+    def check_stream_limit(self, bundle: Bundle, *, count: bool = True) -> None:
         """Refuse a bundle that would add a stream past ``[limits] max_streams``
         (``too_many_streams``): every stream with a version stays in the state and in every
-        status, so their number must be bounded whoever signs them."""
+        status, so their number must be bounded whoever signs them. ``count``: counted in the
+        status's ``dropped`` (not for a dry run, which leaves no trace but its answer)."""
         applied = self.state.applied_versions()
         limit = self.config.limits.max_streams
         if bundle.source in applied or len(applied) < limit:
             return
-        self.dropped[TOO_MANY_STREAMS] += 1
+        if count:
+            self.dropped[TOO_MANY_STREAMS] += 1
         raise BundleError(
             "too_many_streams",
             f"the device holds {len(applied)} streams, the limit ([limits] max_streams = "
@@ -443,26 +518,24 @@ class Agent:
             version=bundle.version,
         )
 
-    def apply_bundle(self, bundle: Bundle) -> Outcome:
+    def apply_bundle(self, bundle: Bundle, *, dry_run: bool = False) -> Outcome:
         """Apply an already verified bundle (its operations as one change, made by the
-        bundle's source: it may delete only what it, or a stream it supersedes, added)."""
+        bundle's source: it may delete only what it, or a stream it supersedes, added). A
+        revert (``revert_to``) is the full state of the version it names, as the device kept
+        it. ``dry_run``: made and rolled back, the outcome ``dry_run`` with the change's
+        report."""
         source = bundle.source
         where = {"bundle_id": bundle.bundle_id, "stream": source, "version": bundle.version}
-        rules = {rule.id: rule for rule in bundle.parsed_rules()}
-        net = NetChange()  # the operations in their order; the last naming a fact decides
-        for op in bundle.operations:
-            if isinstance(op, AddRules):
-                net.add_rules(rules[spec.id] for spec in op.rules)
-            elif isinstance(op, DeleteRules):
-                net.delete_rules(op.ids)
-            elif isinstance(op, AddFacts):
-                net.add_facts(op.fact_tuples())
-            elif isinstance(op, DeleteFacts):
-                net.delete_facts(op.fact_tuples())
+        watches = [] if bundle.full_state and bundle.watches is None else bundle.watches
+        if bundle.revert_to is not None:
+            net, watches = self._reverted(bundle)
+        else:
+            net = bundle_change(bundle)
+        full_state = bundle.full_state or bundle.revert_to is not None
         add_rules = {rule.id: rule for rule in net.rules_added}
         delete_rules = net.rules_deleted
         delete_facts = net.facts_deleted
-        if bundle.full_state:
+        if full_state:
             held = self.reasoner.rules
             for rule_id in self.state.rules_of_stream(source):
                 # Gone from the stream, or held with another text: replaced (deleted and added
@@ -493,8 +566,9 @@ class Agent:
                 version=StreamVersion(source, bundle.version, bundle.bundle_id),
                 superseded=bundle.superseded_sources(),
                 forget_meta=(APPLYING,),  # (the marker goes with the commit)
-                watches=[] if bundle.full_state and bundle.watches is None else bundle.watches,
+                watches=watches,
                 windows=windows,
+                dry_run=dry_run,
             )
         except StateError as error:
             return Outcome("refused", "state", str(error), **where)
@@ -509,6 +583,8 @@ class Agent:
         except ZodiacError as error:
             return Outcome("refused", "engine", str(error), **where)
         report["rules_ignored"] = ignored
+        if dry_run:
+            return Outcome("dry_run", report=report, **where)
         return Outcome("applied", report=report, **where)
 
     @staticmethod
@@ -550,6 +626,30 @@ class Agent:
             self.dropped[LATE] += change.late
         if change.evicted:
             self.dropped[OVER_BUDGET] += change.evicted
+
+    def _reverted(self, bundle: Bundle) -> tuple[NetChange, list[str]]:
+        """The change and watches that bring the bundle's stream back to version
+        ``revert_to`` as the device kept it; ``no_history`` when it is not kept."""
+        source = bundle.source
+        saved = self.state.saved_version(source, bundle.revert_to)
+        if saved is None:
+            kept = self.state.kept_versions(source)
+            raise BundleError(
+                "no_history",
+                f"cannot revert to version {bundle.revert_to}: this device keeps the content "
+                f"of versions {kept or 'none'} of the stream ([limits] stream_history = "
+                f"{self.config.limits.stream_history})",
+                bundle_id=bundle.bundle_id,
+                stream=source,
+                version=bundle.version,
+            )
+        net = NetChange()
+        net.add_rules(
+            parse_rule_spec(RuleSpec(id=name, text=text), bundle_id=bundle.bundle_id, stream=source)
+            for name, text in saved.rules
+        )
+        net.add_facts(fact_tuple(fact) for fact in saved.facts)
+        return net, list(saved.watches)
 
     # ------------------------------------------------------------------ readings
     def record_readings(self, payload: bytes) -> Outcome:
@@ -892,6 +992,7 @@ class Agent:
             dropped=dict(self.dropped),
             events=outbox_figures(self.state.conn),
             windows=self.state.windows.sizes(),
+            dry_run=self.last_dry_run,
         )
 
     def findings(self) -> list[list]:

@@ -168,6 +168,14 @@ FULL_STATES_COLUMNS = {"device": str, "stream": str, "version": int, "at": float
 
 LEDGER_KEY = ("device", "stream")
 
+# The targets of the last versions sent to each device on each stream, so that a revert knows
+# what the device holds once it is back at one of them (``BundleCutter.revert``).
+HISTORY_COLUMNS = {"device": str, "stream": str, "version": int, "target": str, "at": float}
+HISTORY_KEY = ("device", "stream", "version")
+# Versions kept per device and stream: more than a device keeps ([limits] stream_history, 3 by
+# default), so the ledger knows every version a device can go back to.
+SENT_HISTORY = 10
+
 
 def open_ledger(path: str | Path) -> Database:
     """The publisher's ledger file as a sqlite-utils `Database` (created when missing), with
@@ -178,6 +186,7 @@ def open_ledger(path: str | Path) -> Database:
     with db.atomic():
         for name, columns in (("sent", SENT_COLUMNS), ("full_states", FULL_STATES_COLUMNS)):
             db.table(name).create(columns, pk=LEDGER_KEY, if_not_exists=True)
+        db.table("sent_history").create(HISTORY_COLUMNS, pk=HISTORY_KEY, if_not_exists=True)
         create_events_table(db)  # (the devices' events: cloud/events.py)
     return db
 
@@ -212,6 +221,7 @@ class BundleCutter:
         self.conn = self.db.conn
         self.sent: Table = self.db.table("sent")
         self.full_states: Table = self.db.table("full_states")
+        self.history: Table = self.db.table("sent_history")
 
     def version(self, device: str, stream: str) -> int:
         row = self._row(device, stream)
@@ -221,15 +231,118 @@ class BundleCutter:
         row = self._row(device, stream)
         if row is None:
             return Target()
-        data = json.loads(row[1])
-        facts = {tuple(decode_term(t) for t in fact) for fact in data["facts"]}
-        # (a ledger written before windows and watches were cut: none was sent)
-        windows, watches = data.get("windows", []), data.get("watches", [])
-        return Target(rules=data["rules"], facts=facts, windows=windows, watches=watches)
+        return _target_of(row[1])
 
     def cut(self, device: str, stream: str, target: Target) -> Bundle | None:
         """The bundle taking ``device`` from the last target sent on ``stream`` to ``target``,
         or None when nothing changed. Recorded as sent (call :meth:`full_state` to resend)."""
+        operations = self._difference(device, stream, target)
+        windows, watches = self._changed_lists(device, stream, target)
+        if not operations and windows is None and watches is None:
+            return None
+        return self._record(
+            device, stream, target, operations, full_state=False, windows=windows, watches=watches
+        )
+
+    def dry_run(self, device: str, stream: str, target: Target) -> Bundle | None:
+        """The bundle :meth:`cut` would make, marked ``dry_run`` and not recorded: the
+        device tries it and changes nothing, so the ledger's version and target stay."""
+        operations = self._difference(device, stream, target)
+        windows, watches = self._changed_lists(device, stream, target)
+        if not operations and windows is None and watches is None:
+            return None
+        version = self.version(device, stream) + 1
+        return self._bundle(
+            device, stream, version, operations, full_state=False, windows=windows, watches=watches
+        ).model_copy(update={"dry_run": True})
+
+    def revert(self, device: str, stream: str, to_version: int | None = None) -> Bundle:
+        """A revert of ``device``'s ``stream`` to ``to_version`` (default: the version before
+        the last one sent), as the next version; recorded with that version's target, which
+        the ledger keeps for its last ``SENT_HISTORY`` versions (:meth:`revert_target`)."""
+        wanted, target = self.revert_target(device, stream, to_version)
+        return self._record(device, stream, target, [], full_state=False, revert_to=wanted)
+
+    def revert_target(
+        self, device: str, stream: str, to_version: int | None = None
+    ) -> tuple[int, Target]:
+        """The version a revert goes back to and its target; ZodiacError when there is no
+        such version to go back to, or the ledger no longer has it."""
+        current = self.version(device, stream)
+        wanted = current - 1 if to_version is None else to_version
+        if not 1 <= wanted < current:
+            raise ZodiacError(
+                f"{device}: stream {stream!r} is at version {current}: there is no earlier "
+                f"version {wanted} to revert to"
+            )
+        rows = list(
+            self.history.rows_where(
+                "device = ? AND stream = ? AND version = ?", [device, stream, wanted], limit=1
+            )
+        )
+        if not rows:
+            kept = [
+                row["version"]
+                for row in self.history.rows_where(
+                    "device = ? AND stream = ?", [device, stream], order_by="version"
+                )
+            ]
+            raise ZodiacError(
+                f"{device}: the publisher's state has no record of version {wanted} of stream "
+                f"{stream!r} (it keeps versions {kept or 'none'})"
+            )
+        return wanted, _target_of(rows[0]["target"])
+
+    def refused(self, device: str, stream: str, version: int) -> bool:
+        """The device refused ``version``, the last one cut for it, and does not hold it: the
+        ledger goes back to the version before (its target from the history), so that the
+        next bundle is that version + 1, which the device can apply, instead of a gap. False
+        (nothing changed) when ``version`` is not the last one cut, or the one before it is
+        not in the history. A refusal the device tries again (``state``) is not one."""
+        if self.version(device, stream) != version:
+            return False
+        key = {"device": device, "stream": stream}
+        with self.db.atomic():
+            if version == 1:
+                self.sent.delete((device, stream))
+            else:
+                rows = list(
+                    self.history.rows_where(
+                        "device = ? AND stream = ? AND version = ?",
+                        [device, stream, version - 1],
+                        limit=1,
+                    )
+                )
+                if not rows:
+                    return False
+                previous = rows[0]
+                self.sent.upsert(
+                    {
+                        **key,
+                        "version": version - 1,
+                        "target": previous["target"],
+                        "at": previous["at"],
+                    },
+                    pk=LEDGER_KEY,
+                )
+            self.conn.execute(
+                "DELETE FROM sent_history WHERE device = ? AND stream = ? AND version = ?",
+                (device, stream, version),
+            )
+        return True
+
+    def _changed_lists(
+        self, device: str, stream: str, target: Target
+    ) -> tuple[list[str] | None, list[str] | None]:
+        """The stream's windows and watches to send: each as a whole list when it changed
+        since the last target sent, else None (the device keeps what it holds)."""
+        before = self.last_target(device, stream)
+        windows = target.windows if target.windows != before.windows else None
+        watches = target.watches if target.watches != before.watches else None
+        return windows, watches
+
+    def _difference(self, device: str, stream: str, target: Target) -> list:
+        """The operations taking the last target sent to ``target``."""
         before = self.last_target(device, stream)
         operations: list = []
         gone_rules = [rid for rid in before.rules if target.rules.get(rid) != before.rules[rid]]
@@ -250,14 +363,7 @@ class BundleCutter:
             )
         if new_facts:
             operations.append(AddFacts(facts=[encode_fact(f) for f in sorted(new_facts, key=repr)]))
-        # Windows and watches are sent as the stream's whole list, when it changed.
-        windows = target.windows if target.windows != before.windows else None
-        watches = target.watches if target.watches != before.watches else None
-        if not operations and windows is None and watches is None:
-            return None
-        return self._record(
-            device, stream, target, operations, full_state=False, windows=windows, watches=watches
-        )
+        return operations
 
     def last_sent_at(self, device: str, stream: str) -> float | None:
         """When the last bundle for ``device`` on ``stream`` was cut (cloud time; None: never)."""
@@ -296,20 +402,20 @@ class BundleCutter:
         """Empty the stream on the device (the event is over): a bundle deleting everything."""
         return self.cut(device, stream, Target())
 
-    def _record(
+    def _bundle(
         self,
         device: str,
         stream: str,
-        target: Target,
+        version: int,
         operations: list,
         *,
         full_state: bool,
+        revert_to: int | None = None,
         windows: list[str] | None = None,
         watches: list[str] | None = None,
     ) -> Bundle:
-        version = self.version(device, stream) + 1
         now = time.time()
-        bundle = Bundle(
+        return Bundle(
             bundle_id=f"{device}:{stream}:{version}:{uuid.uuid4().hex[:8]}",
             farm=self.farm,
             device=device,
@@ -319,9 +425,35 @@ class BundleCutter:
             expires_at=now + self.ttl,
             full_state=full_state,
             operations=operations,
+            revert_to=revert_to,
             windows=windows,
             watches=watches,
         )
+
+    def _record(
+        self,
+        device: str,
+        stream: str,
+        target: Target,
+        operations: list,
+        *,
+        full_state: bool,
+        revert_to: int | None = None,
+        windows: list[str] | None = None,
+        watches: list[str] | None = None,
+    ) -> Bundle:
+        version = self.version(device, stream) + 1
+        bundle = self._bundle(
+            device,
+            stream,
+            version,
+            operations,
+            full_state=full_state,
+            revert_to=revert_to,
+            windows=windows,
+            watches=watches,
+        )
+        now = bundle.issued_at
         data = {
             "rules": target.rules,
             "facts": [encode_fact(f) for f in sorted(target.facts, key=repr)],
@@ -329,12 +461,18 @@ class BundleCutter:
             "watches": target.watches,
         }
         key = {"device": device, "stream": stream}
-        with self.db.atomic():  # (both tables or neither)
-            self.sent.upsert(
-                {**key, "version": version, "target": json.dumps(data), "at": now}, pk=LEDGER_KEY
-            )
+        text = json.dumps(data)
+        with self.db.atomic():  # (every table or none)
+            self.sent.upsert({**key, "version": version, "target": text, "at": now}, pk=LEDGER_KEY)
             if full_state:
                 self.full_states.upsert({**key, "version": version, "at": now}, pk=LEDGER_KEY)
+            self.history.upsert(
+                {**key, "version": version, "target": text, "at": now}, pk=HISTORY_KEY
+            )
+            self.conn.execute(
+                "DELETE FROM sent_history WHERE device = ? AND stream = ? AND version <= ?",
+                (device, stream, version - SENT_HISTORY),
+            )
         return bundle
 
     def _row(self, device: str, stream: str) -> tuple[int, str] | None:
@@ -347,3 +485,12 @@ class BundleCutter:
         """The ledger row of ``device`` and ``stream`` in ``table`` (None: none yet)."""
         rows = list(table.rows_where("device = ? AND stream = ?", [device, stream], limit=1))
         return rows[0] if rows else None
+
+
+def _target_of(text: str) -> Target:
+    """A target as the ledger saves it (JSON: rules, and facts in wire form)."""
+    data = json.loads(text)
+    facts = {tuple(decode_term(t) for t in fact) for fact in data["facts"]}
+    # (a ledger written before windows and watches were cut: none was sent)
+    windows, watches = data.get("windows", []), data.get("watches", [])
+    return Target(rules=data["rules"], facts=facts, windows=windows, watches=watches)

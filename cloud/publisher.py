@@ -243,6 +243,22 @@ class Publisher:
             self.publish(device, bundle)
         return bundle
 
+    def dry_run(self, device: str, stream: str, target: Target) -> Bundle | None:
+        """Send ``device`` the dry run of the bundle :meth:`send` would send (None: nothing
+        would change); the ledger is left as it is."""
+        with self.lock:
+            bundle = self.cutter.dry_run(device, stream, target)
+        if bundle is not None:
+            self.publish(device, bundle)
+        return bundle
+
+    def revert(self, device: str, stream: str, to_version: int | None = None) -> Bundle:
+        """Bring ``device``'s ``stream`` back to ``to_version`` (default: the previous one)."""
+        with self.lock:
+            bundle = self.cutter.revert(device, stream, to_version)
+        self.publish(device, bundle)
+        return bundle
+
     def release(self, device: str, stream: str) -> Bundle | None:
         """The event is over: delete the stream's rules and facts on the device."""
         with self.lock:

@@ -9,6 +9,10 @@ rules plus, with ``--facts``, the facts each device needs (about itself and its 
 a materialised farm graph (N-Triples/Turtle, e.g. ``zodiac-cloud materialise`` output), then
 waits (``--timeout``, unless ``--no-wait``) for each device's status and prints whether the
 device applied or refused it (cloud/status_wait.py): the exit status says whether all applied.
+``--dry-run`` sends the same bundles as dry runs and prints the devices' answers as a table;
+``--canary N`` (or ``--canary-devices``) rolls out in two stages, stopping at the first canary
+that refuses or is not ready; ``--revert`` brings the stream back to its previous version
+(``--to-version``), from the content each device kept (cloud/rollout.py, docs/operations.md).
 ``serve`` runs until SIGTERM: it answers rule requests for the events it is told to answer
 (``--answer EVENT[=STREAM]``, and the streams of ``--resolve``) from the streams under
 ``--rules-dir``, re-sends full states to devices that report a version gap, and releases a
@@ -30,8 +34,16 @@ from pathlib import Path
 from agent.engine.errors import ZodiacError
 from agent.protocol.keys import load_private_key
 from agent.protocol.messages import MAX_BUNDLE_LIFETIME
-from cloud.bundles import DEFAULT_TTL, BundleCutter, facts_for, load_streams, stream_target
+from cloud.bundles import (
+    DEFAULT_TTL,
+    BundleCutter,
+    Target,
+    facts_for,
+    load_streams,
+    stream_target,
+)
 from cloud.publisher import Publisher
+from cloud.rollout import canary_split, dry_run_row, not_ready, table, would_apply
 
 # Seconds ``publish`` waits for the devices' answers by default: a connected device answers in
 # well under a second; a device that is offline gets its bundle when it reconnects (the broker
@@ -120,6 +132,46 @@ def add_commands(commands) -> None:
                 "--no-wait",
                 action="store_true",
                 help="send and exit 0, without waiting for the devices' answers",
+            )
+            mode = sub.add_mutually_exclusive_group()
+            mode.add_argument(
+                "--dry-run",
+                action="store_true",
+                help="send each device its bundle as a dry run: it is applied and rolled back, "
+                "and the devices' answers (verdict, facts per predicate, watched changes, time, "
+                "memory) are printed as a table; nothing changes on the devices or in --state; "
+                "exit 0 only if every device would apply it",
+            )
+            mode.add_argument(
+                "--canary",
+                type=_positive_count,
+                default=None,
+                metavar="N",
+                help="send to the first N devices by id first, wait until each applied it and "
+                "is ready, then send to the rest; stop at the first refusal or device not "
+                "ready, saying which and why (exit 1)",
+            )
+            mode.add_argument(
+                "--canary-devices",
+                nargs="+",
+                default=None,
+                metavar="DEVICE",
+                help="as --canary, with these devices (among --devices) as the canaries",
+            )
+            mode.add_argument(
+                "--revert",
+                action="store_true",
+                help="bring --stream on each device back to its previous version (or "
+                "--to-version) with a signed revert: the device restores the content it kept "
+                "of that version, as a new version",
+            )
+            sub.add_argument(
+                "--to-version",
+                type=_positive_count,
+                default=None,
+                metavar="VERSION",
+                help="with --revert: the version to go back to (default: the one before the "
+                "last sent to each device)",
             )
         else:
             sub.add_argument(
@@ -219,6 +271,17 @@ def _listen(text: str) -> str:
     return text
 
 
+def _positive_count(text: str) -> int:
+    """argparse ``type`` of ``--canary`` and ``--to-version``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {text}")
+    return value
+
+
 def _positive_seconds(text: str) -> float:
     """argparse ``type`` of ``--bundle-ttl``."""
     try:
@@ -265,29 +328,150 @@ def _publisher(args: argparse.Namespace) -> Publisher:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     """Send the stream to each device; unless ``--no-wait``, then wait for each device's
-    answer (cloud/status_wait.py) and print it: exit 0 only if every device applied it."""
+    answer (cloud/status_wait.py) and print it: exit 0 only if every device applied it.
+    ``--dry-run``, ``--canary``/``--canary-devices`` and ``--revert``: see the module
+    docstring."""
+    staged = args.canary is not None or args.canary_devices is not None
+    if args.no_wait and (staged or args.dry_run):
+        what = "--dry-run" if args.dry_run else "--canary"
+        raise ZodiacError(f"{what} waits for the devices' answers: it cannot go with --no-wait")
+    if args.to_version is not None and not args.revert:
+        raise ZodiacError("--to-version goes with --revert")
+    stages = [list(dict.fromkeys(args.devices))]
+    if staged:
+        try:
+            stages = list(canary_split(args.devices, args.canary, args.canary_devices))
+        except ValueError as error:
+            raise ZodiacError(str(error)) from None
     publisher = _publisher(args)
-    waiter = None
     try:
         rules = publisher.streams.get(args.stream)
-        if rules is None:
+        if rules is None and not args.revert:
             print(f"zodiac-cloud: no stream {args.stream!r} under {args.rules_dir}")
             return 1
-        farm_facts: list[tuple] = []
-        if args.facts is not None:
-            from agent.engine.program.rdf import read_facts
+        if args.revert:
+            return _revert(args, publisher)
+        targets = _targets(args, dict(rules))
+        if args.dry_run:
+            return _dry_run(args, publisher, targets)
+        for number, devices in enumerate(stages):
+            if staged:
+                print(f"{'canaries' if number == 0 else 'the rest'}: {' '.join(devices)}")
+            answers = _send_and_wait(args, publisher, targets, devices)
+            if answers is None:
+                return 0
+            for answer in answers:
+                print(answer.line(args.stream), flush=True)
+            if not staged:
+                return 0 if all(a.outcome == "applied" for a in answers) else 1
+            stopped = _first_not_ready(answers, args.stream)
+            if stopped is not None:
+                left = [d for stage in stages[number + 1 :] for d in stage]
+                where = "canary" if number == 0 else "device"
+                print(
+                    f"stopped: {where} {stopped}; "
+                    + (f"not sent to {' '.join(left)}" if left else "every device was sent it"),
+                    flush=True,
+                )
+                return 1
+        return 0
+    finally:
+        publisher.stop()
 
-            farm_facts = list(read_facts(args.facts))
-        if not args.no_wait:
-            waiter = _status_waiter(args)
-        for device in args.devices:
-            facts = facts_for(farm_facts, device, args.neighbour_predicate, own_only=args.own_facts)
-            bundle = publisher.send(device, args.stream, stream_target(rules, facts))
+
+def _targets(args: argparse.Namespace, rules: dict[str, str]) -> dict[str, Target]:
+    """What each device should hold on the stream: its rules and, with ``--facts``, the facts
+    cut for the device."""
+    farm_facts: list[tuple] = []
+    if args.facts is not None:
+        from agent.engine.program.rdf import read_facts
+
+        farm_facts = list(read_facts(args.facts))
+    return {
+        device: stream_target(
+            rules,
+            facts_for(farm_facts, device, args.neighbour_predicate, own_only=args.own_facts),
+        )
+        for device in dict.fromkeys(args.devices)
+    }
+
+
+def _send_and_wait(args, publisher: Publisher, targets: dict[str, Target], devices: list[str]):
+    """Send the devices their bundles and wait for their answers (None: ``--no-wait``)."""
+    waiter = None if args.no_wait else _status_waiter(args, devices)
+    try:
+        for device in devices:
+            target = targets[device]
+            bundle = publisher.send(device, args.stream, target)
             state = f"version {bundle.version}" if bundle else "unchanged"
-            print(f"{device}: {args.stream} {state} ({len(rules)} rules, {len(facts)} facts)")
+            print(
+                f"{device}: {args.stream} {state} ({len(target.rules)} rules, "
+                f"{len(target.facts)} facts)"
+            )
             if waiter is not None:
                 version = publisher.cutter.version(device, args.stream)
                 waiter.expect(device, args.stream, version, bundle.bundle_id if bundle else None)
+        publisher.flush()
+        if waiter is None:
+            return None
+        answers = waiter.wait(args.timeout)
+    finally:
+        if waiter is not None:
+            waiter.stop()
+    for answer in answers:
+        # A device that refused the bundle holds the version before it: so does the ledger
+        # (a ``state`` refusal is tried again by the device, and may yet be applied).
+        if answer.outcome == "refused" and answer.reason != "state":
+            with publisher.lock:
+                publisher.cutter.refused(answer.device, args.stream, answer.version or 0)
+    return answers
+
+
+def _first_not_ready(answers: list, stream: str) -> str | None:
+    """``device: why`` of the first device of a stage that is not ready (None: all are).
+    (Readiness is what the status says of the stream: see cloud/rollout.py.)"""
+    for answer in answers:
+        why = not_ready(answer, stream)
+        if why is not None:
+            return f"{answer.device} {why}"
+    return None
+
+
+def _dry_run(args, publisher: Publisher, targets: dict[str, Target]) -> int:
+    """Send each device its bundle as a dry run, wait for the answers, print the table."""
+    waiter = _status_waiter(args, list(targets))
+    unchanged: list[str] = []
+    try:
+        for device, target in targets.items():
+            bundle = publisher.dry_run(device, args.stream, target)
+            if bundle is None:
+                unchanged.append(device)
+                continue
+            waiter.expect_dry_run(device, args.stream, bundle.version, bundle.bundle_id)
+        publisher.flush()
+        answers = waiter.wait(args.timeout) if len(unchanged) < len(targets) else []
+    finally:
+        waiter.stop()
+    rows = {answer.device: dry_run_row(answer) for answer in answers}
+    for device in unchanged:
+        rows[device] = [device, "unchanged", "-", "-", "-", "-", "-"]
+    print(f"dry run of {args.stream}:")
+    print(table([rows[device] for device in targets]), flush=True)
+    return 0 if all(would_apply(a) for a in answers) else 1
+
+
+def _revert(args, publisher: Publisher) -> int:
+    """Send each device a signed revert of the stream and wait for it to be applied. Every
+    device's revert is checked first: one that has nothing to go back to stops them all."""
+    for device in dict.fromkeys(args.devices):
+        publisher.cutter.revert_target(device, args.stream, args.to_version)
+    waiter = None if args.no_wait else _status_waiter(args, args.devices)
+    try:
+        for device in dict.fromkeys(args.devices):
+            bundle = publisher.revert(device, args.stream, args.to_version)
+            print(f"{device}: {args.stream} version {bundle.version} reverts to {bundle.revert_to}")
+            if waiter is not None:
+                waiter.expect(device, args.stream, bundle.version, bundle.bundle_id)
         publisher.flush()
         if waiter is None:
             return 0
@@ -295,13 +479,12 @@ def cmd_publish(args: argparse.Namespace) -> int:
     finally:
         if waiter is not None:
             waiter.stop()
-        publisher.stop()
     for answer in answers:
         print(answer.line(args.stream), flush=True)
     return 0 if all(a.outcome == "applied" for a in answers) else 1
 
 
-def _status_waiter(args: argparse.Namespace):
+def _status_waiter(args: argparse.Namespace, devices: list[str]):
     """The devices' status follower, subscribed before anything is sent."""
     from cloud.status_wait import StatusWaiter
 
@@ -309,7 +492,7 @@ def _status_waiter(args: argparse.Namespace):
     try:
         return StatusWaiter(
             args.farm,
-            args.devices,
+            devices,
             host=host or "127.0.0.1",
             port=int(port or 1883),
             username=args.username,

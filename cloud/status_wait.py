@@ -14,6 +14,10 @@ names no bundle: the device cannot trust what such a payload says about itself. 
 * otherwise, at the deadline, *no answer*: the device is offline (the broker keeps the bundle
   for its session), or does not read its topic.
 
+A dry-run bundle (:meth:`StatusWaiter.expect_dry_run`) is answered by a status whose
+``dry_run`` report names it (agent/budgets/dry_runs.py), or refused as above when the device
+could not read it as far as its dry-run flag (an expired bundle, another audience).
+
 Its own MQTT client, subscribed before the bundles go out (so no answer is missed), apart from
 the publisher's: ``publish`` must not answer requests or version gaps (``serve`` does).
 """
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 
 import paho.mqtt.client as mqtt
 
-from agent.protocol.messages import BundleError, DeviceStatus, decode_status
+from agent.protocol.messages import BundleError, DeviceStatus, DryRunReport, decode_status
 from agent.protocol.mqtt import mqtt_client
 
 __all__ = ["Answer", "StatusWaiter"]
@@ -44,6 +48,8 @@ class Answer:
     version: int | None = None
     reason: str = ""
     message: str = ""
+    status: DeviceStatus | None = None  # the status that answered (None: no answer)
+    dry_run: DryRunReport | None = None  # a dry run's report (outcome ``dry run``)
 
     def line(self, stream: str) -> str:
         if self.outcome == "applied":
@@ -58,6 +64,7 @@ class _Expected:
     source: str  # the device's name of the stream (``all:<stream>`` farm-wide)
     version: int
     bundle_id: str | None  # None: nothing sent (unchanged), the device should hold it already
+    dry_run: bool = False  # the bundle is a dry run: answered by the status's ``dry_run``
 
 
 class StatusWaiter:
@@ -128,6 +135,11 @@ class StatusWaiter:
         with self.lock:
             self.expected[device] = _Expected(source, version, bundle_id)
 
+    def expect_dry_run(self, device: str, source: str, version: int, bundle_id: str) -> None:
+        """The device is to answer the dry-run bundle ``bundle_id`` in its status."""
+        with self.lock:
+            self.expected[device] = _Expected(source, version, bundle_id, dry_run=True)
+
     def wait(self, timeout: float) -> list[Answer]:
         """Every expected device's answer, waiting at most ``timeout`` seconds in all."""
         deadline = time.monotonic() + timeout
@@ -149,10 +161,24 @@ class StatusWaiter:
         expected = self.expected[device]
         retained = self.retained.get(device)
         before = retained.last_error if retained is not None else None
-        for status in [*([retained] if retained else []), *self.fresh.get(device, [])]:
-            held = status.applied.get(expected.source, 0)
-            if held >= expected.version:
-                return Answer(device, "applied", version=held)
+        if expected.dry_run:
+            for status in self.fresh.get(device, []):
+                report = status.dry_run
+                if report is not None and report.bundle_id == expected.bundle_id:
+                    return Answer(
+                        device,
+                        "dry run",
+                        report.version,
+                        report.verdict,
+                        report.message,
+                        status=status,
+                        dry_run=report,
+                    )
+        else:
+            for status in [*([retained] if retained else []), *self.fresh.get(device, [])]:
+                held = status.applied.get(expected.source, 0)
+                if held >= expected.version:
+                    return Answer(device, "applied", version=held, status=status)
         if expected.bundle_id is None:
             return None  # (nothing sent: no refusal can be about it)
         for status in self.fresh.get(device, []):
@@ -164,8 +190,10 @@ class StatusWaiter:
                 return Answer(
                     device,
                     "refused",
+                    version=expected.version,
                     reason=str(error.get("reason", "refused")),
                     message=" ".join(str(error.get("message", "")).split()),
+                    status=status,
                 )
         return None
 

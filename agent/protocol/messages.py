@@ -80,6 +80,7 @@ REASONS = (
     "budget_exceeded",
     "not_yet_valid",
     "too_many_streams",
+    "no_history",
 )
 
 #: The audience ``device`` of a bundle for every device of its farm (the farm-wide topic
@@ -477,6 +478,38 @@ class Bundle(_Frozen):
         Annotated[list[Annotated[str, Field(min_length=1, max_length=1000)]], Field(max_length=100)]
         | None
     ) = None
+    # A dry run: applied in a transaction that is rolled back. The device reports what it
+    # would derive and what it would cost (``DeviceStatus.dry_run``) and changes nothing, its
+    # stream version included: the same version may come again as a real bundle.
+    dry_run: bool = False
+    # A revert: the stream back to the rules, facts and watches it held at version
+    # ``revert_to``, which the device kept (``[limits] stream_history``), as this bundle's
+    # version (versions only go up). It carries no operations of its own.
+    revert_to: Annotated[int, Field(ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _revert_alone(self) -> Bundle:
+        """A revert's content is the device's own copy of an earlier version: operations,
+        watches, superseded streams or a full state beside it would say something else."""
+        if self.revert_to is None:
+            return self
+        if self.revert_to >= self.version:
+            raise ValueError(
+                f"revert_to ({self.revert_to}) must be an earlier version than the bundle's "
+                f"own ({self.version})"
+            )
+        if (
+                self.operations
+                or self.watches is not None
+                or self.windows is not None
+                or self.supersedes
+                or self.full_state
+            ):
+            raise ValueError(
+                "a revert carries no operations, watches, windows, supersedes or full_state: "
+                "its content is the version it reverts to"
+            )
+        return self
 
     @model_validator(mode="after")
     def _sensible_times(self) -> Bundle:
@@ -541,6 +574,55 @@ class Health(_Frozen):
     reasons: list[Annotated[str, Field(max_length=500)]] = Field([], max_length=16)
 
 
+MAX_DRY_RUN_PREDICATES = 50  # predicates listed in a dry-run report (the status stays small)
+MAX_DRY_RUN_FACTS = 20  # watched facts listed per watch and direction
+MAX_DRY_RUN_WATCHES = 20  # watches listed (those with changes, in name order)
+
+
+class PredicateCount(_Frozen):
+    """One predicate's facts (explicit and derived) before and after a dry run's change."""
+
+    predicate: Annotated[str, Field(min_length=1)]
+    before: Annotated[int, Field(ge=0)]
+    after: Annotated[int, Field(ge=0)]
+
+
+class WatchedChangeSummary(_Frozen):
+    """A dry run's watched change: how many facts would appear and disappear, and the first
+    ``MAX_DRY_RUN_FACTS`` of each."""
+
+    watch: Annotated[str, Field(min_length=1)]
+    appeared: Annotated[int, Field(ge=0)] = 0
+    disappeared: Annotated[int, Field(ge=0)] = 0
+    appeared_facts: list[Fact] = []
+    disappeared_facts: list[Fact] = []
+
+
+class DryRunReport(_Frozen):
+    """What a dry-run bundle would have done on the device (docs/operations.md, "Dry runs").
+
+    ``verdict``: ``would apply``, ``duplicate`` or the reason a real bundle would be refused
+    (``budget_exceeded``, ``version_gap``...). ``predicates``: the fact counts that would
+    change, largest first. ``watched``: the watched facts that would appear and disappear.
+    ``seconds`` and ``memory_bytes``: what the change cost (the memory is the peak growth).
+    ``budget``: the figures of the budget that stopped it."""
+
+    bundle_id: Annotated[str, Field(min_length=1, max_length=200)]
+    stream: str
+    version: Annotated[int, Field(ge=1)]
+    verdict: Annotated[str, Field(min_length=1, max_length=64)]
+    message: str = ""
+    facts_before: Annotated[int, Field(ge=0)] = 0
+    facts_after: Annotated[int, Field(ge=0)] = 0
+    predicates: list[PredicateCount] = []
+    predicates_omitted: Annotated[int, Field(ge=0)] = 0
+    watched: list[WatchedChangeSummary] = []
+    seconds: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    memory_bytes: Annotated[int, Field(ge=0)] = 0
+    budget: dict[str, str | int | float] = {}
+    at: Timestamp
+
+
 class DeviceStatus(_Frozen):
     """What a device publishes (retained) on its status topic."""
 
@@ -568,6 +650,8 @@ class DeviceStatus(_Frozen):
     windows: dict[Annotated[str, Field(max_length=1000)], Annotated[int, Field(ge=0)]] = {}
     # The health verdicts (None: an agent that does not send them, or the last will).
     health: Health | None = None
+    # The device's answer to the last dry-run bundle it was sent (docs/operations.md).
+    dry_run: DryRunReport | None = None
 
 
 class WatchedChange(_Frozen):

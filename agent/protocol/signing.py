@@ -209,8 +209,8 @@ def check_sequence(bundle: Bundle, applied_version: int | None) -> Literal["appl
     """Decide what to do with ``bundle`` given the version applied for its stream (None: none).
 
     * ``"apply"``: the next version (``applied + 1``; ``1`` when nothing is applied yet), or a
-      ``full_state`` bundle newer than what is applied (it replaces the stream, so the gap does
-      not matter);
+      ``full_state`` bundle or a revert newer than what is applied (each replaces the stream's
+      whole content, so the gap does not matter);
     * ``"duplicate"``: a version already applied (MQTT redelivery): a no-op, not an error;
     * ``BundleError(reason="version_gap")`` otherwise: applying it would skip operations. The
       message and ``expected_version`` say what the device needs, so the cloud can re-send the
@@ -219,7 +219,7 @@ def check_sequence(bundle: Bundle, applied_version: int | None) -> Literal["appl
     applied = 0 if applied_version is None else applied_version
     if bundle.version <= applied:
         return "duplicate"
-    if bundle.version == applied + 1 or bundle.full_state:
+    if bundle.version == applied + 1 or bundle.full_state or bundle.revert_to is not None:
         return "apply"
     raise BundleError(
         "version_gap",

@@ -92,6 +92,7 @@ from agent.state.migrations import MIGRATIONS, legacy_term_problems, upgrade
 from agent.state.outbox import (
     append_event,
     cause_of,
+    encode_fact,
     merge_started,
     merge_stopped,
     save_watches,
@@ -113,6 +114,13 @@ from agent.state.schema import (
     saved_rule_rows,
     table_columns,
     table_names,
+)
+from agent.state.stream_history import (
+    SavedVersion,
+    kept_versions,
+    save_version,
+    saved_version,
+    stream_watches,
 )
 from agent.state.term_rows import load_terms, write_terms
 
@@ -172,6 +180,7 @@ class AgentState:
         stream_budgets: StreamBudgets | None = None,
         max_events: int = 10_000,
         max_window_facts: int = DEFAULT_MAX_FACTS,
+        stream_history: int = 3,
     ) -> None:
         """Open (or, with ``create``, create) the state file and load the reasoner from it.
 
@@ -179,10 +188,13 @@ class AgentState:
         a corrupt file, or a schema newer than this program knows. ``budget`` limits every
         change, and ``stream_budgets`` the derived facts each source's rules may hold
         (agent/budgets/stream_budgets.py). ``max_events``: the outbox's budget (outbox.py);
-        ``max_window_facts``: each window's (agent/readings/windows.py)."""
+        ``max_window_facts``: each window's (agent/readings/windows.py).
+        ``stream_history``: how many versions of each stream's content are kept for reverts
+        (stream_history.py; 0: none)."""
         self.path = Path(path)
         self.max_events = max_events
         self.max_window_facts = max_window_facts
+        self.stream_history = stream_history
         self.clock = time.time  # the events' time (injectable, as the agent's clock)
         synchronous = synchronous.upper()
         if synchronous not in SYNCHRONOUS_MODES:
@@ -730,6 +742,7 @@ class AgentState:
         cause: dict | None = None,
         windows: Iterable[WindowDeclaration] | None = None,
         window_facts: WindowChange | None = None,
+        dry_run: bool = False,
     ) -> dict:
         """Apply one change made by ``source`` in memory and commit it in one transaction.
 
@@ -758,7 +771,14 @@ class AgentState:
         (`WindowIndex.arrivals`, `expiry`), claimed by source ``window``, in this same update
         and transaction (agent/readings/windows.py). Windows that cannot hold together (one
         relation declared twice, differently; a window relation that a rule derives or another
-        source asserts facts of) raise WindowError, and nothing is changed."""
+        source asserts facts of) raise WindowError, and nothing is changed.
+
+        ``dry_run``: the change is made and written as it would be, then its transaction is
+        rolled back and memory rebuilt from the file (``reload``): the file and the reasoner
+        are as before, and the report says what the change did, with ``predicates``, the fact
+        counts per predicate (name, arity) before and after that differ. A change over the
+        budget raises BudgetExceeded as it would for real. A bundle's version saves the
+        stream's content (stream_history.py) in the change's transaction."""
         if self._damaged is not None:
             raise StateError(self._damaged)
         self.check_file()
@@ -817,6 +837,7 @@ class AgentState:
             raise self._damage_found(error) from None
         self._check_windows(declared, change, source)
         held = self._watches_after(source, watches, superseded)
+        sizes_before = self.reasoner.view().sizes() if dry_run else {}
         started = {p: self.reasoner.watch(p) for p in held if p not in self.watches}
         try:
             report = self.reasoner.update(
@@ -833,6 +854,8 @@ class AgentState:
         except BaseException:
             self.reload()  # a failure half way through maintenance: trust the file
             raise
+        if dry_run:
+            report["predicates"] = _changed_sizes(sizes_before, self.reasoner.view().sizes())
         changes = merge_started(report.get("watched", {}), started)
         for pattern in [p for p in self.watches if p not in held]:
             changes = merge_stopped(changes, pattern, self.reasoner.unwatch(pattern))
@@ -867,6 +890,14 @@ class AgentState:
                     save_watches(self.conn, held)
                 what = cause if cause is not None else cause_of(source, version)
                 append_event(self.conn, changes, what, self.clock(), self.max_events)
+                if version is not None and self.stream_history > 0:
+                    self._save_history(version, held)
+                if dry_run:
+                    raise _RolledBack
+        except _RolledBack:  # (a dry run: the file is as before; so is memory, from it)
+            self.reload()
+            report["events"] = changes
+            return report
         except BaseException as error:
             self.reload()
             if isinstance(error, sqlite3.Error):
@@ -950,6 +981,30 @@ class AgentState:
         return self.apply(
             source=WINDOW_SOURCE, window_facts=change, cause={"kind": "window expiry"}
         )
+
+    def _save_history(self, version: StreamVersion, held: dict[str, set[str]]) -> None:
+        """The stream's content once the change is made, as its ``version`` (in the change's
+        open transaction, which reads its own writes)."""
+        stream = version.stream
+        rules = self.conn.execute(
+            "SELECT name, text FROM rules WHERE stream = ? ORDER BY position", (stream,)
+        ).fetchall()
+        saved = SavedVersion(
+            stream=stream,
+            version=version.version,
+            bundle_id=version.bundle_id,
+            rules=[(name, text) for name, text in rules],
+            facts=[encode_fact(fact) for fact in self.facts_of_source(stream)],
+            watches=list(stream_watches(held, stream)),
+        )
+        save_version(self.conn, saved, time.time(), self.stream_history)
+
+    def saved_version(self, stream: str, version: int) -> SavedVersion | None:
+        """The content ``stream`` had at ``version`` (None: not kept)."""
+        return saved_version(self.conn, stream, version)
+
+    def kept_versions(self, stream: str) -> list[int]:
+        return kept_versions(self.conn, stream)
 
     def _watches_after(
         self, source: str, watches: Iterable[str] | None, superseded: Iterable[str]
@@ -1438,6 +1493,17 @@ def _saved_window(text: object) -> WindowDeclaration:
         return parse_window(text, "saved window")
     except ParseError as error:
         raise DamagedRow(f"saved window {clip(text)} is damaged: {clip(str(error))}") from None
+
+
+def _changed_sizes(
+    before: dict[RelationKey, int], after: dict[RelationKey, int]
+) -> dict[RelationKey, tuple[int, int]]:
+    """(name, arity) -> (facts before, facts after), for the relations whose size changed."""
+    return {
+        key: (before.get(key, 0), after.get(key, 0))
+        for key in before.keys() | after.keys()
+        if before.get(key, 0) != after.get(key, 0)
+    }
 
 
 def _as_tuples(facts: dict[RelationKey, SavedFacts]) -> dict[RelationKey, set]:

@@ -20,6 +20,7 @@ from agent.state.explicit_rows import EXPLICIT_TABLE, Claimed, insert_claims
 from agent.state.outbox import OUTBOX_TABLE
 from agent.state.saved_rules import form_of_text, read_saved_rules, row_checksum
 from agent.state.schema import (
+    HISTORY_VERSION,
     OUTBOX_VERSION,
     REBUILD,
     SCHEMA,
@@ -31,6 +32,7 @@ from agent.state.schema import (
     execute_all,
     saved_rule_rows,
 )
+from agent.state.stream_history import HISTORY_TABLE
 from agent.state.term_rows import TERMS_TABLE, write_terms
 
 # The terms table of schema versions 1 to 8: one row per term.
@@ -271,6 +273,13 @@ def _windows(conn: sqlite3.Connection) -> int:
     return WINDOWS_VERSION
 
 
+def _stream_history(conn: sqlite3.Connection) -> int:
+    """WINDOWS_VERSION -> HISTORY_VERSION: the streams' history (agent/state/stream_history.py),
+    empty: the versions applied before it cannot be reverted to, the next ones can."""
+    conn.execute(HISTORY_TABLE)
+    return HISTORY_VERSION
+
+
 def _pack(args: tuple[int, ...]) -> tuple[int, int, int, str]:
     n = len(args)
     if n == 2:
@@ -348,4 +357,5 @@ MIGRATIONS = {
     9: _rules_with_checksums,
     OUTBOX_VERSION - 1: _outbox,
     OUTBOX_VERSION: _windows,
+    WINDOWS_VERSION: _stream_history,
 }

@@ -11,12 +11,14 @@ import sqlite3
 from agent.engine.errors import ZodiacError
 from agent.state.explicit_rows import EXPLICIT_TABLE
 from agent.state.outbox import OUTBOX_TABLE
+from agent.state.stream_history import HISTORY_TABLE
 from agent.state.term_rows import TERMS_TABLE
 
 FORMAT = "zodiac-edge agent state"
 OUTBOX_VERSION = 11  # the first version with the event outbox (agent/state/outbox.py)
 WINDOWS_VERSION = 12  # the first version with the windows held (agent/readings/windows.py)
-SCHEMA_VERSION = WINDOWS_VERSION
+HISTORY_VERSION = 13  # the first version keeping streams' earlier content (stream_history.py)
+SCHEMA_VERSION = HISTORY_VERSION
 TERMS_BY_CHUNK = 9  # the first version with the terms packed by chunks (agent/state/term_rows.py)
 EXPECTED_TABLES = {
     "meta",
@@ -32,6 +34,7 @@ EXPECTED_TABLES = {
     "representatives",
     "outbox",
     "windows",
+    "stream_history",
 }
 # The window declarations held, and which source declared each (a bundle stream, ``local``):
 # a window is held while some source declares it; its facts are the explicit facts of source
@@ -48,6 +51,7 @@ CREATE TABLE relations (
 );
 {OUTBOX_TABLE};  -- events not yet acknowledged by the broker: agent/state/outbox.py
 {WINDOWS_TABLE};  -- the windows held, by declaring source: agent/readings/windows.py
+{HISTORY_TABLE};  -- streams' last versions, for reverts: agent/state/stream_history.py
 {EXPLICIT_TABLE};  -- the facts each source claims (state/claims.py), packed: state/explicit_rows.py
 CREATE TABLE rules (
     name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,

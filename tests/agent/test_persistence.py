@@ -38,6 +38,7 @@ from tests.support.old_states import (
     rules_without_checksums,
     rules_without_forms,
     terms_per_row,
+    without_history,
     without_outbox,
     without_windows,
 )
@@ -647,6 +648,37 @@ def test_a_version_10_file_gets_its_outbox(tmp_path):
         assert seq == 1
 
 
+def test_a_version_11_file_gets_its_stream_history(tmp_path):
+    """Version 11 kept no stream history: the upgrade adds it empty, the versions applied
+    before cannot be reverted to, and the next bundle's version is kept in its transaction."""
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(
+            add_rules=RS,
+            add_facts=[("parent", "a", "b")],
+            source="base",
+            version=StreamVersion("base", 1, "b1"),
+        )
+        expected = set(state.reasoner.facts())
+    conn = sqlite3.connect(path)
+    with conn:
+        without_history(conn)
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(OUTBOX_VERSION),)
+        )
+    conn.close()
+    with opened_after_upgrade(path) as state:
+        assert set(state.reasoner.facts()) == expected
+        assert state.kept_versions("base") == []
+        state.apply(
+            add_facts=[("parent", "b", "c")], source="base", version=StreamVersion("base", 2, "b2")
+        )
+        assert state.kept_versions("base") == [2]
+        saved = state.saved_version("base", 2)
+        assert sorted(map(tuple, saved.facts)) == [("parent", "a", "b"), ("parent", "b", "c")]
+        assert [name for name, _ in saved.rules] == [r.id for r in parse_program(RS).rules]
+
+
 def opened_after_upgrade(path: Path) -> AgentState:
     """The state of an older version's file at ``path``: a health check reads it as it is and
     finds nothing wrong, and opening it upgrades it and loads what it saved, not recomputing."""
@@ -770,7 +802,7 @@ def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkey
         elif version < 11:
             without_outbox(conn)
         else:
-            without_windows(conn)
+            without_windows(conn)  # (drops the history too)
         if version == 3:
             derived_per_fact(conn, saved)
         elif version == 5:

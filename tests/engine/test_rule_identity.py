@@ -264,6 +264,7 @@ def test_a_state_file_of_schema_version_1_is_migrated(tmp_path):
         conn.execute("DROP TABLE reading_times")  # version 3's
         conn.execute("DROP TABLE outbox")  # version 11's
         conn.execute("DROP TABLE windows")  # version 12's
+        conn.execute("DROP TABLE stream_history")  # version 13's
         terms_per_row(conn)
         facts_per_claim(conn)  # versions 3-7's facts table, then 1's
         conn.execute("ALTER TABLE facts RENAME TO facts_v3")

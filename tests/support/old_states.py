@@ -87,13 +87,20 @@ def facts_per_claim(conn: sqlite3.Connection) -> int:
     return len(rows)
 
 
+def without_history(conn: sqlite3.Connection) -> None:
+    """Drop the streams' history: the tables of the versions before HISTORY_VERSION."""
+    conn.execute("DROP TABLE stream_history")
+
+
 def without_windows(conn: sqlite3.Connection) -> None:
-    """Drop the windows held: the tables of the versions before WINDOWS_VERSION."""
+    """Drop the windows held (and the streams' history, which came after them): the tables of
+    the versions before WINDOWS_VERSION."""
+    without_history(conn)
     conn.execute("DROP TABLE windows")
 
 
 def without_outbox(conn: sqlite3.Connection) -> None:
-    """Drop the event outbox (and the windows): the tables of the versions before
+    """Drop the event outbox (and the windows and history): the tables of the versions before
     OUTBOX_VERSION."""
     without_windows(conn)
     conn.execute("DROP TABLE outbox")
