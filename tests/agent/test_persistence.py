@@ -29,7 +29,7 @@ from agent.state import packing as derived_rows
 from agent.state.agent_state import SCHEMA_VERSION, AgentState, StateError, StreamVersion
 from agent.state.packing import chunk_of, unpack
 from agent.state.saved_rules import row_checksum
-from agent.state.schema import OUTBOX_VERSION
+from agent.state.schema import OUTBOX_VERSION, WINDOWS_VERSION
 from agent.state.term_rows import TERMS_PER_CHUNK
 from tests.support.old_states import (
     derived_by_prefix,
@@ -648,8 +648,8 @@ def test_a_version_10_file_gets_its_outbox(tmp_path):
         assert seq == 1
 
 
-def test_a_version_11_file_gets_its_stream_history(tmp_path):
-    """Version 11 kept no stream history: the upgrade adds it empty, the versions applied
+def test_a_version_12_file_gets_its_stream_history(tmp_path):
+    """Version 12 kept no stream history: the upgrade adds it empty, the versions applied
     before cannot be reverted to, and the next bundle's version is kept in its transaction."""
     path = tmp_path / "a.db"
     with AgentState(path) as state:
@@ -664,7 +664,7 @@ def test_a_version_11_file_gets_its_stream_history(tmp_path):
     with conn:
         without_history(conn)
         conn.execute(
-            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(OUTBOX_VERSION),)
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(WINDOWS_VERSION),)
         )
     conn.close()
     with opened_after_upgrade(path) as state:
@@ -778,7 +778,7 @@ def test_a_row_damaged_while_the_agent_runs_is_refused_at_its_next_write(tmp_pat
         AgentState(path)
 
 
-@pytest.mark.parametrize("version", [3, 5, 7, 8, 9, 10, 11])
+@pytest.mark.parametrize("version", [3, 5, 7, 8, 9, 10, 11, 12])
 def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkeypatch, version):
     """An upgrade is one transaction: when it stops half way (a crash, a full disk), the file
     is the old version as it was, and the next start upgrades it. (Schema changes count:
@@ -801,8 +801,10 @@ def test_a_migration_that_fails_half_way_leaves_the_old_version(tmp_path, monkey
             rules_without_checksums(conn)
         elif version < 11:
             without_outbox(conn)
-        else:
+        elif version < 12:
             without_windows(conn)  # (drops the history too)
+        else:
+            without_history(conn)
         if version == 3:
             derived_per_fact(conn, saved)
         elif version == 5:
