@@ -344,3 +344,15 @@ def test_incremental_benchmark_prints_bytes_per_stored_fact_on_every_row(capsys)
         cells = row.split()
         kept, rss = cells[cells.index("OK") - 2 : cells.index("OK")]
         assert 0 < float(kept) < 2000 and float(rss) >= 0
+
+
+def test_metrics_benchmark_prints_the_ratio_and_a_real_scrape(capsys):
+    from simulations.bench import metrics
+
+    argv = ["--updates", "4", "--repeat", "1", "--facts", "400", "--scrapes", "1"]
+    assert metrics.main(argv) == 0
+    out = capsys.readouterr().out
+    ratio = re.search(r"on / off x(\d+\.\d+)", out)
+    assert ratio and float(ratio[1]) > 0, out
+    scrape = re.search(r"scrape of /metrics, (\d+) facts held, best of 1: ([\d.]+) ms", out)
+    assert scrape and int(scrape[1]) == 500 and float(scrape[2]) > 0, out  # (400 and 100 Hot)
