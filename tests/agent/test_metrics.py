@@ -249,3 +249,44 @@ def test_a_port_it_cannot_listen_on_stops_the_start_with_one_line(tmp_path, brok
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"zodiac-agent: metrics.listen 127.0.0.1:{port}: cannot listen there")
+
+
+def test_the_outbox_at_its_bound_is_not_ready_until_the_broker_takes_its_events(
+    tmp_path, make_broker
+):
+    """An event written at start (a watch of the configuration) while the broker is away
+    fills an outbox of one: not ready for both reasons, the depth in the metrics; once the
+    broker is back and has the event, ready again and the outbox empty."""
+    broker = make_broker()
+    broker.stop()
+    cloud = Cloud(tmp_path / "cloud")
+    directory = tmp_path / "agent"
+    directory.mkdir()
+    (directory / "hot.rules").write_text(
+        "hot: <http://ex/Hot>(X) :- <http://ex/temp>(X, T) and COMP(T, >, 30) .\n"
+    )
+    integer = "<http://www.w3.org/2001/XMLSchema#integer>"
+    (directory / "facts.nt").write_text(f'<http://ex/a> <http://ex/temp> "35"^^{integer} .\n')
+    port = free_port()
+    extra = (
+        f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+        '[events]\nwatch = ["<http://ex/Hot>(X)"]\nmax_pending = 1\n'
+    )
+    config = write_config(
+        directory,
+        broker,
+        cloud.keys,
+        extra=extra,
+        reasoning='rules = ["hot.rules"]\nfacts = ["facts.nt"]',
+    )
+    base = f"http://127.0.0.1:{port}"
+    with AgentProcess(config) as agent:
+        agent.wait_log("metrics listening")
+        code, verdict = ready(base)
+        assert code == 503
+        assert verdict["reasons"][0] == "broker: not connected"
+        assert verdict["reasons"][1].startswith("events: the outbox holds 1 events, its bound")
+        assert value(scrape(base), "zodiac_agent_outbox_events") == 1
+        broker.start()
+        wait_for(lambda: ready(base)[0] == 200, timeout=30, what="ready once the event went")
+        assert value(scrape(base), "zodiac_agent_outbox_events") == 0
