@@ -290,3 +290,15 @@ def test_the_outbox_at_its_bound_is_not_ready_until_the_broker_takes_its_events(
         broker.start()
         wait_for(lambda: ready(base)[0] == 200, timeout=30, what="ready once the event went")
         assert value(scrape(base), "zodiac_agent_outbox_events") == 0
+
+
+def test_an_agent_without_metrics_does_not_import_prometheus_client():
+    """Its import costs tens of milliseconds at every start: only ``[metrics] listen`` pays."""
+    import subprocess
+    import sys
+
+    code = "import sys, agent.cli, agent.sync; print('prometheus_client' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip() == "False", result.stderr
