@@ -205,6 +205,12 @@ def test_readiness_flips_on_a_broker_outage_and_on_a_damaged_state(running):
     )
     assert len(verdict["reasons"]) == 1 and verdict["reasons"][0].startswith("state: ")
     assert "damaged agent state" in verdict["reasons"][0]
+    # The status the cloud receives says so too (retained: the latest one).
+    with TestClient(broker, "cloud-3") as reader:
+        status = StatusWatcher(reader, "farm1", "t1").wait(
+            lambda s: s.health is not None and not s.health.ready
+        )
+    assert status.health.alive and status.health.reasons[0].startswith("state: ")
 
 
 def test_window_sizes_are_read_from_what_the_agent_holds():
