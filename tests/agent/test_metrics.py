@@ -308,3 +308,40 @@ def test_an_agent_without_metrics_does_not_import_prometheus_client():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
     )
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_an_update_past_its_budget_is_not_ready_and_a_stuck_loop_not_alive():
+    """The watchdog's verdicts on a clock of the test's own (agent/observability/health.py):
+    the loop's own figures, as the HTTP thread reads them while an update runs."""
+    from agent.observability.health import Watchdog, liveness, readiness
+
+    now = [1000.0]
+    watchdog = Watchdog(clock=lambda: now[0])
+
+    def verdict():
+        return readiness(
+            damage=None,
+            connected=True,
+            watchdog=watchdog,
+            budget_seconds=10,
+            outbox_pending=0,
+            max_pending=5,
+        )
+
+    assert verdict().ok and liveness(watchdog, 10).ok
+    watchdog.begin("bundle")
+    now[0] += 9
+    assert verdict().ok  # (within its budget)
+    now[0] += 2
+    assert not verdict().ok
+    assert verdict().reasons == [
+        "update: a bundle update has run 11.0 s, past its budget of 10 s "
+        "([budget] max_update_seconds)"
+    ]
+    assert liveness(watchdog, 10).ok  # (alive: at least 30 s, twice the budget)
+    now[0] += 20
+    assert not liveness(watchdog, 10).ok
+    watchdog.end()
+    assert verdict().ok and liveness(watchdog, 10).ok
+    now[0] += 31  # (a loop that stopped going round, no update running)
+    assert liveness(watchdog, 10).reasons == ["the agent's loop has not gone round for 31 s"]
