@@ -44,7 +44,7 @@ from agent.observability.health import Verdict, Watchdog, liveness, readiness
 from agent.protocol.event_sender import EventSender
 from agent.protocol.messages import Health, Telemetry, encode_model
 from agent.protocol.mqtt import Tls, mqtt_client
-from agent.service import Agent, Outcome
+from agent.service import Agent, Outcome, clip_text
 from agent.state.agent_state import StateError
 from agent.state.outbox import acknowledged, pending_events
 
@@ -278,7 +278,9 @@ class AgentService:
 
     def health(self, outbox_pending: int | None) -> Health:
         alive, ready = self.liveness(), self.readiness(outbox_pending)
-        return Health(alive=alive.ok, ready=ready.ok, reasons=[*alive.reasons, *ready.reasons][:16])
+        # (each reason clipped: a damage message quotes the file, and a status must be valid)
+        reasons = [clip_text(reason, 500) for reason in [*alive.reasons, *ready.reasons]]
+        return Health(alive=alive.ok, ready=ready.ok, reasons=reasons[:16])
 
     def watch_state(self) -> None:
         """Stop the service, with ``failure`` saying why, once the state file was deleted or

@@ -205,6 +205,12 @@ def test_readiness_flips_on_a_broker_outage_and_on_a_damaged_state(running):
     )
     assert len(verdict["reasons"]) == 1 and verdict["reasons"][0].startswith("state: ")
     assert "damaged agent state" in verdict["reasons"][0]
+    # The status the cloud receives says so too (retained: the latest one).
+    with TestClient(broker, "cloud-3") as reader:
+        status = StatusWatcher(reader, "farm1", "t1").wait(
+            lambda s: s.health is not None and not s.health.ready
+        )
+    assert status.health.alive and status.health.reasons[0].startswith("state: ")
 
 
 def test_window_sizes_are_read_from_what_the_agent_holds():
@@ -249,3 +255,93 @@ def test_a_port_it_cannot_listen_on_stops_the_start_with_one_line(tmp_path, brok
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"zodiac-agent: metrics.listen 127.0.0.1:{port}: cannot listen there")
+
+
+def test_the_outbox_at_its_bound_is_not_ready_until_the_broker_takes_its_events(
+    tmp_path, make_broker
+):
+    """An event written at start (a watch of the configuration) while the broker is away
+    fills an outbox of one: not ready for both reasons, the depth in the metrics; once the
+    broker is back and has the event, ready again and the outbox empty."""
+    broker = make_broker()
+    broker.stop()
+    cloud = Cloud(tmp_path / "cloud")
+    directory = tmp_path / "agent"
+    directory.mkdir()
+    (directory / "hot.rules").write_text(
+        "hot: <http://ex/Hot>(X) :- <http://ex/temp>(X, T) and COMP(T, >, 30) .\n"
+    )
+    integer = "<http://www.w3.org/2001/XMLSchema#integer>"
+    (directory / "facts.nt").write_text(f'<http://ex/a> <http://ex/temp> "35"^^{integer} .\n')
+    port = free_port()
+    extra = (
+        f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
+        '[events]\nwatch = ["<http://ex/Hot>(X)"]\nmax_pending = 1\n'
+    )
+    config = write_config(
+        directory,
+        broker,
+        cloud.keys,
+        extra=extra,
+        reasoning='rules = ["hot.rules"]\nfacts = ["facts.nt"]',
+    )
+    base = f"http://127.0.0.1:{port}"
+    with AgentProcess(config) as agent:
+        agent.wait_log("metrics listening")
+        code, verdict = ready(base)
+        assert code == 503
+        assert verdict["reasons"][0] == "broker: not connected"
+        assert verdict["reasons"][1].startswith("events: the outbox holds 1 events, its bound")
+        assert value(scrape(base), "zodiac_agent_outbox_events") == 1
+        broker.start()
+        wait_for(lambda: ready(base)[0] == 200, timeout=30, what="ready once the event went")
+        assert value(scrape(base), "zodiac_agent_outbox_events") == 0
+
+
+def test_an_agent_without_metrics_does_not_import_prometheus_client():
+    """Its import costs tens of milliseconds at every start: only ``[metrics] listen`` pays."""
+    import subprocess
+    import sys
+
+    code = "import sys, agent.cli, agent.sync; print('prometheus_client' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_an_update_past_its_budget_is_not_ready_and_a_stuck_loop_not_alive():
+    """The watchdog's verdicts on a clock of the test's own (agent/observability/health.py):
+    the loop's own figures, as the HTTP thread reads them while an update runs."""
+    from agent.observability.health import Watchdog, liveness, readiness
+
+    now = [1000.0]
+    watchdog = Watchdog(clock=lambda: now[0])
+
+    def verdict():
+        return readiness(
+            damage=None,
+            connected=True,
+            watchdog=watchdog,
+            budget_seconds=10,
+            outbox_pending=0,
+            max_pending=5,
+        )
+
+    assert verdict().ok and liveness(watchdog, 10).ok
+    watchdog.begin("bundle")
+    now[0] += 9
+    assert verdict().ok  # (within its budget)
+    now[0] += 2
+    assert not verdict().ok
+    assert verdict().reasons == [
+        "update: a bundle update has run 11.0 s, past its budget of 10 s "
+        "([budget] max_update_seconds)"
+    ]
+    assert liveness(watchdog, 10).ok  # (alive: at least 30 s, twice the budget)
+    now[0] += 20
+    assert not liveness(watchdog, 10).ok
+    watchdog.end()
+    assert verdict().ok and liveness(watchdog, 10).ok
+    now[0] += 31  # (a loop that stopped going round, no update running)
+    assert liveness(watchdog, 10).reasons == ["the agent's loop has not gone round for 31 s"]

@@ -76,6 +76,11 @@ CASES = [
         ["--turbines", "30", "--updates", "4", "--repeat", "1"],
         {"vs no watch", "bytes per event"},
     ),
+    (
+        "metrics",
+        ["--updates", "4", "--repeat", "1", "--facts", "400", "--scrapes", "1"],
+        {"on / off", "scrape ms"},
+    ),
     pytest.param("bitmaps", ["--quick", "--repeat", "1"], {"bitmap / set"}, marks=slow),
     pytest.param(
         "equality",

@@ -388,3 +388,13 @@ def test_windows_benchmark_refuses_bad_arguments(capsys):
         assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and "--ticks must be whole seconds" in err
+def test_metrics_benchmark_prints_the_ratio_and_a_real_scrape(capsys):
+    from simulations.bench import metrics
+
+    argv = ["--updates", "4", "--repeat", "1", "--facts", "400", "--scrapes", "1"]
+    assert metrics.main(argv) == 0
+    out = capsys.readouterr().out
+    ratio = re.search(r"on / off x(\d+\.\d+)", out)
+    assert ratio and float(ratio[1]) > 0, out
+    scrape = re.search(r"scrape of /metrics, (\d+) facts held, best of 1: ([\d.]+) ms", out)
+    assert scrape and int(scrape[1]) == 500 and float(scrape[2]) > 0, out  # (400 and 100 Hot)
