@@ -420,22 +420,33 @@ def _by_relation(facts: list) -> dict[RelationKey, list[list]] | None:
         else:
             found.append(fact)
     tables: dict[RelationKey, list[list]] = {}
+    by_class: set[RelationKey] = set()  # (the tables class facts began)
     for (predicate, length), group in rows.items():
         if predicate == RDF_TYPE and length == 3:
             classes = list(map(itemgetter(2), group))
             if set(map(type, classes)) != {str}:
                 return None  # (encode_fact says what is wrong)
-            for cls, subject in zip(classes, map(itemgetter(1), group), strict=True):
+            subjects = list(map(itemgetter(1), group))
+            iris_only = set(map(type, subjects)) == {str}
+            for cls, subject in zip(classes, subjects, strict=True):
                 table = tables.get((cls, 1))
                 if table is None:
                     tables[(cls, 1)] = [[subject]]
-                else:
+                    by_class.add((cls, 1))
+                elif (cls, 1) in by_class or iris_only and set(map(type, table[0])) == {str}:
                     table[0].append(subject)
+                else:
+                    return None  # (facts ``C(x)`` came first: see below)
             continue
         columns = [list(map(itemgetter(i), group)) for i in range(1, length)]
         table = tables.get((predicate, length - 1))  # (class facts of that name came first)
         if table is None:
             tables[(predicate, length - 1)] = columns
+        elif set(map(type, table[0])) | set(map(type, columns[0])) != {str}:
+            # Class facts ``(rdf:type, x, C)`` and facts ``C(x)`` in one batch, not both IRIs:
+            # the column is no longer in the facts' order, which decides how a number both
+            # brings (``3`` and ``3.0``) is spelt.
+            return None
         else:
             for mine, more in zip(table, columns, strict=True):
                 mine.extend(more)
