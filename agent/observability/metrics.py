@@ -223,25 +223,8 @@ def take_snapshot(agent) -> Snapshot:
 
 
 def window_sizes(agent) -> dict[str, int]:
-    """Facts per reading window, when the agent keeps windows: an attribute ``windows`` of
-    the agent (or its state) mapping a window's name to its size or to something with a
-    ``size()`` or a length. None of them: no windows, no series."""
-    windows = getattr(agent, "windows", None)
-    if windows is None:
-        windows = getattr(agent.state, "windows", None)
-    if callable(windows):
-        windows = windows()
-    if not isinstance(windows, dict):
-        return {}
-    sizes = {}
-    for name, window in windows.items():
-        if isinstance(window, int):
-            sizes[str(name)] = window
-        elif callable(getattr(window, "size", None)):
-            sizes[str(name)] = int(window.size())
-        elif hasattr(window, "__len__"):
-            sizes[str(name)] = len(window)
-    return sizes
+    """Facts per window relation the agent holds now (agent/readings/windows.py)."""
+    return dict(agent.state.windows.sizes())
 
 
 class SnapshotExchange:

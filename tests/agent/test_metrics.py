@@ -16,7 +16,6 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.observability.metrics import window_sizes
 from tests.support.agent_harness import (
     AgentProcess,
     Cloud,
@@ -211,26 +210,6 @@ def test_readiness_flips_on_a_broker_outage_and_on_a_damaged_state(running):
             lambda s: s.health is not None and not s.health.ready
         )
     assert status.health.alive and status.health.reasons[0].startswith("state: ")
-
-
-def test_window_sizes_are_read_from_what_the_agent_holds():
-    class Window:
-        def __init__(self, n):
-            self.n = n
-
-        def size(self):
-            return self.n
-
-    class State:
-        pass
-
-    class Agent:
-        state = State()
-
-    agent = Agent()
-    assert window_sizes(agent) == {}  # (no windows: no series)
-    agent.windows = {"temp/10min": Window(4), "wind": 2, "gust": [1, 2, 3]}
-    assert window_sizes(agent) == {"temp/10min": 4, "wind": 2, "gust": 3}
 
 
 def test_a_port_it_cannot_listen_on_stops_the_start_with_one_line(tmp_path, broker):

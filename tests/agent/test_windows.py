@@ -363,3 +363,31 @@ def test_a_released_stream_takes_its_windows_with_it(tmp_path, cloud):
     assert released.status == "applied" and "stuck" not in agent.reasoner.rules
     assert agent.state.window_claims == {} and agent.state.windows.sizes() == {}
     assert agent.state.facts_of_source("window") == []
+
+
+def test_the_metrics_report_each_windows_size(tmp_path, cloud):
+    """``zodiac_agent_window_facts`` (docs/operations.md) is what each window holds, read from
+    a real agent's state at scrape time."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from agent.observability.metrics import AgentCollector, HealthFigures, render, take_snapshot
+
+    agent, clock = windowed_agent(tmp_path, cloud)
+    for value in (12.5, 12.6, 12.7):
+        read(agent, clock, value)
+        clock.now += 30
+    registry = CollectorRegistry()
+    registry.register(
+        AgentCollector(lambda: take_snapshot(agent), lambda: HealthFigures(True, True, True), 10)
+    )
+    samples = {
+        sample.labels["window"]: sample.value
+        for family in text_string_to_metric_families(render(registry).decode())
+        if family.name == "zodiac_agent_window_facts"
+        for sample in family.samples
+    }
+    assert samples == {"recentAirTemperature": 3, "lastAirTemperature": 3}
+    clock.now += 40  # (now 130 s: the first reading leaves the 2-minute window)
+    agent.tick_windows()
+    assert take_snapshot(agent).windows == {"recentAirTemperature": 3, "lastAirTemperature": 2}

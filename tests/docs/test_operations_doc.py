@@ -5,6 +5,7 @@ type and labels, and no other: read from the registries themselves, filled by a 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -22,7 +23,7 @@ from cloud.bundles import BundleCutter
 from cloud.metrics import METRICS as CLOUD_METRICS
 from cloud.metrics import PublisherCollector
 from cloud.publisher import Publisher
-from tests.support.agent_harness import Cloud
+from tests.support.agent_harness import Cloud, readings_payload
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 ROW = re.compile(r"^\| `(zodiac_\w+)` \| (\w+) \| ([^|]*) \|", re.MULTILINE)
@@ -52,10 +53,17 @@ def test_every_agent_metric_is_documented(tmp_path):
     path = tmp_path / "agent.toml"
     path.write_text(f'device = "t1"\nfarm = "farm1"\n[keys]\ntrusted_keys = "{cloud.keys}"\n')
     agent = Agent(AgentConfig.load(path))
-    bundle = cloud.bundle("base", 1, rules={"q": "q: <q>(X) :- <p>(X, Y) ."}, facts=[("p", "a", 1)])
+    bundle = cloud.bundle(
+        "base",
+        1,
+        rules={"q": "q: <q>(X) :- <p>(X, Y) ."},
+        facts=[("p", "a", 1)],
+        windows=["@window <temp> 10 min as <recentTemp> ."],
+    )
     assert agent.handle_bundle(cloud.sign(bundle)).status == "applied"
+    reading = readings_payload("t1", "farm1", [("temp", "s1", 12.5)], sent_at=time.time())
+    assert agent.record_readings(reading).status == "applied"  # (a window's series)
     agent.dropped["readings: too large"] += 1
-    agent.windows = {"temp": 3}  # (windows are optional: the series exists when they do)
     registry = CollectorRegistry(auto_describe=False)
     updates = UpdateMetrics(registry)
     for outcome in ("applied", "refused"):
