@@ -48,7 +48,8 @@ def canary_split(
 
 def not_ready(answer: Answer, source: str) -> str | None:
     """Why a device that answered a bundle on ``source`` is not ready (None: it is). Ready
-    means: it applied the version, is online, and reports no error about the stream."""
+    means: it applied the version, is online, reports no error about the stream, and its own
+    readiness verdict (the status's ``health``, docs/operations.md) says ready."""
     if answer.outcome == "refused":
         return f"refused: {answer.reason}: {answer.message}"
     if answer.outcome != "applied" or answer.status is None:
@@ -59,6 +60,8 @@ def not_ready(answer: Answer, source: str) -> str | None:
     error = _error(status.last_error)
     if error.get("stream") == source:
         return f"reports an error on the stream: {error.get('reason')}: {error.get('message')}"
+    if status.health is not None and not status.health.ready:
+        return "not ready: " + ("; ".join(status.health.reasons) or "no reason given")
     return None
 
 

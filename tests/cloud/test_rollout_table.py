@@ -13,6 +13,7 @@ import pytest
 from agent.protocol.messages import (
     DeviceStatus,
     DryRunReport,
+    Health,
     PredicateCount,
     WatchedChangeSummary,
 )
@@ -111,6 +112,11 @@ def test_a_device_is_ready_when_it_applied_the_version_is_online_and_reports_no_
         "refused: bad_rule: r: x"
     )
     assert not_ready(Answer("t1", "no answer"), "base").startswith("no answer")
+    outage = Health(alive=True, ready=False, reasons=["broker: not connected"])
+    unready = Answer("t1", "applied", 2, status=status(health=outage))
+    assert not_ready(unready, "base") == "not ready: broker: not connected"
+    healthy = Health(alive=True, ready=True)
+    assert not_ready(Answer("t1", "applied", 2, status=status(health=healthy)), "base") is None
 
 
 @pytest.mark.parametrize(
