@@ -75,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes", type=int, default=None, help="agent host processes (default min(N, 16))"
     )
     parser.add_argument(
+        "--rollout-fault",
+        choices=("budget",),
+        default=None,
+        help="after the scenario, roll out a bundle over the agents' budget with "
+        "zodiac-cloud publish --canary 2 and check that it stops at the canaries",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         default=None,
@@ -122,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         spark_master=args.spark_master,
         reading_period=args.reading_period,
         processes=args.processes,
+        rollout_fault=args.rollout_fault,
     )
     started = time.perf_counter()
     try:

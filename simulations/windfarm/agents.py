@@ -30,6 +30,9 @@ def write_config(
     port: int,
     keys: Path,
     neighbours: list[str],
+    *,
+    metrics_listen: str | None = None,
+    max_derived_facts: int | None = None,
 ) -> Path:
     """The agent's config: the real agent, tuned for a simulation (NORMAL sync, short
     keepalive and back-off so that a restarted broker is noticed within seconds)."""
@@ -69,6 +72,8 @@ watch = ["<{SENSOR_ANOMALY}>(X)", "<{CHANGE_CONFIRMED}>(X)"]
 level = "INFO"
 format = "json"
 """
+        + (f'\n[metrics]\nlisten = "{metrics_listen}"\n' if metrics_listen else "")
+        + (f"\n[budget]\nmax_derived_facts = {max_derived_facts}\n" if max_derived_facts else "")
     )
     return path
 

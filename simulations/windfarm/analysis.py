@@ -24,6 +24,7 @@ from agent.state.agent_state import AgentState
 from cloud.events import read_events
 from cloud.publisher import finding_predicate
 from simulations.windfarm.farm import ANOMALY_STREAM
+from simulations.windfarm.rollout_fault import canary_refusal
 
 REPEAT = 3  # replays per rule update (best of)
 
@@ -419,7 +420,11 @@ def _checks(sim, result: Result, base_rules: int) -> list[Check]:
             ", ".join(not_base) or f"all {len(latest)}",
         )
     )
-    errors = {d: s.last_error for d, s in latest.items() if s.last_error and d != tampered_device}
+    errors = {
+        d: s.last_error
+        for d, s in latest.items()
+        if s.last_error and d != tampered_device and not canary_refusal(sim, d, s.last_error)
+    }
     checks.append(Check("no errors reported", not errors, str(errors) if errors else "none"))
     if sim.log.tampered:
         status = latest.get(tampered_device)

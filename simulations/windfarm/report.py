@@ -10,6 +10,7 @@ from pathlib import Path
 from simulations.mqttbroker import EmbeddedBroker
 from simulations.windfarm.analysis import REPEAT, Result
 from simulations.windfarm.cloud import merged_names
+from simulations.windfarm.observed import observed_lines
 
 #: Why the replayed times are smaller than the live ones (the report and the update plot say it).
 REPLAY_NOTE = (
@@ -229,6 +230,7 @@ def write_report(result: Result, directory: Path) -> Path:
                 f"\nThe burst of {log.burst['messages']} readings was absorbed at "
                 f"{result.burst_rate:.0f} readings/s (last reading back as telemetry)."
             )
+    lines += observed_lines(sim)
     if log.notes:
         lines += ["", "## Notes", "", *(f"- {note}" for note in log.notes)]
     lines += ["", "## Plots", ""]

@@ -47,6 +47,9 @@ from simulations.windfarm.farm import (
     SensorModel,
 )
 from simulations.windfarm.monitor import Monitor, latest_statuses
+from simulations.windfarm.observed import observed
+from simulations.windfarm.panel import free_ports, scrape_farm
+from simulations.windfarm.rollout_fault import AGENT_MAX_DERIVED_FACTS, run_rollout_fault
 
 FAULTS = ("agent-kill", "broker-restart", "burst", "tampered-bundle")
 BURST_MESSAGES = 300
@@ -76,6 +79,7 @@ class Options:
     reading_period: float | None = None  # seconds; default max(1, turbines / 100)
     processes: int | None = None  # agent host processes; default min(turbines, 16)
     columns: int | None = None
+    rollout_fault: str | None = None  # "budget": simulations/windfarm/rollout_fault.py
 
     @property
     def period(self) -> float:
@@ -168,6 +172,11 @@ class Simulation:
         self.cloud: SimulationCloud | None = None
         self.monitor = None
         self.controller: mqtt.Client | None = None
+        # The farm panel (simulations/windfarm/panel.py): device -> its metrics address, and
+        # the scrapes at the start and the end of the scenario; the roll-out fault's outcome.
+        self.metrics_addresses: dict[str, str] = {}
+        self.scrapes: list = []
+        self.rollout = None
 
     def _too_close_for_drift(self) -> bool:
         broken, warm = self.farm.by_id(self.farm.broken), self.farm.by_id(self.farm.warm)
@@ -184,11 +193,15 @@ class Simulation:
             self._start_cloud()
             self._start_agents()
             self._send_base()
+            self.scrapes.append(scrape_farm(self.metrics_addresses))
             self._scenario()
             self._wait_for_releases()
+            if self.options.rollout_fault == "budget":
+                self.rollout = run_rollout_fault(self, self.say)
+            self.scrapes.append(scrape_farm(self.metrics_addresses))
         finally:
             self._shutdown()
-        return analyse(self)
+        return observed(self, analyse(self))
 
     # ------------------------------------------------------------------ set-up
     def _timed(self, name: str, started: float) -> None:
@@ -269,7 +282,9 @@ class Simulation:
     def _start_agents(self) -> None:
         started = time.perf_counter()
         configs = []
-        for turbine in self.farm.turbines:
+        ports = free_ports(len(self.farm.turbines))
+        for turbine, metrics_port in zip(self.farm.turbines, ports, strict=True):
+            self.metrics_addresses[turbine.id] = f"127.0.0.1:{metrics_port}"
             configs.append(
                 write_config(
                     self.directory / "agents" / turbine.id,
@@ -279,6 +294,8 @@ class Simulation:
                     self.port,
                     self.cloud.keys,
                     neighbours_of(self.graph, turbine.id, self.farm),
+                    metrics_listen=self.metrics_addresses[turbine.id],
+                    max_derived_facts=AGENT_MAX_DERIVED_FACTS,
                 )
             )
         count = self.options.processes or min(len(configs), 16)
