@@ -85,10 +85,10 @@ from agent.protocol.messages import (
     encode_fact,
 )
 from agent.protocol.signing import BundleLimits, check_sequence, open_bundle
+from agent.readings.windows import LATE, OVER_BUDGET, WINDOW_SOURCE, WindowChange, WindowError
 from agent.state.agent_state import AgentState, StateError, StreamVersion
 from agent.state.claims import OwnershipError
 from agent.state.outbox import outbox_figures
-from agent.windows import LATE, OVER_BUDGET, WINDOW_SOURCE, WindowChange, WindowError
 
 log = logging.getLogger("zodiac.agent")
 
@@ -857,7 +857,8 @@ class Agent:
         for request_id, event, stream in rows:
             rule_ids = [r for r in self.state.rules_of_stream(stream) if r in self.reasoner.rules]
             try:
-                report = self.state.apply(delete_rules=rule_ids, source=stream)
+                # (its windows go with its rules, in the same change)
+                report = self.state.apply(delete_rules=rule_ids, source=stream, windows=[])
             except ZodiacError as error:
                 outcomes.append(self.note(Outcome("refused", "engine", str(error))))
                 continue

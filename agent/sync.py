@@ -217,9 +217,9 @@ class AgentService:
 
     def tick_windows(self) -> None:
         """Every ``[windows] tick`` seconds (of the machine's monotonic time), expire the window
-        facts that have left their window by the agent's clock, as one change (agent/windows.py);
-        an expiry that changed derived facts is acted on like any change (rule requests,
-        findings in the status)."""
+        facts that have left their window by the agent's clock, as one change
+        (agent/readings/windows.py); an expiry that changed derived facts is acted on like any
+        change (rule requests, findings in the status)."""
         now = time.monotonic()
         if now < self.next_tick or self.agent.state.gone is not None:
             return

@@ -54,13 +54,38 @@ from cloud.events import create_events_table
 
 @dataclass
 class Target:
-    """What one device should hold on one stream: rule id -> rule text, and facts."""
+    """What one device should hold on one stream: rule id -> rule text, and facts, and the
+    stream's windows over readings and watches (canonical ``@window`` texts and atom
+    patterns, from its rule file's ``@window`` and ``@watch`` lines: docs/agent.md)."""
 
     rules: dict[str, str] = field(default_factory=dict)
     facts: set[tuple] = field(default_factory=set)
+    windows: list[str] = field(default_factory=list)
+    watches: list[str] = field(default_factory=list)
 
 
-def load_streams(directory: str | Path) -> dict[str, dict[str, str]]:
+class StreamRules(dict):
+    """One stream's rules, rule id -> rule text (a dict, as :func:`load_streams` has always
+    given them), with the ``windows`` and ``watches`` its file declares."""
+
+    def __init__(self, rules: dict[str, str], windows: list[str], watches: list[str]) -> None:
+        super().__init__(rules)
+        self.windows = windows
+        self.watches = watches
+
+
+def stream_target(rules: dict[str, str], facts: set[tuple] | None = None) -> Target:
+    """The target of a stream's rules (a :class:`StreamRules` brings its windows and watches)
+    and ``facts``."""
+    return Target(
+        rules=dict(rules),
+        facts=set(facts or ()),
+        windows=list(getattr(rules, "windows", [])),
+        watches=list(getattr(rules, "watches", [])),
+    )
+
+
+def load_streams(directory: str | Path) -> dict[str, StreamRules]:
     """Every ``.rules`` file under ``directory`` as a stream: name -> {rule id: rule text}.
 
     Raises ZodiacError for an unlabelled rule (its id would be a hash of its text, which
@@ -74,15 +99,17 @@ def load_streams(directory: str | Path) -> dict[str, dict[str, str]]:
     return streams
 
 
-def load_stream_file(path: str | Path) -> dict[str, str]:
-    """One stream's rule file as {rule id: rule text}; every rule needs a label (see
-    :func:`load_streams`)."""
+def load_stream_file(path: str | Path) -> StreamRules:
+    """One stream's rule file as {rule id: rule text}, with its ``@window`` and ``@watch``
+    declarations (:class:`StreamRules`); every rule needs a label (see :func:`load_streams`)."""
     rules: dict[str, str] = {}
-    for rule in parse_file(Path(path)).rules:
+    program = parse_file(Path(path))
+    for rule in program.rules:
         if not rule.label:
             raise ZodiacError(f"{path}: every rule of a stream needs a label: {rule}")
         rules[rule.id] = str(rule)
-    return rules
+    windows = [str(window) for window in program.windows]
+    return StreamRules(rules, windows, [str(pattern) for pattern in program.watches])
 
 
 def device_facts(
@@ -196,7 +223,9 @@ class BundleCutter:
             return Target()
         data = json.loads(row[1])
         facts = {tuple(decode_term(t) for t in fact) for fact in data["facts"]}
-        return Target(rules=data["rules"], facts=facts)
+        # (a ledger written before windows and watches were cut: none was sent)
+        windows, watches = data.get("windows", []), data.get("watches", [])
+        return Target(rules=data["rules"], facts=facts, windows=windows, watches=watches)
 
     def cut(self, device: str, stream: str, target: Target) -> Bundle | None:
         """The bundle taking ``device`` from the last target sent on ``stream`` to ``target``,
@@ -221,9 +250,14 @@ class BundleCutter:
             )
         if new_facts:
             operations.append(AddFacts(facts=[encode_fact(f) for f in sorted(new_facts, key=repr)]))
-        if not operations:
+        # Windows and watches are sent as the stream's whole list, when it changed.
+        windows = target.windows if target.windows != before.windows else None
+        watches = target.watches if target.watches != before.watches else None
+        if not operations and windows is None and watches is None:
             return None
-        return self._record(device, stream, target, operations, full_state=False)
+        return self._record(
+            device, stream, target, operations, full_state=False, windows=windows, watches=watches
+        )
 
     def last_sent_at(self, device: str, stream: str) -> float | None:
         """When the last bundle for ``device`` on ``stream`` was cut (cloud time; None: never)."""
@@ -248,14 +282,30 @@ class BundleCutter:
             operations.append(
                 AddFacts(facts=[encode_fact(f) for f in sorted(target.facts, key=repr)])
             )
-        return self._record(device, stream, target, operations, full_state=True)
+        return self._record(
+            device,
+            stream,
+            target,
+            operations,
+            full_state=True,
+            windows=target.windows or None,  # (None: a full state's stream has none)
+            watches=target.watches or None,
+        )
 
     def release(self, device: str, stream: str) -> Bundle | None:
         """Empty the stream on the device (the event is over): a bundle deleting everything."""
         return self.cut(device, stream, Target())
 
     def _record(
-        self, device: str, stream: str, target: Target, operations: list, *, full_state: bool
+        self,
+        device: str,
+        stream: str,
+        target: Target,
+        operations: list,
+        *,
+        full_state: bool,
+        windows: list[str] | None = None,
+        watches: list[str] | None = None,
     ) -> Bundle:
         version = self.version(device, stream) + 1
         now = time.time()
@@ -269,10 +319,14 @@ class BundleCutter:
             expires_at=now + self.ttl,
             full_state=full_state,
             operations=operations,
+            windows=windows,
+            watches=watches,
         )
         data = {
             "rules": target.rules,
             "facts": [encode_fact(f) for f in sorted(target.facts, key=repr)],
+            "windows": target.windows,
+            "watches": target.watches,
         }
         key = {"device": device, "stream": stream}
         with self.db.atomic():  # (both tables or neither)

@@ -140,7 +140,7 @@ def _bundle(args: argparse.Namespace) -> int:
     from agent.engine.program.rdf import read_facts
     from agent.protocol.keys import load_private_key
     from agent.protocol.signing import sign_bundle
-    from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, facts_for, load_stream_file
+    from cloud.bundles import DEFAULT_TTL, BundleCutter, facts_for, load_stream_file, stream_target
 
     for option, value, check in (
         ("--farm", args.farm, _check_id),
@@ -162,11 +162,11 @@ def _bundle(args: argparse.Namespace) -> int:
         facts = facts_for(
             read_facts(args.facts), args.device, args.neighbour_predicate, own_only=args.own_facts
         )
-    if not rules and not facts:
+    if not rules and not facts and not rules.windows:
         raise UsageError(f"{args.rules}: no rules (and no facts): the bundle would be empty")
     ttl = args.bundle_ttl if args.bundle_ttl is not None else DEFAULT_TTL
     cutter = BundleCutter(args.state, args.farm, ttl=ttl)
-    bundle = cutter.full_state(args.device, args.stream, Target(rules=rules, facts=facts))
+    bundle = cutter.full_state(args.device, args.stream, stream_target(rules, facts))
     bundle.parsed_rules()  # what the device checks: refused here rather than there
     payload = sign_bundle(bundle, private_key, args.key.stem)
     partial = out.with_name(f".{out.name}.partial")

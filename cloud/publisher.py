@@ -45,7 +45,7 @@ from agent.protocol.messages import (
 )
 from agent.protocol.mqtt import mqtt_client
 from agent.protocol.signing import sign_bundle
-from cloud.bundles import BundleCutter, Target
+from cloud.bundles import BundleCutter, Target, stream_target
 from cloud.events import keep_event
 
 log = logging.getLogger("zodiac.cloud")
@@ -261,7 +261,7 @@ class Publisher:
         if rules is None:
             self._ignore_request(device, "not an answerable event", request.event)
             return
-        target = Target(rules=dict(rules))
+        target = stream_target(rules)
         with self.lock:
             bundle = self.cutter.cut(device, stream, target)
             if bundle is None:

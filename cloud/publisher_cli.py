@@ -29,7 +29,7 @@ from pathlib import Path
 from agent.engine.errors import ZodiacError
 from agent.protocol.keys import load_private_key
 from agent.protocol.messages import MAX_BUNDLE_LIFETIME
-from cloud.bundles import DEFAULT_TTL, BundleCutter, Target, facts_for, load_streams
+from cloud.bundles import DEFAULT_TTL, BundleCutter, facts_for, load_streams, stream_target
 from cloud.publisher import Publisher
 
 # Seconds ``publish`` waits for the devices' answers by default: a connected device answers in
@@ -261,10 +261,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
         if not args.no_wait:
             waiter = _status_waiter(args)
         for device in args.devices:
-            facts = facts_for(
-                farm_facts, device, args.neighbour_predicate, own_only=args.own_facts
-            )
-            bundle = publisher.send(device, args.stream, Target(rules=dict(rules), facts=facts))
+            facts = facts_for(farm_facts, device, args.neighbour_predicate, own_only=args.own_facts)
+            bundle = publisher.send(device, args.stream, stream_target(rules, facts))
             state = f"version {bundle.version}" if bundle else "unchanged"
             print(f"{device}: {args.stream} {state} ({len(rules)} rules, {len(facts)} facts)")
             if waiter is not None:

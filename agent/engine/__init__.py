@@ -16,6 +16,7 @@ The folders are its layers, each importing only those below it (``tests/docs/tes
 
 from agent.engine.budget import Budget, BudgetExceeded
 from agent.engine.errors import (
+    DirectiveError,
     NonFiniteError,
     NotTextError,
     ParseError,
@@ -42,9 +43,10 @@ from agent.engine.language import (
     Rule,
     Value,
     Variable,
+    WindowDeclaration,
 )
 from agent.engine.program.loaders import load_facts, load_program
-from agent.engine.program.parser import parse_atom, parse_file, parse_program
+from agent.engine.program.parser import parse_atom, parse_file, parse_program, parse_window
 from agent.engine.reasoner import Reasoner
 from agent.engine.storage.watches import WatchChange
 from agent.engine.terms import fact_identity
@@ -61,6 +63,7 @@ __all__ = [
     "parse_program",
     "parse_file",
     "parse_atom",
+    "parse_window",
     "load_program",
     "load_facts",
     "read_facts",
@@ -79,6 +82,7 @@ __all__ = [
     "Variable",
     "Literal",
     "Value",
+    "WindowDeclaration",
     "RDF_TYPE",
     "XSD",
     # updates
@@ -93,6 +97,7 @@ __all__ = [
     "UnknownRuleError",
     "NonFiniteError",
     "NotTextError",
+    "DirectiveError",
 ]
 
 

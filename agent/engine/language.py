@@ -426,7 +426,7 @@ class WindowDeclaration:
     """``@window <reading> N unit as <relation> .``: every reading ``<reading>(sensor, value)``
     the agent applies at time ``t`` is also kept as ``<relation>(sensor, value, t)`` while
     ``t`` is within the last ``seconds`` of the agent's clock (docs/agent.md, "Windows").
-    The engine never evaluates a window: the agent keeps its facts (agent/windows.py)."""
+    The engine never evaluates a window: the agent keeps its facts (agent/readings/windows.py)."""
 
     reading: str
     seconds: float

@@ -70,6 +70,14 @@ from agent.engine.storage.store import (
 from agent.engine.storage.subject_facts import SubjectFacts
 from agent.engine.storage.view import NodeView
 from agent.engine.update.net_change import NetChange
+from agent.readings.windows import (
+    DEFAULT_MAX_FACTS,
+    WINDOW_SOURCE,
+    WindowChange,
+    WindowError,
+    WindowIndex,
+    checked_declarations,
+)
 from agent.state.checksums import META_KEY, DictionaryChecksums
 from agent.state.chunk_tables import DERIVED, group_last, saved_facts
 from agent.state.claims import ClaimChange, RuleClaims, plan_change
@@ -107,14 +115,6 @@ from agent.state.schema import (
     table_names,
 )
 from agent.state.term_rows import load_terms, write_terms
-from agent.windows import (
-    DEFAULT_MAX_FACTS,
-    WINDOW_SOURCE,
-    WindowChange,
-    WindowError,
-    WindowIndex,
-    checked_declarations,
-)
 
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 # What reading a damaged file raises, beyond SQLite's own check (``_check_file``): a text that
@@ -179,7 +179,7 @@ class AgentState:
         a corrupt file, or a schema newer than this program knows. ``budget`` limits every
         change, and ``stream_budgets`` the derived facts each source's rules may hold
         (agent/budgets/stream_budgets.py). ``max_events``: the outbox's budget (outbox.py);
-        ``max_window_facts``: each window's (agent/windows.py)."""
+        ``max_window_facts``: each window's (agent/readings/windows.py)."""
         self.path = Path(path)
         self.max_events = max_events
         self.max_window_facts = max_window_facts
@@ -352,6 +352,12 @@ class AgentState:
             problems.append(f"saved rule {clip(name)} is damaged: {clip(reason)}")
         problems += self._check_dictionaries(term_rows)
         problems += bookkeeping_problems(conn)
+        if "windows" in tables:  # (an older file, read as it is by a health check: none)
+            for (text,) in conn.execute("SELECT DISTINCT declaration FROM windows"):
+                try:
+                    _saved_window(text)
+                except DamagedRow as error:
+                    problems.append(str(error))
         return problems
 
     def _check_dictionaries(self, term_rows: list[tuple] | None = None) -> list[str]:
@@ -658,7 +664,31 @@ class AgentState:
                 )
             ],
             "last_error": json.loads(last_error) if last_error else None,
+            "windows": self._window_summary(),
         }
+
+    def _window_summary(self) -> list[dict]:
+        """The windows held (from the file): each declaration, who declares it, and the facts
+        it holds now (an older file, read as it is by a health check: none)."""
+        if "windows" not in table_names(self.conn):
+            return []
+        counts = dict(
+            self.conn.execute(
+                "SELECT r.name, COALESCE(SUM(e.size), 0) FROM explicit e "
+                "JOIN relations r ON r.id = e.rel WHERE e.source = ? GROUP BY r.name",
+                (WINDOW_SOURCE,),
+            ).fetchall()
+        )
+        found: dict[str, dict] = {}
+        for text, source in self.conn.execute(
+            "SELECT declaration, source FROM windows ORDER BY declaration, source"
+        ):
+            relation = _saved_window(text).relation
+            entry = found.setdefault(
+                text, {"declaration": text, "sources": [], "facts": counts.get(relation, 0)}
+            )
+            entry["sources"].append(source)
+        return list(found.values())
 
     def get_meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -720,9 +750,9 @@ class AgentState:
         before; the ``superseded`` sources' go); a window no source declares any more loses
         its facts in this change. ``window_facts``: window facts to add and delete
         (`WindowIndex.arrivals`, `expiry`), claimed by source ``window``, in this same update
-        and transaction (agent/windows.py). Windows that cannot hold together (one relation
-        declared twice, differently; a window relation that a rule derives or another source
-        asserts facts of) raise WindowError, and nothing is changed."""
+        and transaction (agent/readings/windows.py). Windows that cannot hold together (one
+        relation declared twice, differently; a window relation that a rule derives or another
+        source asserts facts of) raise WindowError, and nothing is changed."""
         if self._damaged is not None:
             raise StateError(self._damaged)
         self.check_file()
@@ -1390,11 +1420,18 @@ def _damaged_rows(conn: sqlite3.Connection, table: str) -> int:
     return damaged
 
 
-def _saved_window(text: str) -> WindowDeclaration:
-    """A window declaration as the ``windows`` table holds it (its canonical text)."""
+def _saved_window(text: object) -> WindowDeclaration:
+    """A window declaration as the ``windows`` table holds it (its canonical text); one that
+    does not read back is a damaged file (DamagedRow)."""
+    from agent.engine.errors import ParseError
     from agent.engine.program.parser import parse_window
 
-    return parse_window(text, "saved window")
+    try:
+        if not isinstance(text, str):
+            raise ParseError("not text", source="saved window")
+        return parse_window(text, "saved window")
+    except ParseError as error:
+        raise DamagedRow(f"saved window {clip(text)} is damaged: {clip(str(error))}") from None
 
 
 def _as_tuples(facts: dict[RelationKey, SavedFacts]) -> dict[RelationKey, set]:

@@ -265,7 +265,7 @@ def _outbox(conn: sqlite3.Connection) -> int:
 
 
 def _windows(conn: sqlite3.Connection) -> int:
-    """OUTBOX_VERSION -> WINDOWS_VERSION: the windows held (agent/windows.py), none: no
+    """OUTBOX_VERSION -> WINDOWS_VERSION: the windows held (agent/readings/windows.py), none: no
     window was declared before."""
     conn.execute(WINDOWS_TABLE)
     return WINDOWS_VERSION

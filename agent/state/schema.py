@@ -15,7 +15,7 @@ from agent.state.term_rows import TERMS_TABLE
 
 FORMAT = "zodiac-edge agent state"
 OUTBOX_VERSION = 11  # the first version with the event outbox (agent/state/outbox.py)
-WINDOWS_VERSION = 12  # the first version with the windows held (agent/windows.py)
+WINDOWS_VERSION = 12  # the first version with the windows held (agent/readings/windows.py)
 SCHEMA_VERSION = WINDOWS_VERSION
 TERMS_BY_CHUNK = 9  # the first version with the terms packed by chunks (agent/state/term_rows.py)
 EXPECTED_TABLES = {
@@ -35,7 +35,7 @@ EXPECTED_TABLES = {
 }
 # The window declarations held, and which source declared each (a bundle stream, ``local``):
 # a window is held while some source declares it; its facts are the explicit facts of source
-# ``window`` (agent/windows.py).
+# ``window`` (agent/readings/windows.py).
 WINDOWS_TABLE = """CREATE TABLE windows (
     declaration TEXT NOT NULL, source TEXT NOT NULL, PRIMARY KEY (declaration, source)
 ) WITHOUT ROWID"""
@@ -47,7 +47,7 @@ CREATE TABLE relations (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, arity INTEGER NOT NULL, UNIQUE (name, arity)
 );
 {OUTBOX_TABLE};  -- events not yet acknowledged by the broker: agent/state/outbox.py
-{WINDOWS_TABLE};  -- the windows held, by declaring source: agent/windows.py
+{WINDOWS_TABLE};  -- the windows held, by declaring source: agent/readings/windows.py
 {EXPLICIT_TABLE};  -- the facts each source claims (state/claims.py), packed: state/explicit_rows.py
 CREATE TABLE rules (
     name TEXT NOT NULL, key TEXT NOT NULL, text TEXT NOT NULL, stream TEXT NOT NULL,

@@ -5,44 +5,46 @@ one batch per tick with its event, windows from bundles and local rule files, re
 
 from __future__ import annotations
 
+import json
+import re
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
-from agent.engine.language import WindowDeclaration
+from agent.cli import main
+from agent.engine.language import Program, WindowDeclaration
+from agent.engine.program.parser import parse_program
 from agent.protocol.messages import fact_tuple
-from agent.state.agent_state import AgentState
+from agent.readings.windows import LATE, OVER_BUDGET
+from agent.state.agent_state import AgentState, StateError
 from agent.state.outbox import pending_events
 from agent.state.schema import OUTBOX_VERSION, SCHEMA_VERSION
-from agent.windows import LATE, OVER_BUDGET
 from tests.agent.test_service import make_agent
 from tests.support.agent_harness import Cloud, readings_payload
 from tests.support.old_states import without_windows
 
+DOC = Path(__file__).resolve().parents[2] / "docs" / "agent.md"
+FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```$", re.DOTALL | re.MULTILINE)
+
+
+def documented_program() -> Program:
+    """The rules of docs/agent.md, "Windows": its first datalog block."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("\n## Windows\n") :]
+    block = next(m[2] for m in FENCE.finditer(section) if m[1] == "datalog")
+    return parse_program(block, "docs/agent.md")
+
+
+PROGRAM = documented_program()
 READING = "hasAirTemperatureMeasurement"
-TEN_MINUTES = f"@window <{READING}> 10 min as <recentAirTemperature> ."
-TWO_MINUTES = f"@window <{READING}> 2 min as <lastAirTemperature> ."
-# The docs' example rules (docs/agent.md, "Windows"): there is no count-distinct aggregate, so
-# "one distinct value" is "the smallest value equals the largest".
-STUCK = {
-    "window_count": "window_count: <windowCount>(S, N) :- "
-    "aggregate( <recentAirTemperature>(S, V, T) ) on S with count(V) as N .",
-    "window_min": "window_min: <windowMin>(S, M) :- "
-    "aggregate( <recentAirTemperature>(S, V, T) ) on S with min(V) as M .",
-    "window_max": "window_max: <windowMax>(S, M) :- "
-    "aggregate( <recentAirTemperature>(S, V, T) ) on S with max(V) as M .",
-    "stuck": "stuck: <StuckSensor>(S) :- <windowCount>(S, N) and N >= 20 "
-    "and <windowMin>(S, Low) and <windowMax>(S, High) and Low = High .",
-}
-RISING = {
-    "average_10": "average_10: <average10>(S, A) :- "
-    "aggregate( <recentAirTemperature>(S, V, T) ) on S with avg(V) as A .",
-    "average_2": "average_2: <average2>(S, A) :- "
-    "aggregate( <lastAirTemperature>(S, V, T) ) on S with avg(V) as A .",
-    "rising": "rising: <RisingTemperature>(S) :- <average2>(S, Short) "
-    "and <average10>(S, Long) and Short > Long + 2 .",
-}
+TEN_MINUTES, TWO_MINUTES = (str(window) for window in PROGRAM.windows)
+RULES = {rule.id: str(rule) for rule in PROGRAM.rules}
+# The "stuck" rules of the page (there is no count-distinct aggregate, so "one distinct value"
+# is "the smallest value equals the largest"), and the "rising" ones.
+STUCK = {name: RULES[name] for name in ("window_count", "window_min", "window_max", "stuck")}
+RISING = {name: RULES[name] for name in ("average_10", "average_2", "rising")}
 START = float(int(time.time()))  # (bundles are valid for an hour from now)
 
 
@@ -59,7 +61,7 @@ def cloud(tmp_path):
     return Cloud(tmp_path / "cloud")
 
 
-def windowed_agent(tmp_path, cloud, *, tables: str = "", watches: list[str] | None = None):
+def windowed_agent(tmp_path, cloud, *, tables: str = ""):
     agent = make_agent(tmp_path, cloud, tables=tables)
     clock = agent.clock = Clock()
     bundle = cloud.bundle(
@@ -67,7 +69,7 @@ def windowed_agent(tmp_path, cloud, *, tables: str = "", watches: list[str] | No
         1,
         rules={**STUCK, **RISING},
         windows=[TEN_MINUTES, TWO_MINUTES],
-        watches=watches,
+        watches=[str(pattern) for pattern in PROGRAM.watches],
     )
     outcome = agent.handle_bundle(cloud.sign(bundle))
     assert outcome.status == "applied", outcome.message
@@ -138,7 +140,7 @@ def test_late_readings_and_the_budget_are_counted(tmp_path, cloud):
 
 
 def test_expiry_is_one_batch_per_tick_with_its_event(tmp_path, cloud):
-    agent, clock = windowed_agent(tmp_path, cloud, watches=["<StuckSensor>(X)"])
+    agent, clock = windowed_agent(tmp_path, cloud)  # (watching <StuckSensor>(X))
     for _ in range(20):
         read(agent, clock, 7.0)
         clock.now += 10
@@ -162,13 +164,20 @@ def test_expiry_is_one_batch_per_tick_with_its_event(tmp_path, cloud):
     assert agent.tick_windows() is None
 
 
-def test_windows_survive_a_restart(tmp_path, cloud):
+def test_windows_survive_a_restart(tmp_path, cloud, capsys):
     agent, clock = windowed_agent(tmp_path, cloud)
     for value in (1.0, 2.0, 3.0):
         read(agent, clock, value)
         clock.now += 50
     before = agent.state.windows.facts()
     agent.close()
+    # zodiac-agent status reads them from the file (the state not loaded).
+    assert main(["status", "--config", str(tmp_path / "agent.toml")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["windows"] == [
+        {"declaration": TEN_MINUTES, "sources": ["base"], "facts": 3},
+        {"declaration": TWO_MINUTES, "sources": ["base"], "facts": 3},
+    ]
     again = make_agent(tmp_path, cloud)
     again.clock = clock
     assert again.state.windows.facts() == before
@@ -288,3 +297,69 @@ def test_a_version_11_file_gets_its_windows_table(tmp_path):
     with AgentState(path) as state:
         assert state.window_claims == {window: {"base"}}
         assert state.windows.facts() == [("recent", "a", 1, 100.0)]
+
+
+def test_the_service_loop_expires_once_per_tick(tmp_path, cloud):
+    """``AgentService.tick_windows`` (called by the run loop between messages and after each)
+    expires at most once per ``[windows] tick`` seconds of monotonic time, by the agent's
+    clock, and acts on the change (the stuck sensor's finding goes)."""
+    from agent.sync import AgentService
+
+    agent, clock = windowed_agent(tmp_path, cloud, tables="[windows]\ntick = 3600\n")
+    service = AgentService(agent)
+    try:
+        for _ in range(20):
+            read(agent, clock, 4.0)
+            clock.now += 1
+        assert holds(agent, "<StuckSensor>(S)") == [{"S": "s1"}]
+        clock.now += 600
+        service.tick_windows()  # the first is due at once
+        assert agent.state.windows.sizes() == {"recentAirTemperature": 0, "lastAirTemperature": 0}
+        assert holds(agent, "<StuckSensor>(S)") == []
+        read(agent, clock, 5.0)
+        clock.now += 600
+        service.tick_windows()  # within the hour: not due
+        assert agent.state.windows.sizes()["recentAirTemperature"] == 1
+        service.next_tick = 0.0  # (an hour later)
+        service.tick_windows()
+        assert agent.state.windows.sizes()["recentAirTemperature"] == 0
+    finally:
+        agent.close()
+
+
+def test_a_damaged_window_row_is_a_damaged_state(tmp_path):
+    path = tmp_path / "a.db"
+    with AgentState(path) as state:
+        state.apply(source="base", windows=[WindowDeclaration("p", 60.0, "recent")])
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE windows SET declaration = '@window <p> 60 parsecs as <recent> .'")
+    conn.close()
+    with AgentState(path, load=False) as state:
+        (problem,) = state.check_integrity()
+        assert problem.startswith("saved window @window <p> 60 parsecs") and "damaged" in problem
+    with pytest.raises(StateError, match="damaged agent state: saved window"):
+        AgentState(path)
+
+
+def test_a_released_stream_takes_its_windows_with_it(tmp_path, cloud):
+    """The device releases an answered stream when its event is resolved: the stream's
+    windows go with its rules, and their facts, in that one change."""
+    reasoning = 'triggers = { "Suspect" = "stuck" }\nresolved = ["Fine"]'
+    agent = make_agent(tmp_path, cloud, reasoning)
+    agent.clock = clock = Clock()
+    base = {"s": "s: <Suspect>(X) :- <temp>(X, T) and T > 60 ."}
+    assert agent.handle_bundle(cloud.sign(cloud.bundle("base", 1, rules=base))).status == "applied"
+    agent.record_readings(readings_payload("t1", "farm1", [("temp", "t1", 70)], sent_at=clock.now))
+    (request,) = agent.new_requests()
+    answer = cloud.bundle("event/stuck", 1, rules=STUCK, windows=[TEN_MINUTES])
+    answer = answer.model_copy(update={"answers": request.request_id})
+    assert agent.handle_bundle(cloud.sign(answer)).status == "applied"
+    clock.now += 1
+    read(agent, clock, 3.0)
+    assert agent.state.windows.sizes() == {"recentAirTemperature": 1}
+    agent.state.apply(add_facts=[("ok", "t1")], add_rules="f: <Fine>(X) :- <ok>(X) .")
+    (released,) = agent.release_resolved()
+    assert released.status == "applied" and "stuck" not in agent.reasoner.rules
+    assert agent.state.window_claims == {} and agent.state.windows.sizes() == {}
+    assert agent.state.facts_of_source("window") == []

@@ -23,6 +23,18 @@ def nested(open_: str, close: str, depth: int, core: str = "X") -> str:
 # (id, files to write {name: text or bytes}, argv with {d} for the folder, what stderr names)
 CASES = [
     ("rules-missing", {}, ["materialise", "{d}/none.rules"], "none.rules"),
+    (
+        "windowed",
+        {"r.rules": "@window <p> 10 min as <w> .\n" + GOOD_RULES},
+        ["materialise", "{d}/r.rules"],
+        "windows (@window <p> 10 min as <w> .) are kept by the agent",
+    ),
+    (
+        "watched",
+        {"r.rules": "@watch <q>(X) .\n" + GOOD_RULES},
+        ["query", "{d}/r.rules", "<q>(X)"],
+        "watches (@watch <q>(X) .) are the agent's",
+    ),
     ("rules-is-directory", {"dir/x": ""}, ["materialise", "{d}/dir"], "dir"),
     (
         "facts-missing",

@@ -71,45 +71,46 @@ class WindowChange:
 
 
 class _Window:
-    """One window's facts, ordered by time: ``order`` holds ``(t, seq)`` sorted, ``facts``
-    maps seq to the fact and ``seqs`` the fact to its seq."""
+    """One window's facts, oldest first: ``order`` holds ``(t, tie, seq)`` sorted (``tie``:
+    `tie_break`, so that facts of one time are in one order whatever order they arrived in,
+    and after a restart too), ``facts`` maps seq to the fact and ``seqs`` the fact to its seq."""
 
     __slots__ = ("declaration", "order", "facts", "seqs")
 
     def __init__(self, declaration: WindowDeclaration) -> None:
         self.declaration = declaration
-        self.order: list[tuple[float, int]] = []
+        self.order: list[tuple[float, str, int]] = []
         self.facts: dict[int, WindowFact] = {}
         self.seqs: dict[WindowFact, int] = {}
 
     def oldest(self, count: int) -> list[WindowFact]:
-        return [self.facts[seq] for _, seq in self.order[:count]]
+        return [self.facts[seq] for *_, seq in self.order[:count]]
 
     def until(self, cutoff: float) -> list[WindowFact]:
         """The facts with ``t <= cutoff``, oldest first."""
-        end = bisect_right(self.order, (cutoff, float("inf")))
-        return [self.facts[seq] for _, seq in self.order[:end]]
+        end = bisect_right(self.order, (cutoff, "\U0010ffff"))
+        return [self.facts[seq] for *_, seq in self.order[:end]]
 
     def add(self, fact: WindowFact, seq: int) -> None:
         if fact in self.seqs:
             return
         self.seqs[fact] = seq
         self.facts[seq] = fact
-        insort(self.order, (fact[3], seq))
+        insort(self.order, (fact[3], tie_break(fact), seq))
 
     def remove(self, facts: list[WindowFact]) -> None:
-        gone: list[tuple[float, int]] = []
+        gone: list[tuple[float, str, int]] = []
         for fact in facts:
             seq = self.seqs.pop(fact, None)
             if seq is not None:
                 del self.facts[seq]
-                gone.append((fact[3], seq))
+                gone.append((fact[3], tie_break(fact), seq))
         if len(gone) <= 4:  # (an eviction or two: found by time)
             for entry in gone:
                 del self.order[bisect_left(self.order, entry)]
         elif gone:
-            dropped = {seq for _, seq in gone}
-            self.order = [entry for entry in self.order if entry[1] not in dropped]
+            dropped = {seq for *_, seq in gone}
+            self.order = [entry for entry in self.order if entry[2] not in dropped]
 
 
 class WindowIndex:
@@ -136,7 +137,7 @@ class WindowIndex:
     def facts(self, relation: str | None = None) -> list[WindowFact]:
         """The facts held (of one relation), oldest first."""
         windows = self._windows.values() if relation is None else [self._windows[relation]]
-        return [w.facts[seq] for w in windows for _, seq in w.order]
+        return [w.facts[seq] for w in windows for *_, seq in w.order]
 
     def holds(self, fact: WindowFact) -> bool:
         window = self._windows.get(fact[0])
@@ -169,11 +170,11 @@ class WindowIndex:
                 continue
             change.evicted += over
             # The oldest of what is held and what arrives go first (an arrival older than
-            # everything held, a reading of a clock stepped back, goes before them).
-            candidates = [(f[3], 0, i, f) for i, f in enumerate(window.oldest(over))]
-            candidates += [(f[3], 1, i, f) for i, f in enumerate(facts)]
-            candidates.sort(key=lambda entry: entry[:3])
-            evicted = {entry[3] for entry in candidates[:over]}
+            # everything held, a reading of a clock stepped back, goes before them); facts of
+            # one time in `tie_break` order.
+            candidates = [*window.oldest(over), *facts]
+            candidates.sort(key=lambda f: (f[3], tie_break(f)))
+            evicted = set(candidates[:over])
             change.delete += [f for f in window.oldest(over) if f in evicted]
             change.add += [f for f in facts if f not in evicted]
         return change
@@ -193,7 +194,7 @@ class WindowIndex:
         change = WindowChange()
         for relation, window in self._windows.items():
             if wanted.get(relation) != window.declaration:
-                change.delete += [window.facts[seq] for _, seq in window.order]
+                change.delete += [window.facts[seq] for *_, seq in window.order]
         return change
 
     # ------------------------------------------------------------------ committing
@@ -226,6 +227,12 @@ class WindowIndex:
             if window is not None:
                 self._seq += 1
                 window.add(fact, self._seq)
+
+
+def tie_break(fact: WindowFact) -> str:
+    """The order of window facts of one time: by sensor and value, as text (any two values
+    compare so, whatever their types)."""
+    return repr((fact[1], fact[2]))
 
 
 def checked_declarations(

@@ -1,0 +1,1 @@
+"""What the agent keeps of its readings over time: windows (``windows.py``)."""
