@@ -13,10 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.engine import Reasoner
-from agent.engine.program.parser import parse_file
 from agent.protocol.keys import generate_key_pair, load_private_key
-from agent.protocol.messages import Bundle
-from cloud.bundles import BundleCutter, Target, device_facts, load_streams
+from cloud.bundles import BundleCutter, device_facts, load_streams, stream_target
 from cloud.engine_job import SPARK_ABOVE
 from cloud.publisher import Publisher
 from simulations.windfarm.farm import ANOMALY_STREAM, CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm
@@ -28,50 +26,6 @@ NEIGHBOUR = "hasNeighbour"
 OWL_SAME_AS = "http://www.w3.org/2002/07/owl#sameAs"
 KEY_ID = "cloud"
 WINDOWS_STREAM = "windows"  # rules/windfarm/streams/windows.rules: sent with the base rules
-
-
-@dataclass(frozen=True)
-class Directives:
-    """A stream file's ``@window`` and ``@watch`` directives, as a bundle carries them
-    (``Bundle.windows``: canonical declarations; ``Bundle.watches``: atom patterns)."""
-
-    windows: tuple[str, ...] = ()
-    watches: tuple[str, ...] = ()
-
-
-def load_directives(directory: Path) -> dict[str, Directives]:
-    """Stream name -> its file's directives, for the streams that have any."""
-    found = {}
-    for path in sorted(directory.rglob("*.rules")):
-        program = parse_file(path)
-        if program.windows or program.watches:
-            found[path.relative_to(directory).with_suffix("").as_posix()] = Directives(
-                tuple(str(w) for w in program.windows), tuple(str(a) for a in program.watches)
-            )
-    return found
-
-
-class DirectiveCutter(BundleCutter):
-    """The product's cutter, whose bundles also carry their stream file's windows and
-    watches: every bundle of such a stream lists them all (a list replaces what the device
-    holds for the stream), and a release (no rule left) lists none.
-
-    The cloud's stream loading (cloud/bundles.py) reads a file's rules only; this carries its
-    directives for the simulation's streams, until the cutter does so itself."""
-
-    def __init__(self, path: Path, farm: str, directives: dict[str, Directives]) -> None:
-        super().__init__(path, farm)
-        self.directives = directives
-
-    def _record(self, device, stream, target, operations, *, full_state) -> Bundle:
-        bundle = super()._record(device, stream, target, operations, full_state=full_state)
-        directives = self.directives.get(stream)
-        if directives is None:
-            return bundle
-        held = Directives() if not target.rules else directives
-        return bundle.model_copy(
-            update={"windows": list(held.windows), "watches": list(held.watches)}
-        )
 
 
 @dataclass
@@ -135,7 +89,7 @@ def base_targets(farm: Farm, graph: FarmGraph, streams: dict[str, dict[str, str]
     other names of its neighbours (their owl:sameAs facts), so that a neighbour's readings
     under either of its names reach the device's reasoning, and a neighbour known under two
     names is one neighbour."""
-    rules = dict(streams["base"])
+    base = streams["base"]
     names: dict[str, set[tuple]] = {}
     for fact in graph.facts:
         if fact[0] == OWL_SAME_AS:
@@ -145,7 +99,7 @@ def base_targets(farm: Farm, graph: FarmGraph, streams: dict[str, dict[str, str]
         facts = device_facts(graph.facts, t.id, NEIGHBOUR, neighbours=False)
         for neighbour in neighbours_of(graph, t.id, farm):
             facts |= names.get(neighbour, set())
-        targets[t.id] = Target(rules=rules, facts=facts)
+        targets[t.id] = stream_target(base, facts)
     return targets
 
 
@@ -184,7 +138,7 @@ class SimulationCloud:
         self.ledger = directory / "publisher.db"
         self.publisher = Publisher(
             farm.farm_id,
-            DirectiveCutter(self.ledger, farm.farm_id, load_directives(STREAMS)),
+            BundleCutter(self.ledger, farm.farm_id),
             self.streams,
             self.private_key,
             KEY_ID,

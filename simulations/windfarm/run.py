@@ -29,7 +29,7 @@ from agent.protocol.keys import KeyRing
 from agent.protocol.messages import AddRules, Bundle, RuleSpec, Telemetry, encode_model
 from agent.protocol.mqtt import mqtt_client
 from agent.protocol.signing import sign_bundle
-from cloud.bundles import Target
+from cloud.bundles import stream_target
 from simulations.brokerprocess import BrokerError, BrokerProcess
 from simulations.mosquitto import Broker, mosquitto_available
 from simulations.mqttbroker import EmbeddedBroker
@@ -344,7 +344,7 @@ class Simulation:
     def _send_base(self) -> None:
         started = time.perf_counter()
         targets = base_targets(self.farm, self.graph, self.cloud.streams)
-        windows = Target(rules=dict(self.cloud.streams[WINDOWS_STREAM]))
+        windows = stream_target(self.cloud.streams[WINDOWS_STREAM])  # (its @window, @watch)
         for device, target in targets.items():
             self.log.base_sent[device] = time.time()
             self.cloud.publisher.send(device, "base", target)
