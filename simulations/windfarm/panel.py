@@ -19,12 +19,14 @@ so 800 agents take a few seconds, not one after the other.
 from __future__ import annotations
 
 import math
+import random
 import socket
 import statistics
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,8 +36,48 @@ WORST = 5  # devices listed per "worst" table
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct free TCP ports on ``host``: all held open while more are picked (so
-    none is picked twice), then released for the agents to bind."""
+    """``count`` distinct TCP ports on ``host`` that are free now, below the kernel's ephemeral
+    range: a port from that range, released for an agent to bind, can meanwhile be taken by
+    another agent's outgoing MQTT connection (with hundreds of agents starting, one was). From
+    a random start, so that two runs at once rarely scan the same ports."""
+    low = ephemeral_low()
+    if low - PORTS_FROM < 2 * count:
+        return _kernel_ports(count, host)
+    ports: list[int] = []
+    span = low - PORTS_FROM
+    offset = random.randrange(span)
+    for i in range(span):
+        port = PORTS_FROM + (offset + i) % span
+        if _bindable(host, port):
+            ports.append(port)
+            if len(ports) == count:
+                return ports
+    return ports + _kernel_ports(count - len(ports), host)
+
+
+PORTS_FROM = 10_000  # metrics ports are picked in [PORTS_FROM, start of the ephemeral range)
+
+
+def ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux; elsewhere IANA's 49152)."""
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _kernel_ports(count: int, host: str) -> list[int]:
+    """``count`` distinct ports the kernel picks (all held open while more are picked)."""
     sockets, ports = [], []
     try:
         for _ in range(count):

@@ -12,6 +12,7 @@ the others, and no agent's SQLite state holds any of it.
 from __future__ import annotations
 
 import math
+import socket
 
 import pytest
 from hypothesis import given
@@ -21,9 +22,11 @@ from prometheus_client import CollectorRegistry
 from agent.observability.metrics import UPDATE_BUCKETS, UpdateMetrics, render
 from agent.state.agent_state import AgentState
 from simulations.windfarm.panel import (
+    PORTS_FROM,
     DeviceMetrics,
     Scrape,
     build_panel,
+    ephemeral_low,
     free_ports,
     histogram_quantile,
     parse_metrics,
@@ -81,9 +84,13 @@ def test_the_panel_takes_deltas_and_a_restarted_agents_counters_from_zero():
     assert set(panel.missing) == {"wt003"} and panel.total_updates == 25
 
 
-def test_free_ports_are_distinct():
+def test_free_ports_are_distinct_bindable_and_never_ephemeral():
     ports = free_ports(50)
-    assert len(set(ports)) == 50 and all(p > 0 for p in ports)
+    assert len(set(ports)) == 50
+    assert all(PORTS_FROM <= p < ephemeral_low() for p in ports)
+    for port in ports[:5]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
 
 
 @pytest.mark.process
