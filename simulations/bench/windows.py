@@ -20,7 +20,13 @@ Both sides start from the same full windows, and each repetition moves time on b
 * ``from scratch``: a fresh reasoner materialising the window rules over the facts in the
   windows after that tick.
 
-The sides alternate which goes first, the best of R repetitions is kept, and after the last
+The agent's path (``--no-agent`` skips it) makes the same tick as the agent does: each
+second's readings are one ``AgentState.apply`` carrying their window facts
+(``AgentState.window_arrivals``), and the tick ends with one ``AgentState.expire_windows``,
+on a SQLite file (synchronous=OFF); its from-scratch side goes second each time (it needs the
+facts the tick left). Disk bytes per window fact: the SQLite files over the window facts.
+
+The engine's sides alternate which goes first, the best of R repetitions is kept, and after the last
 one the two reasoners' facts are compared (a benchmark that doubles as a check). Bytes per
 window fact: the memory a reasoner with the rules and full windows keeps, less one with the
 rules and no window facts (traced by tracemalloc, and resident-set growth, each in a fresh
@@ -33,12 +39,16 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
+import tempfile
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agent.engine import Reasoner
 from agent.engine.language import RDF_TYPE
 from agent.engine.program.parser import parse_program
+from agent.state.agent_state import AgentState
 from simulations.bench.memory import footprint
 from simulations.bench.table import Table, add_markdown_option, factor, write_markdown
 from simulations.bench.timing import timed
@@ -189,6 +199,63 @@ def _count(reasoner: Reasoner, klass: str) -> int:
     return sum(1 for fact in reasoner.facts(RDF_TYPE) if fact[2] == klass)
 
 
+# ------------------------------------------------------------------ the agent's path
+READING = "hasAirTemperatureMesurement"
+WINDOW_DIRECTIVES = f"""
+@window <{READING}> 10 min as <{LONG}> .
+@window <{READING}> 2 min as <{SHORT}> .
+"""
+
+
+@dataclass
+class AgentRow:
+    tick: int
+    incremental: float  # best seconds: the tick's reading messages, then one expiry
+    scratch: float
+    equal: bool
+    disk_per_fact: float  # bytes of the SQLite file per window fact
+
+
+def agent_tick_row(sensors: int, minutes: float, tick: int, repeat: int) -> AgentRow:
+    """The same tick through the agent's window module and state: each second's readings one
+    ``AgentState.apply`` with their window facts (``window_arrivals``), then the tick's one
+    ``expire_windows``, on a SQLite file (synchronous=OFF, to time the work, not the disk);
+    against a fresh reasoner over the facts then in the windows."""
+    directives = WINDOW_DIRECTIVES.replace("10 min", f"{minutes:g} min")
+    program = parse_program(directives + WINDOW_RULES)
+    rng = random.Random(0)
+    directory = Path(tempfile.mkdtemp(prefix="zodiac-bench-windows-"))
+    try:
+        state = AgentState(directory / "device.db", synchronous="OFF")
+        state.apply(add_rules=program.rules, windows=program.windows, source="local")
+        second = 0
+
+        def read(seconds: int) -> None:
+            nonlocal second
+            for _ in range(seconds):
+                at = START + second
+                readings = [(READING, sensor(i), reading(i, second, rng)) for i in range(sensors)]
+                state.apply(source="local", window_facts=state.window_arrivals(readings, at, at))
+                second += 1
+            state.expire_windows(START + second - 1)
+
+        read(int(minutes * 60))
+        best_incremental = best_scratch = float("inf")
+        for _ in range(repeat):
+            # (the scratch side needs the facts after the tick: it goes second every time,
+            # over the same facts the tick left)
+            best_incremental = min(best_incremental, timed(lambda: read(tick)))
+            facts = [f for relation in (LONG, SHORT) for f in state.windows.facts(relation)]
+            best_scratch = min(best_scratch, timed(lambda facts=facts: from_scratch(facts)))
+        facts = [f for relation in (LONG, SHORT) for f in state.windows.facts(relation)]
+        equal = set(state.reasoner.facts()) == set(from_scratch(facts).facts())
+        state.close()
+        size = sum(p.stat().st_size for p in directory.iterdir())
+        return AgentRow(tick, best_incremental, best_scratch, equal, size / len(facts))
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 # ------------------------------------------------------------------ memory (fresh processes)
 def build_with_windows(sensors: int, minutes: float) -> Reasoner:
     return from_scratch(filled(sensors, minutes).facts())
@@ -225,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeat", type=int, default=5, help="ticks per length; best kept (5)")
     parser.add_argument("--no-memory", action="store_true", help="skip bytes per window fact")
+    parser.add_argument(
+        "--no-agent", action="store_true", help="skip the agent's path (windows + SQLite state)"
+    )
     add_markdown_option(parser)
     args = parser.parse_args(argv)
     if args.sensors < 1 or args.minutes * 60 < SHORT_SECONDS or args.repeat < 1:
@@ -277,6 +347,37 @@ def main(argv: list[str] | None = None) -> int:
             "yes" if row.equal else "**no**",
         )
     tables = [table]
+    if not args.no_agent:
+        agent = Table(
+            [
+                "tick (agent: windows + SQLite state)",
+                "tick ms",
+                "from scratch ms",
+                "scratch / tick",
+                "disk B/fact",
+                "equal",
+            ],
+            "lrrrrc",
+            title="The same tick through the agent's windows and state (synchronous=OFF)",
+        )
+        for tick in args.ticks:
+            row = agent_tick_row(sensors, minutes, tick, args.repeat)
+            ok &= row.equal
+            ratio = factor(row.scratch / row.incremental if row.incremental else float("inf"), 1)
+            print(
+                f"  agent, tick of {tick:3d} s: tick {row.incremental * 1e3:9.3f} ms  from "
+                f"scratch {row.scratch * 1e3:9.3f} ms  {ratio}  {row.disk_per_fact:.0f} B/fact "
+                f"on disk  {'equal' if row.equal else 'MISMATCH'}"
+            )
+            agent.add(
+                f"{tick} s",
+                f"{row.incremental * 1e3:.2f}",
+                f"{row.scratch * 1e3:.1f}",
+                ratio,
+                f"{row.disk_per_fact:.0f}",
+                "yes" if row.equal else "**no**",
+            )
+        tables.append(agent)
     if not args.no_memory:
         facts, traced, rss = bytes_per_window_fact(sensors, minutes)
         print(f"  memory: {facts} window facts, kept {traced:.0f} B/fact, RSS {rss:.0f} B/fact")

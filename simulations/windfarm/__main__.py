@@ -43,9 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--sensor-fault",
-        choices=("stuck", "drift"),
+        choices=("stuck", "drift", "frozen"),
         default="stuck",
-        help="how the broken sensor fails (default stuck: it reads 85.0)",
+        help="how the broken sensor fails (default stuck: it reads 85.0; drift: its error "
+        "grows; frozen: it repeats a plausible value, which the window rules diagnose)",
     )
     parser.add_argument(
         "--spark",

@@ -14,6 +14,7 @@ from pathlib import Path
 from simulations.windfarm.farm import (
     ANOMALY_STREAM,
     CHANGE_CONFIRMED,
+    FROZEN_SENSOR,
     SENSOR_ANOMALY,
     SUSPICION,
     TEMPERATURE,
@@ -57,13 +58,11 @@ trusted_keys = "{keys}"
 [reasoning]
 neighbours = {json.dumps(neighbours)}
 telemetry_predicates = ["{TEMPERATURE}"]
-findings = ["{SENSOR_ANOMALY}", "{CHANGE_CONFIRMED}"]
+findings = ["{SENSOR_ANOMALY}", "{CHANGE_CONFIRMED}", "{FROZEN_SENSOR}"]
 
 [reasoning.triggers]
 "{SUSPICION}" = "{ANOMALY_STREAM}"
-
-[events]
-watch = ["<{SENSOR_ANOMALY}>(X)", "<{CHANGE_CONFIRMED}>(X)"]
+# (The diagnoses' watches come with the streams that derive them: their files' @watch.)
 
 [log]
 level = "INFO"

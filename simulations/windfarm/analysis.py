@@ -23,7 +23,7 @@ from agent.protocol.messages import Event
 from agent.state.agent_state import AgentState
 from cloud.events import read_events
 from cloud.publisher import finding_predicate
-from simulations.windfarm.farm import ANOMALY_STREAM
+from simulations.windfarm.farm import ANOMALY_STREAM, FROZEN_SENSOR, FROZEN_WINDOW
 
 REPEAT = 3  # replays per rule update (best of)
 
@@ -50,8 +50,16 @@ class Timeline:
     expected: str | None = None
 
     @property
+    def needs_release(self) -> bool:
+        """Whether its diagnosis comes with rules the cloud then releases: not a frozen
+        sensor's, which the window rules every turbine holds diagnose."""
+        return self.expected != FROZEN_SENSOR
+
+    @property
     def right(self) -> bool:
-        return self.finding == self.expected and self.released is not None
+        return self.finding == self.expected and (
+            self.released is not None or not self.needs_release
+        )
 
 
 @dataclass
@@ -81,7 +89,10 @@ class DiagnosisEvent:
     device's rule request, whose rules made the diagnosis), the reading that made the device
     suspicious: its first after its fault that base rule b1 flags (``SensorModel.suspicious``;
     not its latest before the request, which a device running behind its readings issues
-    long after that reading). ``at_broker`` is the
+    long after that reading); by a window's expiry (a frozen sensor: one value left in the
+    window), the moment the last reading unlike the later ones left the window (its
+    ``sent_at`` plus the window's length), the earliest the diagnosis could be made.
+    ``at_broker`` is the
     event's arrival at the harness's monitor (a subscriber of the broker), ``at_cloud`` the
     time the cloud's service kept it (``received_at`` of its ``events`` table)."""
 
@@ -131,7 +142,7 @@ def analyse(sim) -> Result:
     result = Result(sim)
     seen = sim.monitor.seen
     t0 = sim.log.t0
-    base_rules = len(sim.cloud.streams["base"])
+    base_rules = sim.cloud.resident_rules  # (base and window rules: always on the device)
     expected = sim.model.expected_findings()
 
     # ---- per device event timelines
@@ -163,6 +174,19 @@ def analyse(sim) -> Result:
                 )
                 if released is not None:
                     line.released = released - fault_wall
+        elif not line.needs_release:
+            # No request: the window rules on the device diagnose it from its readings.
+            diagnosed = next(
+                (
+                    (at, s)
+                    for at, d, s in seen.statuses
+                    if d == device and at >= fault_wall and s.findings
+                ),
+                None,
+            )
+            if diagnosed is not None:
+                line.diagnosis = diagnosed[0] - fault_wall
+                line.finding = finding_predicate(tuple(diagnosed[1].findings[0]))
         result.timelines.append(line)
 
     # ---- latencies
@@ -226,6 +250,17 @@ def _diagnosis_events(sim, seen) -> list[DiagnosisEvent]:
         times = [at for at, _ in sent.get(device, ()) if at <= before]
         return times[-1] if times else None
 
+    def expired_reading(device: str, before: float) -> float | None:
+        """When the last reading unlike the ones after it left the frozen-sensor window: what
+        made the window's values one (the expiry that caused the event)."""
+        readings = [(at, value) for at, value in sent.get(device, ()) if at <= before]
+        for (at, value), (_, following) in zip(
+            reversed(readings[:-1]), reversed(readings[1:]), strict=True
+        ):
+            if value != following:
+                return at + FROZEN_WINDOW
+        return None
+
     def suspicious_reading(device: str) -> float | None:
         fault = sim.log.t0 + (
             sim.schedule.warm_at if device == sim.farm.warm else sim.schedule.fault_at
@@ -259,6 +294,8 @@ def _diagnosis_events(sim, seen) -> list[DiagnosisEvent]:
             reading = latest_reading(str(cause["device"]), float(cause["sent_at"]))
         elif kind == "bundle":
             reading = suspicious_reading(device)
+        elif kind == "window expiry":
+            reading = expired_reading(device, event.at if event is not None else cloud_at)
         # One diagnosis per predicate: a turbine known under two names (owl:sameAs) has its
         # diagnosis appear under both in the same event.
         for diagnosis in dict.fromkeys(finding_predicate(fact) for fact in appeared):
@@ -390,11 +427,26 @@ def _checks(sim, result: Result, base_rules: int) -> list[Check]:
                 f"found {got or 'nothing'}",
             )
         )
+        if line is None or line.needs_release:
+            checks.append(
+                Check(
+                    f"{device}'s anomaly rules released",
+                    bool(line and line.released is not None),
+                    f"after {line.released:.2f} s" if line and line.released is not None else "no",
+                )
+            )
+        reported = [
+            e
+            for e in result.diagnosis_events
+            if e.device == device and e.diagnosis == finding and e.at_cloud is not None
+        ]
         checks.append(
             Check(
-                f"{device}'s anomaly rules released",
-                bool(line and line.released is not None),
-                f"after {line.released:.2f} s" if line and line.released is not None else "no",
+                f"{device}'s {finding} reported through an event to the cloud",
+                bool(reported),
+                f"after its reading by {reported[0].to_cloud:.2f} s"
+                if reported and reported[0].to_cloud is not None
+                else ("yes" if reported else "no"),
             )
         )
     false = [d for d in by_device if d not in expected]
@@ -414,7 +466,7 @@ def _checks(sim, result: Result, base_rules: int) -> list[Check]:
     not_base = sorted(d for d, s in latest.items() if s.rules != base_rules)
     checks.append(
         Check(
-            f"every turbine back to its {base_rules} base rules",
+            f"every turbine back to its {base_rules} base and window rules",
             not not_base and len(latest) == len(sim.farm.turbines),
             ", ".join(not_base) or f"all {len(latest)}",
         )

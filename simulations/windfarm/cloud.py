@@ -14,7 +14,7 @@ from pathlib import Path
 
 from agent.engine import Reasoner
 from agent.protocol.keys import generate_key_pair, load_private_key
-from cloud.bundles import BundleCutter, Target, device_facts, load_streams
+from cloud.bundles import BundleCutter, device_facts, load_streams, stream_target
 from cloud.engine_job import SPARK_ABOVE
 from cloud.publisher import Publisher
 from simulations.windfarm.farm import ANOMALY_STREAM, CHANGE_CONFIRMED, SENSOR_ANOMALY, Farm
@@ -25,6 +25,7 @@ STREAMS = RULES / "streams"
 NEIGHBOUR = "hasNeighbour"
 OWL_SAME_AS = "http://www.w3.org/2002/07/owl#sameAs"
 KEY_ID = "cloud"
+WINDOWS_STREAM = "windows"  # rules/windfarm/streams/windows.rules: sent with the base rules
 
 
 @dataclass
@@ -88,7 +89,7 @@ def base_targets(farm: Farm, graph: FarmGraph, streams: dict[str, dict[str, str]
     other names of its neighbours (their owl:sameAs facts), so that a neighbour's readings
     under either of its names reach the device's reasoning, and a neighbour known under two
     names is one neighbour."""
-    rules = dict(streams["base"])
+    base = streams["base"]
     names: dict[str, set[tuple]] = {}
     for fact in graph.facts:
         if fact[0] == OWL_SAME_AS:
@@ -98,7 +99,7 @@ def base_targets(farm: Farm, graph: FarmGraph, streams: dict[str, dict[str, str]
         facts = device_facts(graph.facts, t.id, NEIGHBOUR, neighbours=False)
         for neighbour in neighbours_of(graph, t.id, farm):
             facts |= names.get(neighbour, set())
-        targets[t.id] = Target(rules=rules, facts=facts)
+        targets[t.id] = stream_target(base, facts)
     return targets
 
 
@@ -131,6 +132,8 @@ class SimulationCloud:
         private, _public = generate_key_pair(self.keys, KEY_ID)
         self.private_key = load_private_key(private)
         self.streams = load_streams(STREAMS)
+        # The rules every turbine holds all the time: its base and window rules.
+        self.resident_rules = len(self.streams["base"]) + len(self.streams[WINDOWS_STREAM])
         # The publisher's ledger: what it sent, and the devices' events it kept.
         self.ledger = directory / "publisher.db"
         self.publisher = Publisher(

@@ -16,11 +16,14 @@ Gaussian) so that the scenario's thresholds decide the same way on every run.
 
 Scenario (ZodiacEdge section 3): at ``fault_at`` the *broken* turbine's ambient sensor fails
 (``stuck``: it reads 85.0 degrees, the power-on value of a common digital sensor, from then on;
-``drift``: its error grows by 0.5 degree per second up to 25). Two seconds later a warm air mass
+``drift``: its error grows by 0.5 degree per second up to 25; ``frozen``: it repeats the value
+it read when it froze, within the forecast's band). Two seconds later a warm air mass
 reaches the *warm* turbine's corner of the farm over five seconds: +3 degrees on every turbine
 within two grid steps of it, +4.8 on the warm turbine itself (it stands in a sheltered hollow).
 Only the two turbines deviate from the forecast by more than 4 degrees (base rule b1): both
-become suspicious. The neighbours' median tells them apart: the broken reading is far from it
+become suspicious (a frozen sensor does not: only the window rules of the ``windows`` stream,
+one value over 20 readings in 30 s, diagnose it, as FrozenSensorWindTurbine). The neighbours'
+median tells them apart: the broken reading is far from it
 (SensorAnomalyWindTurbine), the warm turbine's is close to it while the neighbours are warmer
 than forecast too (AmbientTemperatureChangeConfirmed).
 """
@@ -48,6 +51,9 @@ POWER = "hasPowerOutput"
 NACELLE = "hasNacelleTemperature"
 SUSPICION = "AmbientTemperatureSuspicion"
 SENSOR_ANOMALY = "SensorAnomalyWindTurbine"
+FROZEN_SENSOR = "FrozenSensorWindTurbine"  # rules/windfarm/streams/windows.rules
+FROZEN_WINDOW = 30.0  # seconds: that stream's window of ambient readings
+FROZEN_READINGS = 20  # the readings of one value in it that make a sensor frozen
 CHANGE_CONFIRMED = "AmbientTemperatureChangeConfirmed"
 ANOMALY_STREAM = "anomaly/ambient-temperature"
 
@@ -175,6 +181,8 @@ class SensorModel:
         if turbine_id == self.farm.broken and t >= self.fault_at:
             if self.sensor_fault == "stuck":
                 return STUCK_VALUE
+            if self.sensor_fault == "frozen":
+                return self.frozen_value()
             value += min(DRIFT_MAX, DRIFT_RATE * (t - self.fault_at + 1.0))
         return round(value, 1)
 
@@ -193,6 +201,11 @@ class SensorModel:
             (NACELLE, name, round(nacelle, 1)),
         ]
 
+    def frozen_value(self) -> float:
+        """What a frozen sensor repeats: the air's temperature when it froze, to 0.1 degree
+        (the broken turbine is far from the warm air: within the forecast's band)."""
+        return round(self.true_temperature(self.farm.broken, self.fault_at), 1)
+
     @staticmethod
     def suspicious(ambient: float) -> bool:
         """Whether base rule b1 makes a turbine reading ``ambient`` suspicious."""
@@ -200,7 +213,8 @@ class SensorModel:
 
     def expected_findings(self) -> dict[str, str]:
         """The right diagnosis per suspicious turbine (the check of the report)."""
-        return {self.farm.broken: SENSOR_ANOMALY, self.farm.warm: CHANGE_CONFIRMED}
+        broken = FROZEN_SENSOR if self.sensor_fault == "frozen" else SENSOR_ANOMALY
+        return {self.farm.broken: broken, self.farm.warm: CHANGE_CONFIRMED}
 
 
 def power_curve(wind: float) -> float:

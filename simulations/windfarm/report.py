@@ -60,7 +60,9 @@ def event_latency_lines(result: Result) -> list[str]:
         "request, whose rules made the diagnosis) is the one that made the device suspicious "
         "(its first after its fault that base rule b1 flags), so that latency spans the whole "
         "round trip (reading, suspicion, request, answer, diagnosis, event); of an event caused "
-        "by a neighbour's telemetry, that neighbour's latest reading before the telemetry. "
+        "by a neighbour's telemetry, that neighbour's latest reading before the telemetry; of "
+        "one caused by a window's expiry (a frozen sensor), the moment the last reading unlike "
+        "the later ones left the window (the earliest the diagnosis could be made). "
         "Sample counts are diagnoses; p50 and p99 of few samples are their median and maximum.",
         "",
         "| diagnosis | turbines | cause of the event | samples | reading -> event at the "

@@ -29,11 +29,13 @@ from agent.protocol.keys import KeyRing
 from agent.protocol.messages import AddRules, Bundle, RuleSpec, Telemetry, encode_model
 from agent.protocol.mqtt import mqtt_client
 from agent.protocol.signing import sign_bundle
+from cloud.bundles import stream_target
 from simulations.brokerprocess import BrokerError, BrokerProcess
 from simulations.mosquitto import Broker, mosquitto_available
 from simulations.mqttbroker import EmbeddedBroker
 from simulations.windfarm.agents import HostProcess, group, write_config
 from simulations.windfarm.cloud import (
+    WINDOWS_STREAM,
     SimulationCloud,
     base_targets,
     materialise_farm,
@@ -41,6 +43,9 @@ from simulations.windfarm.cloud import (
     neighbours_of,
 )
 from simulations.windfarm.farm import (
+    FROZEN_READINGS,
+    FROZEN_SENSOR,
+    FROZEN_WINDOW,
     TEMPERATURE,
     WARM_RAMP,
     Farm,
@@ -89,14 +94,26 @@ class Schedule:
     fault_at: float
     warm_at: float
     faults: dict[str, float] = field(default_factory=dict)
+    # Seconds the sensor fault takes to be diagnosable: a frozen sensor is one once the last
+    # reading before it froze has left the window.
+    diagnosable_after: float = 0.0
 
     @classmethod
-    def plan(cls, duration: float, faults: tuple[str, ...], period: float) -> Schedule:
-        schedule = cls._times(duration, faults, period)
+    def plan(
+        cls,
+        duration: float,
+        faults: tuple[str, ...],
+        period: float,
+        diagnosable_after: float = 0.0,
+    ) -> Schedule:
+        def times(d: float) -> Schedule:
+            planned = cls._times(d, faults, period)
+            planned.diagnosable_after = diagnosable_after
+            return planned
+
+        schedule = times(duration)
         if duration < schedule.needed(period):
-            shortest = next(
-                d for d in range(1, 10_000) if d >= cls._times(d, faults, period).needed(period)
-            )
+            shortest = next(d for d in range(1, 10_000) if d >= times(d).needed(period))
             raise SimulationError(
                 f"--duration {duration:g} is too short for this scenario"
                 f"{' and faults' if faults else ''}: it needs at least {shortest} s"
@@ -120,6 +137,8 @@ class Schedule:
     def needed(self, period: float) -> float:
         """The shortest duration that holds both diagnoses and every fault."""
         settled = self.warm_at + WARM_RAMP + 6.0
+        if self.diagnosable_after:
+            settled = max(settled, self.fault_at + self.diagnosable_after + 2.0)
         return max([settled, *self.faults.values()]) + 4.0 * period + 2.0
 
 
@@ -156,7 +175,20 @@ class Simulation:
                 "the drift fault needs the broken turbine at least 5 grid steps from the warm "
                 "one (a farm of about 30 turbines or more); use --sensor-fault stuck"
             )
-        self.schedule = Schedule.plan(options.duration, options.faults, options.period)
+        frozen = options.sensor_fault == "frozen"
+        if frozen and options.period > FROZEN_WINDOW / (FROZEN_READINGS + 2):
+            raise SimulationError(
+                f"the frozen fault is diagnosed over {FROZEN_READINGS} readings in a "
+                f"{FROZEN_WINDOW:g}-s window (rules/windfarm/streams/windows.rules): it needs a "
+                f"reading period of at most {FROZEN_WINDOW / (FROZEN_READINGS + 2):.2f} s, and "
+                f"this run reads every {options.period:g} s; pass --reading-period 1"
+            )
+        self.schedule = Schedule.plan(
+            options.duration,
+            options.faults,
+            options.period,
+            diagnosable_after=FROZEN_WINDOW if frozen else 0.0,
+        )
         self.model = SensorModel(
             self.farm, self.schedule.fault_at, options.sensor_fault, seed=options.seed
         )
@@ -312,23 +344,31 @@ class Simulation:
     def _send_base(self) -> None:
         started = time.perf_counter()
         targets = base_targets(self.farm, self.graph, self.cloud.streams)
+        windows = stream_target(self.cloud.streams[WINDOWS_STREAM])  # (its @window, @watch)
         for device, target in targets.items():
             self.log.base_sent[device] = time.time()
             self.cloud.publisher.send(device, "base", target)
+            self.cloud.publisher.send(device, WINDOWS_STREAM, windows)
         self.cloud.publisher.flush()
         devices = set(targets)
 
         def applied(seen) -> bool:
-            done = {d for _, d, s in seen.statuses if s.applied.get("base", 0) >= 1}
+            done = {
+                d
+                for _, d, s in seen.statuses
+                if s.applied.get("base", 0) >= 1 and s.applied.get(WINDOWS_STREAM, 0) >= 1
+            }
             return devices <= done
 
         if not self.monitor.wait_for(applied, 60 + 0.2 * len(devices)):
-            raise SimulationError("not every agent applied its base bundle within the time-out")
+            raise SimulationError(
+                "not every agent applied its base and windows bundles within the time-out"
+            )
         self._timed("base bundles applied", started)
         self.say(
             f"cloud: base bundles ({len(self.cloud.streams['base'])} rules + the device's "
-            f"topology facts) applied on all {len(devices)} turbines in "
-            f"{self.log.setup_seconds['base bundles applied']} s"
+            f"topology facts) and window rules ({len(windows.rules)} rules) applied on all "
+            f"{len(devices)} turbines in {self.log.setup_seconds['base bundles applied']} s"
         )
 
     # ------------------------------------------------------------------ the scenario
@@ -480,15 +520,22 @@ class Simulation:
     def _wait_for_releases(self) -> None:
         """Give the last diagnoses and releases a few seconds after the readings stop."""
         publisher = self.cloud.publisher
-        expected = set(self.model.expected_findings())
+        findings = self.model.expected_findings()
+        # A frozen sensor is diagnosed by the window rules the turbine holds all the time: no
+        # request, nothing to release; the others by the anomaly stream, then released.
+        frozen = {d for d, finding in findings.items() if finding == FROZEN_SENSOR}
+        expected = set(findings) - frozen
 
         def settled(seen) -> bool:
             released = {device for device, *_ in publisher.resolved}
             if not expected <= released:
                 return False
             latest = latest_statuses(seen)
-            base = len(self.cloud.streams["base"])
-            return all(latest.get(d) and latest[d].rules == base for d in expected)
+            resident = self.cloud.resident_rules
+            return all(latest.get(d) and latest[d].rules == resident for d in expected) and all(
+                latest.get(d) and any(FROZEN_SENSOR in map(str, f) for f in latest[d].findings)
+                for d in frozen
+            )
 
         # Scaled with the farm, as the set-up's time-outs are: a large farm on a small machine
         # runs behind its readings (agents, monitor and publisher all wait for a core), and its

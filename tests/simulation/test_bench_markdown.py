@@ -131,7 +131,7 @@ CASES = [
     (
         "windows",
         ["--sensors", "5", "--minutes", "3", "--ticks", "1", "--repeat", "1"],
-        {"scratch / tick", "facts expired", "kept B/fact", "RSS B/fact"},
+        {"scratch / tick", "facts expired", "disk B/fact", "kept B/fact", "RSS B/fact"},
     ),
     (  # (its memory, a fresh process per row, is run by the explain case's helper alike)
         "sweep",

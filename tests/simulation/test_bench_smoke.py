@@ -354,12 +354,16 @@ def test_windows_benchmark_ticks_equal_recomputing_and_both_rules_hold(capsys):
     the window rules over the windows' facts, and the data make both rules hold somewhere."""
     from simulations.bench import windows
 
-    status = windows.main(["--sensors", "10", "--ticks", "1", "7", "--repeat", "2", "--no-memory"])
+    argv = ["--sensors", "10", "--ticks", "1", "7", "--repeat", "2", "--no-memory"]
+    status = windows.main(argv)
     out = capsys.readouterr().out
     assert status == 0, out
     assert "windows of 10 min (6000 facts) and 2 min (1200 facts)" in out
     rows = [line for line in out.splitlines() if line.lstrip().startswith("tick of")]
     assert len(rows) == 2 and all(row.endswith("equal") for row in rows), rows
+    # the agent's path (window module, SQLite state) ends equal to recomputing too
+    agent = [line for line in out.splitlines() if line.lstrip().startswith("agent, tick of")]
+    assert len(agent) == 2 and all(row.endswith("equal") for row in agent), agent
     # 10 sensors: two frozen (0, 5), two warming (1, 6); a tick of 7 s brings 70 readings
     assert all("stuck 2 rising 2" in row for row in rows), rows
     assert "70 readings in" in rows[1] and "140 facts expired" in rows[1], rows

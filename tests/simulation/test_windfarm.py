@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from agent.engine.program.parser import parse_file
 from agent.state.agent_state import AgentState
 from simulations.brokerprocess import BrokerError
 from simulations.mqttbroker import EmbeddedBroker
@@ -23,6 +24,9 @@ from simulations.windfarm.__main__ import build_parser, main, parse_faults
 from simulations.windfarm.cloud import STREAMS, neighbours_of
 from simulations.windfarm.farm import (
     CHANGE_CONFIRMED,
+    FROZEN_READINGS,
+    FROZEN_SENSOR,
+    FROZEN_WINDOW,
     SENSOR_ANOMALY,
     SUSPICIOUS_DEVIATION,
     Farm,
@@ -106,6 +110,65 @@ def test_the_scenario_is_decided_by_the_thresholds_whatever_the_noise():
                 t.id for t in farm.turbines if model.suspicious(model.readings(t.id, late)[0][2])
             }
             assert suspicious == {farm.broken, farm.warm}, (n, seed)
+
+
+@pytest.mark.slow
+def test_a_frozen_sensor_is_diagnosed_by_the_window_rules_only(tmp_path):
+    """--sensor-fault frozen: the broken sensor repeats a plausible value, so base rule b1
+    never fires and the turbine asks for nothing; the window rules of the windows stream
+    (sent with the base rules) diagnose it once its window holds one value, and its event
+    reaches the cloud. The warm turbine is diagnosed and released as before."""
+    options = Options(
+        turbines=5, duration=50, sensor_fault="frozen", spark="never", out=tmp_path / "run"
+    )
+    simulation = Simulation(options, say=lambda message: None)
+    result = simulation.run()
+
+    failed = [f"{c.name}: {c.detail}" for c in result.checks if not c.ok]
+    assert not failed, failed
+    broken, warm = simulation.farm.broken, simulation.farm.warm
+    assert {line.device: line.finding for line in result.timelines} == {
+        broken: FROZEN_SENSOR,
+        warm: CHANGE_CONFIRMED,
+    }
+    assert {device for _, device, _ in simulation.monitor.seen.requests} == {warm}
+    sent = [value for at, value in simulation.log.readings[broken]]
+    assert not any(simulation.model.suspicious(value) for value in sent)
+    frozen = next(line for line in result.timelines if line.device == broken)
+    # Diagnosable once the last reading before the fault left the window, not before.
+    assert FROZEN_WINDOW - 2 * options.period <= frozen.diagnosis <= FROZEN_WINDOW + 5
+    [event] = [e for e in result.diagnosis_events if e.diagnosis == FROZEN_SENSOR]
+    assert event.device == broken and event.cause == "window expiry"
+    assert 0 < event.to_cloud < 5
+    assert_diagnoses_reached_the_cloud_after_their_reading(simulation, result)
+    text = write_report(result, simulation.directory).read_text()
+    assert f"| {FROZEN_SENSOR} | {broken} | window expiry | 1 |" in text
+
+
+def test_the_frozen_fault_needs_readings_enough_for_its_window(tmp_path):
+    with pytest.raises(SimulationError, match="reading period of at most 1.36 s"):
+        Simulation(
+            Options(turbines=5, duration=60, sensor_fault="frozen", reading_period=2.0),
+            say=lambda m: None,
+        )
+    with pytest.raises(SimulationError, match="too short"):
+        Simulation(Options(turbines=5, duration=30, sensor_fault="frozen"), say=lambda m: None)
+    program = parse_file(STREAMS / "windows.rules")
+    [window] = program.windows
+    assert window.seconds == FROZEN_WINDOW and window.reading == "hasAirTemperatureMesurement"
+    assert f"COMP(N, >=, {FROZEN_READINGS})" in str(program.rules[-1])
+    assert [str(atom) for atom in program.watches] == [f"<{FROZEN_SENSOR}>(X)"]
+
+
+def test_a_frozen_sensor_stays_within_the_forecasts_band():
+    for n in (5, 30, 100):
+        farm = Farm.grid(n)
+        for seed in range(10):
+            model = SensorModel(farm, fault_at=10.0, sensor_fault="frozen", seed=seed)
+            values = {model.readings(farm.broken, t)[0][2] for t in range(10, 60)}
+            assert values == {model.frozen_value()}
+            assert not model.suspicious(model.frozen_value())
+            assert model.expected_findings()[farm.broken] == FROZEN_SENSOR
 
 
 def test_bad_arguments_are_reported_without_a_run(tmp_path, capsys):
