@@ -527,8 +527,9 @@ class Agent:
         source = bundle.source
         where = {"bundle_id": bundle.bundle_id, "stream": source, "version": bundle.version}
         watches = [] if bundle.full_state and bundle.watches is None else bundle.watches
+        kept_windows = None  # (a revert's: the windows the stream declared at that version)
         if bundle.revert_to is not None:
-            net, watches = self._reverted(bundle)
+            net, watches, kept_windows = self._reverted(bundle)
         else:
             net = bundle_change(bundle)
         full_state = bundle.full_state or bundle.revert_to is not None
@@ -548,7 +549,7 @@ class Agent:
                 fact for fact in self.state.facts_of_source(source) if not net.adds_fact(fact)
             ]
         try:
-            windows = self._bundle_windows(bundle)
+            windows = self._bundle_windows(bundle, kept_windows)
         except ParseError as error:
             return Outcome("refused", "bad_rule", str(error), **where)
         known = self.reasoner.rules
@@ -588,16 +589,17 @@ class Agent:
         return Outcome("applied", report=report, **where)
 
     @staticmethod
-    def _bundle_windows(bundle: Bundle) -> list[WindowDeclaration] | None:
+    def _bundle_windows(
+        bundle: Bundle, kept: list[str] | None = None
+    ) -> list[WindowDeclaration] | None:
         """The windows a bundle's stream declares after it: its ``windows`` (None: as before;
-        a full-state bundle with none: none). A declaration that does not parse raises
-        ParseError naming it (``window 2:1:13: ...``)."""
-        if bundle.windows is None:
+        a full-state bundle with none: none), or for a revert the ``kept`` ones of the version
+        it goes back to. A declaration that does not parse raises ParseError naming it
+        (``window 2:1:13: ...``)."""
+        texts = kept if kept is not None else bundle.windows
+        if texts is None:
             return [] if bundle.full_state else None
-        return [
-            parse_window(text, f"window {number}")
-            for number, text in enumerate(bundle.windows, start=1)
-        ]
+        return [parse_window(text, f"window {number}") for number, text in enumerate(texts, 1)]
 
     # ------------------------------------------------------------------ windows
     def tick_windows(self) -> Outcome | None:
@@ -627,8 +629,8 @@ class Agent:
         if change.evicted:
             self.dropped[OVER_BUDGET] += change.evicted
 
-    def _reverted(self, bundle: Bundle) -> tuple[NetChange, list[str]]:
-        """The change and watches that bring the bundle's stream back to version
+    def _reverted(self, bundle: Bundle) -> tuple[NetChange, list[str], list[str]]:
+        """The change, watches and windows that bring the bundle's stream back to version
         ``revert_to`` as the device kept it; ``no_history`` when it is not kept."""
         source = bundle.source
         saved = self.state.saved_version(source, bundle.revert_to)
@@ -649,7 +651,7 @@ class Agent:
             for name, text in saved.rules
         )
         net.add_facts(fact_tuple(fact) for fact in saved.facts)
-        return net, list(saved.watches)
+        return net, list(saved.watches), list(saved.windows)
 
     # ------------------------------------------------------------------ readings
     def record_readings(self, payload: bytes) -> Outcome:

@@ -482,7 +482,7 @@ class Bundle(_Frozen):
     # would derive and what it would cost (``DeviceStatus.dry_run``) and changes nothing, its
     # stream version included: the same version may come again as a real bundle.
     dry_run: bool = False
-    # A revert: the stream back to the rules, facts and watches it held at version
+    # A revert: the stream back to the rules, facts, watches and windows it held at version
     # ``revert_to``, which the device kept (``[limits] stream_history``), as this bundle's
     # version (versions only go up). It carries no operations of its own.
     revert_to: Annotated[int, Field(ge=1)] | None = None

@@ -891,7 +891,7 @@ class AgentState:
                 what = cause if cause is not None else cause_of(source, version)
                 append_event(self.conn, changes, what, self.clock(), self.max_events)
                 if version is not None and self.stream_history > 0:
-                    self._save_history(version, held)
+                    self._save_history(version, held, window_claims)
                 if dry_run:
                     raise _RolledBack
         except _RolledBack:  # (a dry run: the file is as before; so is memory, from it)
@@ -982,7 +982,12 @@ class AgentState:
             source=WINDOW_SOURCE, window_facts=change, cause={"kind": "window expiry"}
         )
 
-    def _save_history(self, version: StreamVersion, held: dict[str, set[str]]) -> None:
+    def _save_history(
+        self,
+        version: StreamVersion,
+        held: dict[str, set[str]],
+        window_claims: dict[WindowDeclaration, set[str]],
+    ) -> None:
         """The stream's content once the change is made, as its ``version`` (in the change's
         open transaction, which reads its own writes)."""
         stream = version.stream
@@ -996,6 +1001,7 @@ class AgentState:
             rules=[(name, text) for name, text in rules],
             facts=[encode_fact(fact) for fact in self.facts_of_source(stream)],
             watches=list(stream_watches(held, stream)),
+            windows=sorted(str(d) for d, sources in window_claims.items() if stream in sources),
         )
         save_version(self.conn, saved, time.time(), self.stream_history)
 

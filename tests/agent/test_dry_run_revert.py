@@ -223,3 +223,21 @@ def test_a_malformed_revert_is_refused_as_invalid(tmp_path, cloud, update, messa
     outcome = agent.handle_bundle(cloud.sign_body(body))
     assert outcome.status == "refused" and outcome.reason == "invalid"
     assert message in outcome.message
+
+
+def test_a_revert_brings_back_the_windows_of_that_version(tmp_path, cloud):
+    """A stream's windows are part of its content: reverting to a version declares its windows
+    again and drops those declared after it (with their facts)."""
+    ten = "@window <temp> 10 min as <recentTemp> ."
+    two = "@window <temp> 2 min as <lastTemp> ."
+    agent = make_agent(tmp_path, cloud)
+    v1 = cloud.bundle("base", 1, rules=CLOSURE, windows=[ten])
+    assert agent.handle_bundle(cloud.sign(v1)).status == "applied"
+    v2 = cloud.bundle("base", 2, windows=[two])
+    assert agent.handle_bundle(cloud.sign(v2)).status == "applied"
+    assert agent.state.kept_versions("base") == [1, 2]
+    assert set(agent.status().windows) == {"lastTemp"}
+    revert = cloud.bundle("base", 3).model_copy(update={"revert_to": 1})
+    assert agent.handle_bundle(cloud.sign(revert)).status == "applied"
+    assert set(agent.status().windows) == {"recentTemp"}
+    assert [str(d) for d in agent.state.windows.declarations.values()] == [ten]
