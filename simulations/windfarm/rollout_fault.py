@@ -101,16 +101,20 @@ def run_rollout_fault(sim, say) -> RolloutFault:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     started = time.perf_counter()
-    done = subprocess.run(
-        command, capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=False
-    )
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, cwd=REPO, env=env, timeout=120, check=False
+        )
+        exit_code, stdout, output = done.returncode, done.stdout, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as expired:  # (the checks fail: no "stopped" line)
+        stdout = _text(expired.stdout)
+        exit_code, output = -1, stdout + _text(expired.stderr) + "\n(killed after 120 s)"
     seconds = time.perf_counter() - started
-    output = done.stdout + done.stderr
     canaries = devices[:CANARIES]
-    for line in done.stdout.splitlines():
+    for line in stdout.splitlines():
         if line.startswith("canaries: "):
             canaries = line.removeprefix("canaries: ").split()
-    fault = RolloutFault(command, done.returncode, output, seconds, canaries)
+    fault = RolloutFault(command, exit_code, output, seconds, canaries)
     time.sleep(1.0)  # the last statuses
     for device, status in sim.monitor.latest_statuses().items():
         if device in canaries:
@@ -123,10 +127,16 @@ def run_rollout_fault(sim, say) -> RolloutFault:
     fault.ledger_devices = ledger_devices(sim.cloud.ledger, STREAM)
     stopped = [line for line in output.splitlines() if line.startswith("stopped:")]
     say(
-        f"rollout fault: exit {done.returncode} in {seconds:.1f} s; "
-        + (stopped[0][:200] if stopped else output.strip().splitlines()[-1][:200])
+        f"rollout fault: exit {exit_code} in {seconds:.1f} s; "
+        + (stopped or output.strip().splitlines() or ["no output"])[-1][:200]
     )
     return fault
+
+
+def _text(data: bytes | str | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode(errors="replace")
+    return data or ""
 
 
 def canary_refusal(sim, device: str, last_error: str) -> bool:

@@ -141,3 +141,13 @@ def test_a_short_run_fills_the_panel_from_scraped_metrics_and_the_canaries_stop_
     assert "## Farm panel" in text and "5 of 5 agents answered both scrapes" in text
     assert f"`zodiac-cloud publish --stream {STREAM} --canary {CANARIES}`" in text
     assert "stopped: canary" in text and "FAILED" not in text
+
+
+def test_an_unknown_rollout_fault_is_refused_before_anything_starts(capsys):
+    from simulations.windfarm.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--rollout-fault", "nope"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "--rollout-fault: invalid choice: 'nope'" in error and "Traceback" not in error
