@@ -7,8 +7,8 @@ and (in the report's checks, from the end scrape) the agents' own metrics.
 
 The stream's rule pairs every seed fact with every other: :data:`SEEDS` facts derive
 ``SEEDS ** 2`` pairs, far beyond :data:`AGENT_MAX_DERIVED_FACTS`, the modest
-``[budget] max_derived_facts`` the simulation gives its agents (the base and anomaly streams
-derive a few dozen facts per device)."""
+``[budget] max_derived_facts`` the simulation gives its agents (a turbine holds a few hundred
+facts in all, its window facts included)."""
 
 from __future__ import annotations
 
