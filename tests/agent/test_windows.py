@@ -45,12 +45,15 @@ RULES = {rule.id: str(rule) for rule in PROGRAM.rules}
 # is "the smallest value equals the largest"), and the "rising" ones.
 STUCK = {name: RULES[name] for name in ("window_count", "window_min", "window_max", "stuck")}
 RISING = {name: RULES[name] for name in ("average_10", "average_2", "rising")}
-START = float(int(time.time()))  # (bundles are valid for an hour from now)
 
 
 class Clock:
-    def __init__(self, now: float = START) -> None:
-        self.now = now
+    """The agent's clock, starting at the real time of the test (bundles are valid for an hour
+    from when they are cut), moved on by the test."""
+
+    def __init__(self, now: float | None = None) -> None:
+        self.start = float(int(time.time())) if now is None else now
+        self.now = self.start
 
     def __call__(self) -> float:
         return self.now
@@ -149,7 +152,7 @@ def test_expiry_is_one_batch_per_tick_with_its_event(tmp_path, cloud):
     assert agent.tick_windows().report["windows"]["deleted"] == 9
     assert agent.tick_windows() is None  # nothing more has left: no change at all
     events_before = len(pending_events(agent.state.conn, limit=1000))
-    clock.now = START + 600 + 5  # the first reading leaves 10 minutes, the rest 2 minutes
+    clock.now = clock.start + 600 + 5  # the first reading leaves 10 minutes, the rest 2 minutes
     outcome = agent.tick_windows()
     assert outcome.status == "applied"
     assert outcome.report["windows"]["deleted"] == 1 + 11
@@ -267,7 +270,7 @@ def test_neighbours_telemetry_fills_windows(tmp_path, cloud):
         assert outcome.status in ("applied", "unchanged"), outcome.message
         clock.now += 1
     held = agent.state.windows.facts("recentAirTemperature")
-    assert [fact[1:] for fact in held] == [("t2", 5.0, START + i) for i in range(3)]
+    assert [fact[1:] for fact in held] == [("t2", 5.0, clock.start + i) for i in range(3)]
 
 
 def test_a_version_11_file_gets_its_windows_table(tmp_path):
