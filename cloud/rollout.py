@@ -13,10 +13,8 @@ answers are printed as one table.
 
 from __future__ import annotations
 
-import json
-
 from agent.protocol.messages import DryRunReport
-from cloud.status_wait import Answer
+from cloud.status_wait import Answer, last_error_fields
 
 # Predicates named per device in the dry-run table (the status lists up to 50, largest first).
 TABLE_PREDICATES = 3
@@ -57,20 +55,12 @@ def not_ready(answer: Answer, source: str) -> str | None:
     status = answer.status
     if not status.online:
         return "offline"
-    error = _error(status.last_error)
+    error = last_error_fields(status.last_error)
     if error.get("stream") == source:
         return f"reports an error on the stream: {error.get('reason')}: {error.get('message')}"
     if status.health is not None and not status.health.ready:
         return "not ready: " + ("; ".join(status.health.reasons) or "no reason given")
     return None
-
-
-def _error(text: str | None) -> dict:
-    try:
-        error = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return error if isinstance(error, dict) else {}
 
 
 def _changes(report: DryRunReport) -> str:

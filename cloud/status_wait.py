@@ -182,7 +182,7 @@ class StatusWaiter:
         if expected.bundle_id is None:
             return None  # (nothing sent: no refusal can be about it)
         for status in self.fresh.get(device, []):
-            error = _error(status.last_error)
+            error = last_error_fields(status.last_error)
             if not error:
                 continue
             about = error.get("bundle_id")
@@ -198,7 +198,9 @@ class StatusWaiter:
         return None
 
 
-def _error(text: str | None) -> dict:
+def last_error_fields(text: str | None) -> dict:
+    """A status's ``last_error`` (JSON: reason, message, stream, bundle_id...) as a dict; {}
+    when there is none or it does not read as one."""
     try:
         error = json.loads(text) if text else {}
     except ValueError:
