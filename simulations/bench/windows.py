@@ -281,6 +281,11 @@ def bytes_per_window_fact(sensors: int, minutes: float) -> tuple[int, float, flo
     )
 
 
+def speed_up(row: TickRow | AgentRow) -> str:
+    """``from scratch / tick`` of a row, as the tables print it."""
+    return factor(row.scratch / row.incremental if row.incremental else float("inf"), 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sensors", type=int, default=50, help="sensors of the device (50)")
@@ -328,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     for tick in args.ticks:
         row = tick_row(sensors, minutes, tick, args.repeat)
         ok &= row.equal
-        ratio = factor(row.scratch / row.incremental if row.incremental else float("inf"), 1)
+        ratio = speed_up(row)
         print(
             f"  tick of {tick:3d} s: {row.arrived // 2:5d} readings in, {row.expired:5d} facts "
             f"expired  tick {row.incremental * 1e3:9.3f} ms  from scratch "
@@ -363,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         for tick in args.ticks:
             row = agent_tick_row(sensors, minutes, tick, args.repeat)
             ok &= row.equal
-            ratio = factor(row.scratch / row.incremental if row.incremental else float("inf"), 1)
+            ratio = speed_up(row)
             print(
                 f"  agent, tick of {tick:3d} s: tick {row.incremental * 1e3:9.3f} ms  from "
                 f"scratch {row.scratch * 1e3:9.3f} ms  {ratio}  {row.disk_per_fact:.0f} B/fact "
